@@ -1,0 +1,356 @@
+"""The client side of an NSQ connection as a sans-IO state machine.
+
+Bytes in, events out, bytes to send; no sockets, no clocks. The I/O layer
+around it is short::
+
+    machine = ClientConnection()
+    sock.sendall(machine.start(config.identify_body(client_id, hostname)))
+    while True:
+        machine.receive_data(sock.recv(65536))
+        for event in machine.events():
+            ...                       # route messages, answer requests
+        sock.sendall(machine.data_to_send())   # NOPs for heartbeats
+
+The handshake order is enforced: magic and IDENTIFY, then the upgrades nsqd
+agreed to (TLS, then snappy or deflate), then AUTH when nsqd requires it, and
+only then SUB or publishing. A command out of order raises
+:class:`~gnsqlite.errors.LocalProtocolError` and nothing is sent.
+
+At an upgrade, :meth:`ClientConnection.events` stops after the
+:class:`~.events.Identified` (or previous :class:`~.events.Upgraded`) event;
+the caller takes the undecoded bytes with :meth:`take_unprocessed`, wraps its
+transport, feeds those bytes back through the new codec, and calls
+:meth:`upgrade_started`.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections import deque
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ..errors import (
+    LocalProtocolError,
+    NegotiationError,
+    RemoteProtocolError,
+    error_from_frame,
+)
+from . import commands
+from .events import (
+    Authenticated,
+    CloseWait,
+    ErrorReceived,
+    Event,
+    Heartbeat,
+    Identified,
+    MessageReceived,
+    Response,
+    Upgraded,
+)
+from .frames import (
+    CLOSE_WAIT,
+    DEFAULT_MAX_FRAME_SIZE,
+    FRAME_TYPE_ERROR,
+    FRAME_TYPE_MESSAGE,
+    HEARTBEAT,
+    OK,
+    FrameDecoder,
+    decode_message,
+)
+
+__all__ = ["ClientState", "ClientConnection", "DEFAULT_MAX_RDY_COUNT"]
+
+#: What to assume when nsqd does not negotiate (the guide's figure).
+DEFAULT_MAX_RDY_COUNT = 2500
+_NON_FATAL_CODES = frozenset({"E_FIN_FAILED", "E_REQ_FAILED", "E_TOUCH_FAILED"})
+_UPGRADE_FEATURES = (("tls_v1", "tls"), ("snappy", "snappy"), ("deflate", "deflate"))
+
+
+class ClientState(enum.Enum):
+    """Where a connection stands in the protocol."""
+
+    INIT = "init"
+    IDENTIFYING = "identifying"
+    UPGRADING = "upgrading"  # waiting for the I/O layer to wrap the transport
+    AWAITING_UPGRADE_OK = "awaiting_upgrade_ok"
+    AUTH_REQUIRED = "auth_required"
+    AUTHENTICATING = "authenticating"
+    READY = "ready"  # may publish or subscribe
+    SUBSCRIBING = "subscribing"
+    SUBSCRIBED = "subscribed"
+    CLOSING = "closing"  # CLS sent; FIN, REQ and TOUCH are still allowed
+    CLOSED = "closed"
+
+
+_PUBLISH_STATES = frozenset({ClientState.READY, ClientState.SUBSCRIBING, ClientState.SUBSCRIBED})
+_RESPOND_STATES = frozenset({ClientState.SUBSCRIBING, ClientState.SUBSCRIBED, ClientState.CLOSING})
+
+
+class ClientConnection:
+    """One client connection's protocol state; see the module docstring."""
+
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+        self.state = ClientState.INIT
+        self.features: dict[str, Any] = {}
+        self._decoder = FrameDecoder(max_frame_size)
+        self._pending: deque[str] = deque()
+        self._outbox: list[bytes] = []
+        self._requested: dict[str, Any] = {}
+        self._upgrades: deque[str] = deque()
+        self._auth_required = False
+        self.close_wait_received = False
+
+    # -- sending -----------------------------------------------------------
+
+    def _require(self, allowed: Iterable[ClientState], command: str) -> None:
+        if self.state not in allowed:
+            raise LocalProtocolError(f"cannot send {command} in state {self.state.value!r}")
+
+    def start(self, identify: Mapping[str, Any]) -> bytes:
+        """The magic and IDENTIFY with ``identify`` as its JSON body."""
+        self._require((ClientState.INIT,), "IDENTIFY")
+        self._requested = dict(identify)
+        self.state = ClientState.IDENTIFYING
+        self._pending.append("IDENTIFY")
+        return commands.MAGIC_V2 + commands.identify(identify)
+
+    def auth(self, secret: bytes | str) -> bytes:
+        """AUTH with ``secret``; only when nsqd said ``auth_required``."""
+        if self.state is ClientState.READY and not self._auth_required:
+            raise LocalProtocolError("nsqd did not ask for AUTH; a client must not send it")
+        self._require((ClientState.AUTH_REQUIRED,), "AUTH")
+        self.state = ClientState.AUTHENTICATING
+        self._pending.append("AUTH")
+        return commands.auth(secret)
+
+    def sub(self, topic: str, channel: str) -> bytes:
+        """SUB to ``topic``/``channel``; once per connection."""
+        if self.state in (ClientState.SUBSCRIBING, ClientState.SUBSCRIBED):
+            raise LocalProtocolError("this connection is already subscribed; SUB is allowed once")
+        self._require((ClientState.READY,), "SUB")
+        data = commands.sub(topic, channel)
+        self.state = ClientState.SUBSCRIBING
+        self._pending.append("SUB")
+        return data
+
+    def pub(self, topic: str, body: bytes | str) -> bytes:
+        """PUB one message; the answer is a :class:`Response` for ``"PUB"``."""
+        self._require(_PUBLISH_STATES, "PUB")
+        data = commands.pub(topic, body)
+        self._pending.append("PUB")
+        return data
+
+    def mpub(self, topic: str, bodies: Iterable[bytes | str]) -> bytes:
+        """MPUB a batch; the answer is a :class:`Response` for ``"MPUB"``."""
+        self._require(_PUBLISH_STATES, "MPUB")
+        data = commands.mpub(topic, bodies)
+        self._pending.append("MPUB")
+        return data
+
+    def dpub(self, topic: str, delay: float, body: bytes | str) -> bytes:
+        """DPUB one message deferred by ``delay`` seconds."""
+        self._require(_PUBLISH_STATES, "DPUB")
+        data = commands.dpub(topic, delay, body)
+        self._pending.append("DPUB")
+        return data
+
+    def rdy(self, count: int) -> bytes:
+        """RDY ``count``; no answer unless it is refused."""
+        self._require(_RESPOND_STATES, "RDY")
+        return commands.rdy(count)
+
+    def fin(self, message_id: bytes | str) -> bytes:
+        """FIN a message."""
+        self._require(_RESPOND_STATES, "FIN")
+        return commands.fin(message_id)
+
+    def req(self, message_id: bytes | str, delay: float = 0.0) -> bytes:
+        """REQ a message, redelivered after ``delay`` seconds."""
+        self._require(_RESPOND_STATES, "REQ")
+        return commands.req(message_id, delay)
+
+    def touch(self, message_id: bytes | str) -> bytes:
+        """TOUCH a message to reset its timeout at nsqd."""
+        self._require(_RESPOND_STATES, "TOUCH")
+        return commands.touch(message_id)
+
+    def cls(self) -> bytes:
+        """CLS: ask nsqd to stop sending; it answers with :class:`CloseWait`."""
+        self._require((ClientState.SUBSCRIBED,), "CLS")
+        self.state = ClientState.CLOSING
+        self._pending.append("CLS")
+        return commands.cls()
+
+    def nop(self) -> bytes:
+        """NOP, allowed at any point after :meth:`start`."""
+        if self.state in (ClientState.INIT, ClientState.CLOSED):
+            raise LocalProtocolError(f"cannot send NOP in state {self.state.value!r}")
+        return commands.nop()
+
+    def data_to_send(self) -> bytes:
+        """Bytes queued by the machine itself (NOPs answering heartbeats)."""
+        if not self._outbox:
+            return b""
+        data = b"".join(self._outbox)
+        self._outbox.clear()
+        return data
+
+    def connection_lost(self) -> None:
+        """The transport is gone; every further command raises."""
+        self.state = ClientState.CLOSED
+
+    # -- upgrades ----------------------------------------------------------
+
+    @property
+    def pending_upgrade(self) -> str | None:
+        """The upgrade the I/O layer must perform now, or ``None``."""
+        if self.state is ClientState.UPGRADING:
+            return self._upgrades[0]
+        return None
+
+    def take_unprocessed(self) -> bytes:
+        """Bytes read but not decoded; at an upgrade they belong to the new codec."""
+        return self._decoder.take_unprocessed()
+
+    def upgrade_started(self) -> None:
+        """The transport is wrapped for :attr:`pending_upgrade`; expect its ``OK``."""
+        if self.state is not ClientState.UPGRADING:
+            raise LocalProtocolError(f"no upgrade is pending in state {self.state.value!r}")
+        self.state = ClientState.AWAITING_UPGRADE_OK
+        self._pending.append("UPGRADE")
+
+    # -- receiving ---------------------------------------------------------
+
+    def receive_data(self, data: bytes | bytearray | memoryview) -> None:
+        """Feed bytes read from nsqd (already decrypted and decompressed)."""
+        self._decoder.feed(data)
+
+    def events(self) -> list[Event]:
+        """Decode every complete frame into events, stopping at an upgrade point.
+
+        Raises :class:`RemoteProtocolError` when nsqd breaks the protocol.
+        """
+        out: list[Event] = []
+        if self.state is ClientState.SUBSCRIBED:
+            # The hot path: messages, heartbeats and the odd error.
+            for frame_type, data in self._decoder.frames():
+                if frame_type == FRAME_TYPE_MESSAGE:
+                    out.append(MessageReceived(decode_message(data)))
+                else:
+                    out.append(self._frame_event(frame_type, data))
+            return out
+        while self.state is not ClientState.UPGRADING:
+            frame = self._decoder.next_frame()
+            if frame is None:
+                break
+            frame_type, data = frame
+            if frame_type == FRAME_TYPE_MESSAGE:
+                if self.state not in _RESPOND_STATES:
+                    raise RemoteProtocolError(
+                        f"nsqd sent a message in state {self.state.value!r}, before SUB"
+                    )
+                out.append(MessageReceived(decode_message(data)))
+            else:
+                out.append(self._frame_event(frame_type, data))
+        return out
+
+    def _frame_event(self, frame_type: int, data: bytes) -> Event:
+        if frame_type == FRAME_TYPE_ERROR:
+            error = error_from_frame(data)
+            if error.code in _NON_FATAL_CODES:
+                return ErrorReceived(error, None)
+            command = self._pending.popleft() if self._pending else None
+            self.state = ClientState.CLOSED
+            return ErrorReceived(error, command)
+        if data == HEARTBEAT:
+            self._outbox.append(commands.nop())
+            return Heartbeat()
+        if not self._pending:
+            raise RemoteProtocolError(f"nsqd sent a response nobody asked for: {data[:64]!r}")
+        command = self._pending.popleft()
+        if command == "IDENTIFY":
+            return self._identified(data)
+        if command == "UPGRADE":
+            return self._upgraded(data)
+        if command == "AUTH":
+            return self._authenticated(data)
+        if command == "SUB":
+            self._expect_ok(data, command)
+            self.state = ClientState.SUBSCRIBED
+        elif command == "CLS":
+            if data != CLOSE_WAIT:
+                raise RemoteProtocolError(f"nsqd answered CLS with {data[:64]!r}, not CLOSE_WAIT")
+            # Stay in CLOSING: messages already in flight may still be
+            # answered with FIN, REQ or TOUCH until the socket is closed.
+            self.close_wait_received = True
+            return CloseWait()
+        return Response(data, command)
+
+    @staticmethod
+    def _expect_ok(data: bytes, command: str) -> None:
+        if data != OK:
+            raise RemoteProtocolError(f"nsqd answered {command} with {data[:64]!r}, not OK")
+
+    def _identified(self, data: bytes) -> Event:
+        negotiated = data != OK
+        if negotiated:
+            try:
+                features = json.loads(data)
+            except ValueError as exc:
+                raise RemoteProtocolError(
+                    f"the IDENTIFY reply is neither OK nor JSON: {data[:64]!r}"
+                ) from exc
+            if not isinstance(features, dict):
+                raise RemoteProtocolError(f"the IDENTIFY reply is not a JSON object: {data[:64]!r}")
+        else:
+            features = {}
+        features.setdefault("max_rdy_count", DEFAULT_MAX_RDY_COUNT)
+        if self._requested.get("tls_v1") and not features.get("tls_v1"):
+            self.state = ClientState.CLOSED
+            raise NegotiationError(
+                "TLS was required (tls_v1=True) but nsqd did not agree to it;"
+                " start nsqd with --tls-cert and --tls-key, or set tls_v1=False"
+            )
+        self.features = features
+        self._auth_required = bool(features.get("auth_required"))
+        self._upgrades = deque(
+            kind
+            for key, kind in _UPGRADE_FEATURES
+            if self._requested.get(key) and features.get(key)
+        )
+        self._after_upgrades()
+        return Identified(features, tuple(self._upgrades), negotiated)
+
+    def _upgraded(self, data: bytes) -> Event:
+        kind = self._upgrades.popleft()
+        self._expect_ok(data, f"the {kind} upgrade")
+        self._after_upgrades()
+        return Upgraded(kind)
+
+    def _after_upgrades(self) -> None:
+        if self._upgrades:
+            self.state = ClientState.UPGRADING
+        elif self._auth_required:
+            self.state = ClientState.AUTH_REQUIRED
+        else:
+            self.state = ClientState.READY
+
+    def _authenticated(self, data: bytes) -> Event:
+        try:
+            identity = json.loads(data)
+        except ValueError as exc:
+            raise RemoteProtocolError(f"the AUTH reply is not JSON: {data[:64]!r}") from exc
+        self.state = ClientState.READY
+        return Authenticated(identity if isinstance(identity, dict) else {})
+
+    @property
+    def auth_required(self) -> bool:
+        """Whether nsqd asked for AUTH in its IDENTIFY reply."""
+        return self._auth_required
+
+    @property
+    def pending_requests(self) -> int:
+        """Requests sent whose answer has not arrived yet."""
+        return len(self._pending)

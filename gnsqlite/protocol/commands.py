@@ -1,0 +1,168 @@
+"""Every command of the NSQ TCP protocol V2, as functions that return bytes.
+
+The functions validate their arguments before building anything, so an invalid
+name or size raises and nothing reaches the wire. Durations are float seconds
+and are rounded to whole milliseconds, the unit nsqd reads.
+
+>>> pub("clicks", b"hi")
+b'PUB clicks\\n\\x00\\x00\\x00\\x02hi'
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ..errors import LocalProtocolError
+from .names import check_channel_name, check_topic_name
+
+__all__ = [
+    "MAGIC_V2",
+    "MESSAGE_ID_LENGTH",
+    "identify",
+    "auth",
+    "sub",
+    "pub",
+    "mpub",
+    "dpub",
+    "rdy",
+    "fin",
+    "req",
+    "touch",
+    "cls",
+    "nop",
+    "to_milliseconds",
+    "check_message_id",
+    "as_body",
+]
+
+#: The four bytes a client sends first to choose protocol V2.
+MAGIC_V2 = b"  V2"
+#: Message ids are 16 ASCII hex characters.
+MESSAGE_ID_LENGTH = 16
+
+_SIZE = struct.Struct(">I")
+_NOP = b"NOP\n"
+_CLS = b"CLS\n"
+
+
+def to_milliseconds(seconds: float, what: str) -> int:
+    """Convert a non-negative duration in float seconds to whole milliseconds."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise LocalProtocolError(f"{what} must be a number of seconds, not {seconds!r}")
+    if seconds != seconds or seconds < 0:
+        raise LocalProtocolError(f"{what} must be 0 or more seconds, not {seconds!r}")
+    return round(seconds * 1000)
+
+
+def as_body(body: bytes | bytearray | memoryview | str) -> bytes:
+    """Return a message body as bytes; ``str`` is encoded as UTF-8.
+
+    Raises ``TypeError`` for anything else, naming the type received.
+    """
+    if isinstance(body, bytes):
+        return body
+    if isinstance(body, str):
+        return body.encode("utf-8")
+    if isinstance(body, (bytearray, memoryview)):
+        return bytes(body)
+    raise TypeError(f"a message body must be bytes or str, not {type(body).__name__}")
+
+
+def check_message_id(message_id: bytes | str) -> bytes:
+    """Return the 16-byte wire form of a message id, or raise."""
+    raw = message_id.encode("ascii") if isinstance(message_id, str) else bytes(message_id)
+    if len(raw) != MESSAGE_ID_LENGTH:
+        raise LocalProtocolError(
+            f"a message id has {MESSAGE_ID_LENGTH} bytes, not {len(raw)}: {message_id!r}"
+        )
+    return raw
+
+
+def _with_body(line: bytes, body: bytes) -> bytes:
+    return b"".join((line, _SIZE.pack(len(body)), body))
+
+
+def identify(data: Mapping[str, Any]) -> bytes:
+    """``IDENTIFY``: the metadata and features as a size-prefixed JSON body."""
+    body = json.dumps(dict(data), separators=(",", ":"), sort_keys=True).encode("utf-8")
+    return _with_body(b"IDENTIFY\n", body)
+
+
+def auth(secret: bytes | str) -> bytes:
+    """``AUTH``: the secret as a size-prefixed body."""
+    return _with_body(b"AUTH\n", as_body(secret))
+
+
+def sub(topic: str, channel: str) -> bytes:
+    """``SUB <topic> <channel>``."""
+    t = check_topic_name(topic)
+    c = check_channel_name(channel)
+    return f"SUB {t} {c}\n".encode("ascii")
+
+
+def pub(topic: str, body: bytes | str) -> bytes:
+    """``PUB <topic>`` with one size-prefixed message body."""
+    t = check_topic_name(topic)
+    return _with_body(f"PUB {t}\n".encode("ascii"), as_body(body))
+
+
+def mpub(topic: str, bodies: Iterable[bytes | str]) -> bytes:
+    """``MPUB <topic>``: body size, message count, then each size and body.
+
+    The body size counts the 4-byte message count and every size prefix.
+    An empty batch raises: nsqd refuses it.
+    """
+    t = check_topic_name(topic)
+    parts: list[bytes] = []
+    for body in bodies:
+        raw = as_body(body)
+        parts.append(_SIZE.pack(len(raw)))
+        parts.append(raw)
+    count = len(parts) // 2
+    if count == 0:
+        raise LocalProtocolError("MPUB needs at least one message")
+    payload = _SIZE.pack(count) + b"".join(parts)
+    return _with_body(f"MPUB {t}\n".encode("ascii"), payload)
+
+
+def dpub(topic: str, delay: float, body: bytes | str) -> bytes:
+    """``DPUB <topic> <defer_ms>``: publish ``body`` after ``delay`` seconds."""
+    t = check_topic_name(topic)
+    ms = to_milliseconds(delay, "the DPUB delay")
+    return _with_body(f"DPUB {t} {ms}\n".encode("ascii"), as_body(body))
+
+
+def rdy(count: int) -> bytes:
+    """``RDY <count>``: how many more messages the client can take."""
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise LocalProtocolError(f"RDY count must be an int of 0 or more, not {count!r}")
+    return b"RDY %d\n" % count
+
+
+def fin(message_id: bytes | str) -> bytes:
+    """``FIN <id>``: the message was handled."""
+    return b"FIN " + check_message_id(message_id) + b"\n"
+
+
+def req(message_id: bytes | str, delay: float = 0.0) -> bytes:
+    """``REQ <id> <timeout_ms>``: requeue the message after ``delay`` seconds."""
+    ms = to_milliseconds(delay, "the REQ delay")
+    return b"REQ %s %d\n" % (check_message_id(message_id), ms)
+
+
+def touch(message_id: bytes | str) -> bytes:
+    """``TOUCH <id>``: reset the message's timeout at nsqd."""
+    return b"TOUCH " + check_message_id(message_id) + b"\n"
+
+
+def cls() -> bytes:
+    """``CLS``: ask nsqd to stop sending messages and answer ``CLOSE_WAIT``."""
+    return _CLS
+
+
+def nop() -> bytes:
+    """``NOP``: no operation; the answer to a heartbeat."""
+    return _NOP

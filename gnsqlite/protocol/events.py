@@ -1,0 +1,94 @@
+"""What the client state machine reports after reading bytes from nsqd.
+
+Each event is a small frozen dataclass. ``Response`` and ``ErrorReceived``
+carry ``command``: the name of the request they answer (``"PUB"``, ``"SUB"``
+...) or ``None`` when they answer none (a non-fatal ``E_FIN_FAILED``, say).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import ServerError
+from .frames import Message
+
+__all__ = [
+    "Event",
+    "Identified",
+    "Upgraded",
+    "Authenticated",
+    "Response",
+    "ErrorReceived",
+    "MessageReceived",
+    "Heartbeat",
+    "CloseWait",
+]
+
+
+class Event:
+    """Base class of every event."""
+
+    __slots__ = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Identified(Event):
+    """nsqd answered IDENTIFY.
+
+    ``features`` is the negotiated JSON reply (or defaults, such as
+    ``max_rdy_count`` 2500, when nsqd answered a plain ``OK``);
+    ``upgrades`` lists what must happen next, in order: ``"tls"``,
+    ``"snappy"``, ``"deflate"``.
+    """
+
+    features: dict[str, Any]
+    upgrades: tuple[str, ...]
+    negotiated: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Upgraded(Event):
+    """nsqd sent the ``OK`` that confirms an upgrade (``"tls"``, ``"snappy"``, ``"deflate"``)."""
+
+    kind: str
+
+
+@dataclass(frozen=True, slots=True)
+class Authenticated(Event):
+    """nsqd accepted AUTH; ``identity`` is its JSON reply."""
+
+    identity: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Response(Event):
+    """A response frame that answers ``command`` (usually ``b"OK"``)."""
+
+    data: bytes
+    command: str
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorReceived(Event):
+    """An error frame; ``command`` is the request it answers, if any."""
+
+    error: ServerError
+    command: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class MessageReceived(Event):
+    """A message pushed by nsqd."""
+
+    message: Message
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat(Event):
+    """nsqd sent ``_heartbeat_``; a ``NOP`` is already queued in the outbox."""
+
+
+@dataclass(frozen=True, slots=True)
+class CloseWait(Event):
+    """nsqd answered CLS with ``CLOSE_WAIT``: no more messages will come."""

@@ -1,0 +1,179 @@
+"""Frames and messages: decoding nsqd's byte stream, and encoding it for servers.
+
+A frame on the wire is ``[int32 size][int32 frame type][data]``, where size
+counts the frame type and the data. Message frames carry
+``[int64 timestamp ns][uint16 attempts][16-byte id][body]``.
+
+:class:`FrameDecoder` is incremental: feed it bytes split anywhere and it
+yields the same frames. It checks every size before it buffers or slices, so a
+hostile length prefix raises :class:`~gnsqlite.errors.RemoteProtocolError`
+without a large allocation.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from ..errors import RemoteProtocolError
+
+__all__ = [
+    "FRAME_TYPE_RESPONSE",
+    "FRAME_TYPE_ERROR",
+    "FRAME_TYPE_MESSAGE",
+    "FRAME_TYPES",
+    "HEARTBEAT",
+    "OK",
+    "CLOSE_WAIT",
+    "DEFAULT_MAX_FRAME_SIZE",
+    "MESSAGE_HEADER_SIZE",
+    "Message",
+    "FrameDecoder",
+    "decode_message",
+    "encode_frame",
+    "encode_message",
+]
+
+FRAME_TYPE_RESPONSE = 0
+FRAME_TYPE_ERROR = 1
+FRAME_TYPE_MESSAGE = 2
+FRAME_TYPES = (FRAME_TYPE_RESPONSE, FRAME_TYPE_ERROR, FRAME_TYPE_MESSAGE)
+
+HEARTBEAT = b"_heartbeat_"
+OK = b"OK"
+CLOSE_WAIT = b"CLOSE_WAIT"
+
+#: Default ceiling for one frame (16 MiB): above nsqd's default
+#: ``--max-msg-size`` of 1 MiB with ample room for servers configured larger.
+DEFAULT_MAX_FRAME_SIZE = 16 * 1024 * 1024
+#: timestamp (8) + attempts (2) + id (16)
+MESSAGE_HEADER_SIZE = 26
+
+_HEADER = struct.Struct(">ii")
+_MESSAGE = struct.Struct(">qH16s")
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """A message as nsqd sends it.
+
+    ``timestamp`` is nanoseconds since the epoch when nsqd received it,
+    ``attempts`` how many times it has been delivered (this delivery
+    included), ``id`` the 16 ASCII hex bytes that name it in FIN/REQ/TOUCH.
+    """
+
+    id: bytes
+    body: bytes
+    timestamp: int
+    attempts: int
+
+
+def decode_message(data: bytes | memoryview) -> Message:
+    """Decode the data of a message frame, or raise RemoteProtocolError."""
+    if len(data) < MESSAGE_HEADER_SIZE:
+        raise RemoteProtocolError(
+            f"a message frame needs {MESSAGE_HEADER_SIZE} bytes of header, got {len(data)}"
+        )
+    timestamp, attempts, message_id = _MESSAGE.unpack_from(data, 0)
+    return Message(message_id, bytes(data[MESSAGE_HEADER_SIZE:]), timestamp, attempts)
+
+
+def encode_message(message: Message) -> bytes:
+    """The data of a message frame (without the frame header)."""
+    return _MESSAGE.pack(message.timestamp, message.attempts, message.id) + message.body
+
+
+def encode_frame(frame_type: int, data: bytes) -> bytes:
+    """A whole frame: size, frame type and data."""
+    return _HEADER.pack(len(data) + 4, frame_type) + data
+
+
+class FrameDecoder:
+    """Turn a byte stream into ``(frame_type, data)`` pairs.
+
+    ``max_frame_size`` bounds the size prefix (frame type plus data, in
+    bytes). :meth:`feed` buffers bytes; :meth:`next_frame` returns one frame or
+    ``None`` when more bytes are needed; :meth:`frames` drains every complete
+    frame at once. Message frames are returned undecoded (see
+    :func:`decode_message`) so a caller can route them cheaply.
+    """
+
+    __slots__ = ("_buf", "_pos", "max_frame_size")
+
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+        if max_frame_size < MESSAGE_HEADER_SIZE + 4:
+            raise ValueError(f"max_frame_size must be at least 30 bytes, not {max_frame_size}")
+        self.max_frame_size = max_frame_size
+        self._buf = bytearray()
+        self._pos = 0
+
+    def feed(self, data: bytes | bytearray | memoryview) -> None:
+        """Append received bytes to the buffer."""
+        if self._pos:
+            del self._buf[: self._pos]
+            self._pos = 0
+        self._buf += data
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet returned as frames."""
+        return len(self._buf) - self._pos
+
+    def take_unprocessed(self) -> bytes:
+        """Remove and return every byte not yet decoded.
+
+        Used at a TLS or compression upgrade: the bytes after the last frame
+        read belong to the upgraded stream and must be decoded by it.
+        """
+        rest = bytes(self._buf[self._pos :])
+        self._buf = bytearray()
+        self._pos = 0
+        return rest
+
+    def next_frame(self) -> tuple[int, bytes] | None:
+        """Return the next complete frame, or ``None`` if more bytes are needed."""
+        buf = self._buf
+        pos = self._pos
+        if len(buf) - pos < 8:
+            return None
+        size, frame_type = _HEADER.unpack_from(buf, pos)
+        self._check(size, frame_type)
+        end = pos + 4 + size
+        if len(buf) < end:
+            return None
+        self._pos = end
+        return frame_type, bytes(buf[pos + 8 : end])
+
+    def frames(self) -> list[tuple[int, bytes]]:
+        """Return every complete frame buffered so far, in order."""
+        out: list[tuple[int, bytes]] = []
+        buf = self._buf
+        pos = self._pos
+        n = len(buf)
+        unpack = _HEADER.unpack_from
+        check = self._check
+        while n - pos >= 8:
+            size, frame_type = unpack(buf, pos)
+            check(size, frame_type)
+            end = pos + 4 + size
+            if n < end:
+                break
+            out.append((frame_type, bytes(buf[pos + 8 : end])))
+            pos = end
+        self._pos = pos
+        return out
+
+    def _check(self, size: int, frame_type: int) -> None:
+        if size < 4:
+            raise RemoteProtocolError(f"impossible frame size {size}: it must count the frame type")
+        if size > self.max_frame_size:
+            raise RemoteProtocolError(
+                f"frame size {size} exceeds the maximum of {self.max_frame_size} bytes"
+            )
+        if frame_type not in FRAME_TYPES:
+            raise RemoteProtocolError(f"unknown frame type {frame_type}")
+        if frame_type == FRAME_TYPE_MESSAGE and size - 4 < MESSAGE_HEADER_SIZE:
+            raise RemoteProtocolError(
+                f"a message frame of {size - 4} bytes is too short for its"
+                f" {MESSAGE_HEADER_SIZE}-byte header"
+            )

@@ -1,0 +1,250 @@
+"""The sans-IO client state machine, fed with bytes as nsqd would send them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gnsqlite.errors import (
+    BadTopicError,
+    FinFailedError,
+    LocalProtocolError,
+    NegotiationError,
+    RemoteProtocolError,
+)
+from gnsqlite.protocol import (
+    FRAME_TYPE_ERROR,
+    FRAME_TYPE_MESSAGE,
+    FRAME_TYPE_RESPONSE,
+    Authenticated,
+    ClientConnection,
+    ClientState,
+    CloseWait,
+    ErrorReceived,
+    Heartbeat,
+    Identified,
+    Message,
+    MessageReceived,
+    Response,
+    Upgraded,
+    encode_frame,
+    encode_message,
+)
+
+MID = b"0123456789abcdef"
+
+
+def response(data: bytes) -> bytes:
+    return encode_frame(FRAME_TYPE_RESPONSE, data)
+
+
+def error(data: bytes) -> bytes:
+    return encode_frame(FRAME_TYPE_ERROR, data)
+
+
+def message(body: bytes = b"hi", attempts: int = 1) -> bytes:
+    return encode_frame(FRAME_TYPE_MESSAGE, encode_message(Message(MID, body, 5, attempts)))
+
+
+def identified(features: dict[str, object] | None = None, **requested: object) -> ClientConnection:
+    conn = ClientConnection()
+    sent = conn.start({"feature_negotiation": True, **requested})
+    assert sent.startswith(b"  V2IDENTIFY\n")
+    conn.receive_data(response(json.dumps(features).encode() if features is not None else b"OK"))
+    events = conn.events()
+    assert isinstance(events[0], Identified)
+    return conn
+
+
+def subscribed() -> ClientConnection:
+    conn = identified({"max_rdy_count": 2500})
+    conn.sub("t", "c")
+    conn.receive_data(response(b"OK"))
+    assert conn.events() == [Response(b"OK", "SUB")]
+    assert conn.state is ClientState.SUBSCRIBED
+    return conn
+
+
+def test_plain_ok_reply_assumes_max_rdy_2500() -> None:
+    conn = ClientConnection()
+    conn.start({})
+    conn.receive_data(response(b"OK"))
+    (event,) = conn.events()
+    assert event == Identified({"max_rdy_count": 2500}, (), False)
+    assert conn.state is ClientState.READY
+
+
+def test_negotiated_reply_is_kept() -> None:
+    conn = identified({"max_rdy_count": 100, "msg_timeout": 60000})
+    assert conn.features["max_rdy_count"] == 100
+    assert conn.state is ClientState.READY
+
+
+def test_heartbeat_queues_a_nop_by_itself() -> None:
+    conn = subscribed()
+    conn.receive_data(response(b"_heartbeat_") + message())
+    events = conn.events()
+    assert events[0] == Heartbeat()
+    assert isinstance(events[1], MessageReceived)
+    assert events[1].message.body == b"hi"
+    assert conn.data_to_send() == b"NOP\n"
+    assert conn.data_to_send() == b""
+
+
+def test_heartbeat_during_handshake_is_answered_too() -> None:
+    conn = ClientConnection()
+    conn.start({})
+    conn.receive_data(response(b"_heartbeat_") + response(b"OK"))
+    events = conn.events()
+    assert events[0] == Heartbeat()
+    assert isinstance(events[1], Identified)
+    assert conn.data_to_send() == b"NOP\n"
+
+
+def test_commands_out_of_order_are_refused_locally() -> None:
+    conn = ClientConnection()
+    for send in (lambda: conn.sub("t", "c"), lambda: conn.pub("t", b"x"), lambda: conn.rdy(1)):
+        with pytest.raises(LocalProtocolError, match="state 'init'"):
+            send()
+    conn = identified({})
+    with pytest.raises(LocalProtocolError, match="cannot send RDY"):
+        conn.rdy(1)
+    with pytest.raises(LocalProtocolError, match="cannot send FIN"):
+        conn.fin(MID)
+    with pytest.raises(LocalProtocolError, match="did not ask for AUTH"):
+        conn.auth(b"secret")
+    conn.sub("t", "c")
+    with pytest.raises(LocalProtocolError, match="already subscribed"):
+        conn.sub("t", "c")
+
+
+def test_publish_answers_are_matched_in_order() -> None:
+    conn = identified({})
+    conn.pub("t", b"1")
+    conn.mpub("t", [b"2", b"3"])
+    conn.dpub("t", 1.0, b"4")
+    assert conn.pending_requests == 3
+    conn.receive_data(response(b"OK") * 2 + error(b"E_BAD_MESSAGE DPUB message too big"))
+    events = conn.events()
+    assert events[:2] == [Response(b"OK", "PUB"), Response(b"OK", "MPUB")]
+    assert isinstance(events[2], ErrorReceived)
+    assert events[2].command == "DPUB"
+    assert events[2].error.code == "E_BAD_MESSAGE"
+    assert events[2].error.fatal
+    assert conn.state is ClientState.CLOSED
+
+
+def test_non_fatal_errors_answer_no_request_and_keep_the_connection() -> None:
+    conn = subscribed()
+    conn.pub("t", b"x")
+    conn.receive_data(error(b"E_FIN_FAILED FIN 0123 failed ID not in flight") + response(b"OK"))
+    events = conn.events()
+    assert isinstance(events[0], ErrorReceived)
+    assert isinstance(events[0].error, FinFailedError)
+    assert not events[0].error.fatal
+    assert events[0].command is None
+    assert events[1] == Response(b"OK", "PUB")
+    assert conn.state is ClientState.SUBSCRIBED
+
+
+def test_fatal_error_after_sub() -> None:
+    conn = identified({})
+    conn.sub("t", "c")
+    conn.receive_data(error(b'E_BAD_TOPIC SUB topic name "t" is not valid'))
+    (event,) = conn.events()
+    assert isinstance(event, ErrorReceived)
+    assert isinstance(event.error, BadTopicError)
+    assert event.command == "SUB"
+    with pytest.raises(LocalProtocolError):
+        conn.pub("t", b"x")
+
+
+def test_cls_then_close_wait_still_allows_fin() -> None:
+    conn = subscribed()
+    assert conn.cls() == b"CLS\n"
+    conn.receive_data(message() + response(b"CLOSE_WAIT"))
+    events = conn.events()
+    assert isinstance(events[0], MessageReceived)
+    assert events[1] == CloseWait()
+    assert conn.fin(MID) == b"FIN " + MID + b"\n"
+    assert conn.req(MID, 1.0) == b"REQ " + MID + b" 1000\n"
+
+
+def test_unsolicited_response_is_a_remote_error() -> None:
+    conn = subscribed()
+    conn.receive_data(response(b"OK"))
+    with pytest.raises(RemoteProtocolError, match="nobody asked for"):
+        conn.events()
+
+
+def test_message_before_sub_is_a_remote_error() -> None:
+    conn = identified({})
+    conn.receive_data(message())
+    with pytest.raises(RemoteProtocolError, match="before SUB"):
+        conn.events()
+
+
+def test_bad_identify_reply_is_a_remote_error() -> None:
+    conn = ClientConnection()
+    conn.start({})
+    conn.receive_data(response(b"{not json"))
+    with pytest.raises(RemoteProtocolError, match="neither OK nor JSON"):
+        conn.events()
+
+
+def test_tls_requested_but_refused_is_an_error_not_a_fallback() -> None:
+    conn = ClientConnection()
+    conn.start({"tls_v1": True, "feature_negotiation": True})
+    conn.receive_data(response(json.dumps({"tls_v1": False}).encode()))
+    with pytest.raises(NegotiationError, match="TLS was required"):
+        conn.events()
+
+
+def test_upgrades_pause_decoding_and_hand_over_the_rest() -> None:
+    conn = ClientConnection()
+    conn.start({"tls_v1": True, "snappy": True, "feature_negotiation": True})
+    features = {"tls_v1": True, "snappy": True, "auth_required": True}
+    # The IDENTIFY reply and, in the same read, the first bytes of the TLS stream.
+    conn.receive_data(response(json.dumps(features).encode()) + b"\x16\x03\x01TLS...")
+    (event,) = conn.events()
+    assert event == Identified({**features, "max_rdy_count": 2500}, ("tls", "snappy"), True)
+    assert conn.pending_upgrade == "tls"
+    assert conn.events() == []  # paused: nothing decoded past the upgrade point
+    assert conn.take_unprocessed() == b"\x16\x03\x01TLS..."
+    conn.upgrade_started()
+    conn.receive_data(response(b"OK"))
+    assert conn.events() == [Upgraded("tls")]
+    assert conn.pending_upgrade == "snappy"
+    conn.upgrade_started()
+    conn.receive_data(response(b"OK"))
+    assert conn.events() == [Upgraded("snappy")]
+    assert conn.state is ClientState.AUTH_REQUIRED
+    with pytest.raises(LocalProtocolError, match="cannot send SUB"):
+        conn.sub("t", "c")
+    assert conn.auth("pw") == b"AUTH\n\x00\x00\x00\x02pw"
+    conn.receive_data(response(b'{"identity":"me","permission_count":1}'))
+    assert conn.events() == [Authenticated({"identity": "me", "permission_count": 1})]
+    assert conn.state is ClientState.READY
+
+
+def test_compression_refused_by_server_means_no_upgrade() -> None:
+    conn = identified({"snappy": False}, snappy=True)
+    assert conn.pending_upgrade is None
+    assert conn.state is ClientState.READY
+
+
+def test_upgrade_ok_must_be_ok() -> None:
+    conn = ClientConnection()
+    conn.start({"deflate": True})
+    conn.receive_data(response(b'{"deflate": true}'))
+    conn.events()
+    conn.upgrade_started()
+    conn.receive_data(response(b"NOPE"))
+    with pytest.raises(RemoteProtocolError, match="not OK"):
+        conn.events()
+
+
+def test_upgrade_started_without_pending_upgrade() -> None:
+    with pytest.raises(LocalProtocolError, match="no upgrade is pending"):
+        ClientConnection().upgrade_started()
