@@ -49,6 +49,7 @@ __all__ = [
     "NSQConnectionError",
     "ConnectionClosedError",
     "BrokenConnectionError",
+    "NoConnectionsError",
     "NSQTimeoutError",
 ]
 
@@ -233,6 +234,18 @@ class ConnectionClosedError(NSQConnectionError):
 
 class BrokenConnectionError(NSQConnectionError):
     """The connection broke: a network error, EOF, or a fatal server error."""
+
+
+class NoConnectionsError(NSQConnectionError):
+    """Every nsqd tried failed; ``errors`` maps each ``"host:port"`` to its error."""
+
+    def __init__(
+        self, errors: dict[str, BaseException], message: str = "every nsqd failed"
+    ) -> None:
+        self.errors = dict(errors)
+        detail = "; ".join(f"{addr}: {err}" for addr, err in self.errors.items())
+        addresses = ", ".join(self.errors) or "no nsqd"
+        super().__init__(addresses, f"{message}" + (f" ({detail})" if detail else ""))
 
 
 class NSQTimeoutError(NSQError, TimeoutError):

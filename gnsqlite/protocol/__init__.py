@@ -30,6 +30,7 @@ from .commands import (
     rdy,
     req,
     sub,
+    to_milliseconds,
     touch,
 )
 from .events import (
@@ -85,6 +86,7 @@ __all__ = [
     "rdy",
     "req",
     "sub",
+    "to_milliseconds",
     "touch",
     "Authenticated",
     "CloseWait",

@@ -138,7 +138,7 @@ def test_from_mapping_parses_strings() -> None:
     assert cfg.heartbeat_interval == 5.0
     assert cfg.sample_rate == 10
     assert cfg.msg_timeout is None
-    with pytest.raises(ConfigError, match="unknown option 'snapy'.*did you mean 'snappy'"):
+    with pytest.raises(ConfigError, match=r"unknown option 'snapy'.*did you mean 'snappy'"):
         ConnectionConfig.from_mapping({"snapy": "true"})
     with pytest.raises(ConfigError, match="sample_rate='ten' is not int"):
         ConnectionConfig.from_mapping({"sample_rate": "ten"})
@@ -151,9 +151,9 @@ def test_consumer_config_rules() -> None:
     assert ConsumerConfig().max_in_flight == 1
     with pytest.raises(ConfigError, match="max_in_flight=-1"):
         ConsumerConfig(max_in_flight=-1)
-    with pytest.raises(ConfigError, match="lookupd_poll_jitter=1.5 is out of range"):
+    with pytest.raises(ConfigError, match=r"lookupd_poll_jitter=1\.5 is out of range"):
         ConsumerConfig(lookupd_poll_jitter=1.5)
-    with pytest.raises(ConfigError, match="requeue_delay=100.0 is above max_requeue_delay=10.0"):
+    with pytest.raises(ConfigError, match=r"requeue_delay=100\.0 is above max_requeue_delay=10\.0"):
         ConsumerConfig(requeue_delay=100.0, max_requeue_delay=10.0)
     cfg = ConsumerConfig.from_mapping({"max_in_flight": "50", "requeue_delay": "1.5"})
     assert (cfg.max_in_flight, cfg.requeue_delay) == (50, 1.5)

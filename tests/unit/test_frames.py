@@ -76,7 +76,9 @@ def test_take_unprocessed_returns_bytes_after_the_last_frame() -> None:
 
 @given(
     st.lists(
-        st.tuples(st.sampled_from([FRAME_TYPE_RESPONSE, FRAME_TYPE_ERROR]), st.binary(max_size=300)),
+        st.tuples(
+            st.sampled_from([FRAME_TYPE_RESPONSE, FRAME_TYPE_ERROR]), st.binary(max_size=300)
+        ),
         max_size=20,
     ),
     st.lists(st.integers(min_value=1, max_value=64), min_size=1),

@@ -1,0 +1,579 @@
+"""One connection to nsqd: the protocol state machine over a gevent socket.
+
+:meth:`Connection.connect` blocks the calling greenlet through the whole
+handshake (TCP connect, magic, IDENTIFY, TLS, snappy or deflate, AUTH), then
+starts the connection's two greenlets:
+
+* the **reader** reads, decodes and routes frames: messages go to the
+  ``on_message`` callback (which must not block), answers to requests resolve
+  their :class:`~gevent.event.AsyncResult`, heartbeats are answered with
+  ``NOP`` at once;
+* the **writer** sends everything queued since it last ran in one ``send``,
+  so commands written close together (a burst of FINs) share a syscall, and
+  commands written by many greenlets never interleave.
+
+A connection that hears nothing for two heartbeat intervals is dead: the
+owner calls :meth:`Connection.check_alive` from its timer wheel. Network
+failures surface as :class:`~gnsqlite.errors.BrokenConnectionError` carrying
+the address, with the cause chained; using a connection after
+:meth:`Connection.close` raises :class:`~gnsqlite.errors.ConnectionClosedError`.
+
+Works with and without monkey-patching: it uses ``gevent.socket`` and
+``gevent.ssl`` directly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket as _stdlib_socket
+import ssl as _stdlib_ssl
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import gevent
+import gevent.event
+import gevent.socket
+import gevent.ssl
+
+from .codecs import Codec, make_codec
+from .config import ConnectionConfig
+from .errors import (
+    BrokenConnectionError,
+    ConnectionClosedError,
+    NegotiationError,
+    NSQError,
+    NSQTimeoutError,
+    ProtocolError,
+    RemoteProtocolError,
+    ServerError,
+)
+from .protocol import (
+    Authenticated,
+    ClientConnection,
+    ClientState,
+    CloseWait,
+    ErrorReceived,
+    Event,
+    Heartbeat,
+    Identified,
+    Message,
+    MessageReceived,
+    Response,
+    Upgraded,
+)
+
+__all__ = ["Connection", "parse_address", "format_address"]
+
+log = logging.getLogger(__name__)
+
+_RECV_SIZE = 256 * 1024
+MessageCallback = Callable[["Connection", Message], None]
+ErrorCallback = Callable[["Connection", ServerError], None]
+CloseCallback = Callable[["Connection", "Exception | None"], None]
+
+
+def parse_address(address: str | tuple[str, int]) -> tuple[str, int]:
+    """``"host:port"`` or ``(host, port)`` as a ``(host, port)`` tuple."""
+    if isinstance(address, tuple):
+        host, port = address
+        return str(host), int(port)
+    host, sep, port_text = address.rpartition(":")
+    if not sep or not host or not port_text.isdigit():
+        raise ValueError(f"an nsqd address is 'host:port', not {address!r}")
+    return host.strip("[]"), int(port_text)
+
+
+def format_address(address: tuple[str, int]) -> str:
+    """``(host, port)`` as ``"host:port"``."""
+    return f"{address[0]}:{address[1]}"
+
+
+def _default_client_id() -> str:
+    return _stdlib_socket.gethostname().split(".")[0]
+
+
+class Connection:
+    """A connection to one nsqd; see the module docstring.
+
+    ``on_message(conn, message)`` receives pushed messages in the reader
+    greenlet and must not block. ``on_error(conn, error)`` receives the
+    non-fatal ``E_FIN_FAILED``/``E_REQ_FAILED``/``E_TOUCH_FAILED``.
+    ``on_close(conn, error)`` runs once when the connection ends, with the
+    error that ended it, or ``None`` after :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        address: str | tuple[str, int],
+        config: ConnectionConfig | None = None,
+        *,
+        on_message: MessageCallback | None = None,
+        on_error: ErrorCallback | None = None,
+        on_close: CloseCallback | None = None,
+    ) -> None:
+        self.address = parse_address(address)
+        self.name = format_address(self.address)
+        self.config = config if config is not None else ConnectionConfig()
+        self.on_message = on_message
+        self.on_error = on_error
+        self.on_close = on_close
+        self.protocol = ClientConnection(self.config.max_frame_size)
+        self.features: dict[str, Any] = {}
+        self.identity: dict[str, Any] | None = None
+        self.last_received = 0.0  # time.monotonic() of the last bytes read
+        self._sock: Any = None
+        self._codec: Codec | None = None
+        self._waiters: deque[gevent.event.AsyncResult[bytes]] = deque()
+        self._outbox: list[bytes] = []
+        self._wakeup = gevent.event.Event()
+        self._close_wait = gevent.event.Event()
+        self._reader: gevent.Greenlet[[], None] | None = None
+        self._writer: gevent.Greenlet[[], None] | None = None
+        self._closed = False
+        self._error: Exception | None = None
+
+    def __repr__(self) -> str:
+        return f"<Connection {self.name} {self.protocol.state.value}>"
+
+    # -- state -------------------------------------------------------------
+
+    @property
+    def is_connected(self) -> bool:
+        """True between a successful :meth:`connect` and the end of the connection."""
+        return self._reader is not None and not self._closed
+
+    @property
+    def closed(self) -> bool:
+        """True once the connection has ended, by :meth:`close` or by an error."""
+        return self._closed
+
+    @property
+    def max_rdy_count(self) -> int:
+        """The largest RDY nsqd accepts on this connection (2500 if not negotiated)."""
+        return int(self.features.get("max_rdy_count", 2500))
+
+    @property
+    def msg_timeout(self) -> float:
+        """nsqd's message timeout for this connection, in seconds."""
+        return float(self.features.get("msg_timeout", 60000)) / 1000.0
+
+    @property
+    def max_msg_timeout(self) -> float:
+        """How far TOUCH can extend a message, in seconds (nsqd's max_msg_timeout)."""
+        return float(self.features.get("max_msg_timeout", 900000)) / 1000.0
+
+    @property
+    def heartbeat_interval(self) -> float | None:
+        """The heartbeat interval in effect, in seconds, or ``None`` when disabled."""
+        return self.config.heartbeat_interval
+
+    # -- handshake ---------------------------------------------------------
+
+    def connect(self) -> dict[str, Any]:
+        """Connect and run the whole handshake; blocks until done.
+
+        Returns the negotiated features. Raises
+        :class:`~gnsqlite.errors.BrokenConnectionError` on network failure,
+        :class:`~gnsqlite.errors.NSQTimeoutError` when the handshake exceeds
+        ``connect_timeout``, :class:`~gnsqlite.errors.NegotiationError` when
+        nsqd cannot provide TLS or AUTH as configured, and the server's
+        error for a refused IDENTIFY or AUTH.
+        """
+        if self._closed or self._reader is not None:
+            raise ConnectionClosedError(self.name, "a Connection object connects only once")
+        timeout = self.config.connect_timeout
+        deadline = gevent.Timeout(timeout)
+        deadline.start()
+        try:
+            self._handshake()
+            return self.features
+        except gevent.Timeout as exc:
+            if exc is not deadline:
+                raise
+            error: Exception = NSQTimeoutError(
+                f"{self.name}: the handshake took longer than {timeout} s"
+            )
+            self._abort(error)
+            raise error from None
+        except NSQError as exc:
+            self._abort(exc)
+            raise
+        except (OSError, ValueError) as exc:
+            error = BrokenConnectionError(self.name, f"connect failed: {exc}")
+            self._abort(error)
+            raise error from exc
+        finally:
+            deadline.close()
+
+    def _handshake(self) -> None:
+        sock = gevent.socket.create_connection(self.address)
+        sock.setsockopt(_stdlib_socket.IPPROTO_TCP, _stdlib_socket.TCP_NODELAY, 1)
+        self._sock = sock
+        hostname = self.config.hostname or _stdlib_socket.gethostname()
+        body = self.config.identify_body(_default_client_id(), hostname)
+        sock.sendall(self.protocol.start(body))
+        while self.protocol.state not in (ClientState.READY, ClientState.AUTH_REQUIRED):
+            for event in self._handshake_events():
+                if isinstance(event, Identified):
+                    self.features = event.features
+                    self._check_compression(event)
+                elif isinstance(event, ErrorReceived):
+                    raise event.error
+            upgrade = self.protocol.pending_upgrade
+            if upgrade is not None:
+                self._upgrade(upgrade)
+        if self.protocol.state is ClientState.AUTH_REQUIRED:
+            self._authenticate()
+        elif self.config.auth_secret is not None:
+            log.warning("%s: auth_secret set but nsqd does not require AUTH; not sent", self.name)
+        self.last_received = time.monotonic()
+        self._reader = gevent.spawn(self._read_loop)
+        self._writer = gevent.spawn(self._write_loop)
+
+    def _check_compression(self, event: Identified) -> None:
+        for kind in ("snappy", "deflate"):
+            if getattr(self.config, kind) and kind not in event.upgrades:
+                log.warning("%s: %s was requested but nsqd does not offer it", self.name, kind)
+
+    def _handshake_events(self) -> list[Event]:
+        events = self.protocol.events()
+        while not events and self.protocol.pending_upgrade is None:
+            self._feed(self._recv())
+            events = self.protocol.events()
+        data = self.protocol.data_to_send()
+        if data:
+            self._sock.sendall(self._encode(data))
+        return events
+
+    def _upgrade(self, kind: str) -> None:
+        rest = self.protocol.take_unprocessed()
+        if kind == "tls":
+            if rest:
+                raise RemoteProtocolError("nsqd sent data before the TLS handshake")
+            self._sock = self._wrap_tls(self._sock)
+        else:
+            self._codec = make_codec(kind, self.config.deflate_level)
+        self.protocol.upgrade_started()
+        if rest:
+            self._feed(rest)
+
+    def _wrap_tls(self, sock: Any) -> Any:
+        context = self.config.tls_context or self._build_tls_context()
+        host = self.address[0]
+        try:
+            # gevent.ssl.SSLSocket accepts any SSLContext (a stdlib one too) and
+            # keeps every operation cooperative; context.wrap_socket would not
+            # when the user built the context with the stdlib ssl module.
+            tls = gevent.ssl.SSLSocket(
+                sock=sock,
+                server_hostname=host,
+                do_handshake_on_connect=False,
+                _context=context,
+            )
+            tls.do_handshake()
+        except _stdlib_ssl.SSLError as exc:
+            raise NegotiationError(f"{self.name}: TLS handshake failed: {exc}") from exc
+        return tls
+
+    def _build_tls_context(self) -> _stdlib_ssl.SSLContext:
+        cfg = self.config
+        context: _stdlib_ssl.SSLContext = gevent.ssl.create_default_context(
+            cafile=cfg.tls_ca_file
+        )
+        if cfg.tls_cert_file is not None:
+            context.load_cert_chain(cfg.tls_cert_file, cfg.tls_key_file)
+        if not cfg.tls_verify:
+            context.check_hostname = False
+            context.verify_mode = _stdlib_ssl.CERT_NONE
+        return context
+
+    def _authenticate(self) -> None:
+        secret = self.config.auth_secret
+        if secret is None:
+            raise NegotiationError(
+                f"{self.name}: nsqd requires AUTH (auth_required) but no auth_secret was given"
+            )
+        self._sock.sendall(self._encode(self.protocol.auth(secret)))
+        while self.protocol.state is ClientState.AUTHENTICATING:
+            for event in self._handshake_events():
+                if isinstance(event, Authenticated):
+                    self.identity = event.identity
+                    log.debug("%s: authenticated as %r", self.name, event.identity.get("identity"))
+                elif isinstance(event, ErrorReceived):
+                    raise event.error
+
+    # -- reading -----------------------------------------------------------
+
+    def _recv(self) -> bytes:
+        data: bytes = self._sock.recv(_RECV_SIZE)
+        if not data:
+            raise BrokenConnectionError(self.name, "nsqd closed the connection")
+        return data
+
+    def _feed(self, data: bytes) -> None:
+        if self._codec is not None:
+            try:
+                data = self._codec.decode(data)
+            except Exception as exc:  # zlib.error, snappy.UncompressError ...
+                raise RemoteProtocolError(f"{self.name}: undecodable compressed data") from exc
+        self.protocol.receive_data(data)
+
+    def _read_loop(self) -> None:
+        error: Exception | None = None
+        try:
+            while True:
+                data = self._recv()
+                self.last_received = time.monotonic()
+                self._feed(data)
+                for event in self.protocol.events():
+                    self._route(event)
+                nop = self.protocol.data_to_send()
+                if nop:
+                    self._queue(nop)
+        except (OSError, _stdlib_ssl.SSLError) as exc:
+            if not self._closed:
+                error = BrokenConnectionError(self.name, f"read failed: {exc}")
+                error.__cause__ = exc
+        except (NSQError, ValueError) as exc:
+            error = exc
+        except gevent.GreenletExit:
+            return
+        if not self._closed:
+            self._end(error)
+
+    def _route(self, event: Event) -> None:
+        if isinstance(event, MessageReceived):
+            if self.on_message is not None:
+                self.on_message(self, event.message)
+        elif isinstance(event, Response):
+            self._resolve(event.data, None)
+        elif isinstance(event, ErrorReceived):
+            if event.command is not None or event.error.fatal:
+                if event.command is not None and event.command != "CLS":
+                    self._resolve(None, event.error)
+                if event.error.fatal:
+                    raise event.error
+            elif self.on_error is not None:
+                self.on_error(self, event.error)
+            else:
+                log.warning("%s: %s", self.name, event.error)
+        elif isinstance(event, CloseWait):
+            self._close_wait.set()
+        elif isinstance(event, Heartbeat):
+            log.debug("%s: heartbeat", self.name)
+        elif isinstance(event, Upgraded):  # pragma: no cover - only during the handshake
+            raise RemoteProtocolError(f"unexpected upgrade confirmation {event.kind!r}")
+
+    def _resolve(self, data: bytes | None, error: Exception | None) -> None:
+        if not self._waiters:
+            return
+        waiter = self._waiters.popleft()
+        if error is not None:
+            waiter.set_exception(error)
+        else:
+            waiter.set(data)
+
+    # -- writing -----------------------------------------------------------
+
+    def _encode(self, data: bytes) -> bytes:
+        return self._codec.encode(data) if self._codec is not None else data
+
+    def _queue(self, data: bytes) -> None:
+        self._outbox.append(data)
+        self._wakeup.set()
+
+    def _write_loop(self) -> None:
+        outbox = self._outbox
+        try:
+            while True:
+                self._wakeup.wait()
+                self._wakeup.clear()
+                if not outbox:
+                    continue
+                data = b"".join(outbox)
+                outbox.clear()
+                self._sock.sendall(self._encode(data))
+        except (OSError, _stdlib_ssl.SSLError) as exc:
+            if not self._closed:
+                error = BrokenConnectionError(self.name, f"write failed: {exc}")
+                error.__cause__ = exc
+                self._end(error)
+        except gevent.GreenletExit:
+            return
+
+    def _check_open(self) -> None:
+        if self._closed:
+            if self._error is not None:
+                raise BrokenConnectionError(self.name, f"connection lost: {self._error}")
+            raise ConnectionClosedError(self.name, "the connection is closed")
+        if self._reader is None:
+            raise ConnectionClosedError(self.name, "the connection is not connected yet")
+
+    def send(self, data: bytes) -> None:
+        """Queue raw command bytes; they go out with the next batch. Does not block."""
+        self._check_open()
+        self._queue(data)
+
+    def _request(self, data: bytes) -> gevent.event.AsyncResult[bytes]:
+        waiter: gevent.event.AsyncResult[bytes] = gevent.event.AsyncResult()
+        self._waiters.append(waiter)
+        self._queue(data)
+        return waiter
+
+    def publish(self, topic: str, body: bytes | str) -> gevent.event.AsyncResult[bytes]:
+        """PUB; the result resolves to ``b"OK"`` or the server's error. Does not block."""
+        self._check_open()
+        return self._request(self.protocol.pub(topic, body))
+
+    def multi_publish(
+        self, topic: str, bodies: Iterable[bytes | str]
+    ) -> gevent.event.AsyncResult[bytes]:
+        """MPUB; the result resolves to ``b"OK"`` or the server's error. Does not block."""
+        self._check_open()
+        return self._request(self.protocol.mpub(topic, bodies))
+
+    def deferred_publish(
+        self, topic: str, delay: float, body: bytes | str
+    ) -> gevent.event.AsyncResult[bytes]:
+        """DPUB, delivered after ``delay`` seconds; resolves like :meth:`publish`."""
+        self._check_open()
+        return self._request(self.protocol.dpub(topic, delay, body))
+
+    def subscribe(self, topic: str, channel: str, timeout: float | None = None) -> None:
+        """SUB and wait for nsqd's ``OK``; blocks up to ``timeout`` seconds."""
+        self._check_open()
+        waiter = self._request(self.protocol.sub(topic, channel))
+        self._wait(waiter, timeout, "SUB")
+
+    def _wait(
+        self, waiter: gevent.event.AsyncResult[bytes], timeout: float | None, what: str
+    ) -> Any:
+        try:
+            return waiter.get(timeout=timeout)
+        except gevent.Timeout:
+            raise NSQTimeoutError(f"{self.name}: no answer to {what} within {timeout} s") from None
+
+    def ready(self, count: int) -> None:
+        """RDY ``count``. Does not block."""
+        self.send(self.protocol.rdy(count))
+
+    def finish(self, message_id: bytes | str) -> None:
+        """FIN a message. Does not block."""
+        self.send(self.protocol.fin(message_id))
+
+    def requeue(self, message_id: bytes | str, delay: float = 0.0) -> None:
+        """REQ a message, redelivered after ``delay`` seconds. Does not block."""
+        self.send(self.protocol.req(message_id, delay))
+
+    def touch(self, message_id: bytes | str) -> None:
+        """TOUCH a message to reset its timeout. Does not block."""
+        self.send(self.protocol.touch(message_id))
+
+    def nop(self) -> None:
+        """NOP. Does not block."""
+        self.send(self.protocol.nop())
+
+    def start_close(self) -> None:
+        """Send CLS; nsqd stops sending and answers ``CLOSE_WAIT``. Does not block.
+
+        FIN, REQ and TOUCH remain allowed until :meth:`close`.
+        """
+        self._check_open()
+        if self.protocol.state is ClientState.SUBSCRIBED:
+            self._queue(self.protocol.cls())
+
+    def wait_close_wait(self, timeout: float | None) -> bool:
+        """Block until nsqd answered CLS; ``True`` if it did within ``timeout`` seconds."""
+        return bool(self._close_wait.wait(timeout))
+
+    # -- liveness and closing ----------------------------------------------
+
+    def check_alive(self, now: float | None = None) -> bool:
+        """Close the connection if it heard nothing for two heartbeat intervals.
+
+        Returns whether the connection is still alive. ``now`` is a
+        ``time.monotonic()`` value. Called by the owner's timer wheel.
+        """
+        if self._closed:
+            return False
+        interval = self.config.heartbeat_interval
+        if interval is None or self._reader is None:
+            return True
+        now = time.monotonic() if now is None else now
+        silent = now - self.last_received
+        if silent > 2 * interval:
+            self._end(
+                BrokenConnectionError(
+                    self.name, f"no data for {silent:.1f} s: missed two heartbeats of {interval} s"
+                )
+            )
+            return False
+        return True
+
+    def close(self, timeout: float | None = None) -> None:
+        """Close the connection; blocks up to ``timeout`` seconds (default ``close_timeout``).
+
+        A subscribed connection sends CLS and waits for ``CLOSE_WAIT`` first.
+        Afterwards no greenlet of this connection remains. Safe to call twice.
+        """
+        if self._closed:
+            return
+        timeout = self.config.close_timeout if timeout is None else timeout
+        if self._reader is not None and self.protocol.state in (
+            ClientState.SUBSCRIBED,
+            ClientState.CLOSING,
+        ):
+            if self.protocol.state is ClientState.SUBSCRIBED:
+                self._queue(self.protocol.cls())
+            self._close_wait.wait(timeout)
+        self._flush_outbox()
+        self._end(None)
+
+    def _flush_outbox(self) -> None:
+        if not self._outbox or self._sock is None:
+            return
+        data = b"".join(self._outbox)
+        self._outbox.clear()
+        try:
+            self._sock.sendall(self._encode(data))
+        except OSError:
+            log.debug("%s: could not flush %d bytes while closing", self.name, len(data))
+
+    def _abort(self, error: Exception) -> None:
+        self._end(error)
+
+    def _end(self, error: Exception | None) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._error = error
+        self.protocol.connection_lost()
+        if error is not None:
+            log.info("%s: connection ended: %s", self.name, error)
+        waiters, self._waiters = self._waiters, deque()
+        failure = error if error is not None else ConnectionClosedError(self.name, "closed")
+        if isinstance(failure, (ServerError, ProtocolError)):
+            failure = BrokenConnectionError(self.name, f"connection lost: {failure}")
+        for waiter in waiters:
+            waiter.set_exception(failure)
+        self._close_wait.set()
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.close()
+        current = gevent.getcurrent()
+        for greenlet in (self._reader, self._writer):
+            if greenlet is not None and greenlet is not current:
+                greenlet.kill(block=False)
+        if self.on_close is not None:
+            self.on_close(self, error)
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Block until the connection's greenlets have ended; ``True`` if they have."""
+        greenlets = [g for g in (self._reader, self._writer) if g is not None]
+        if greenlets:
+            gevent.joinall(greenlets, timeout=timeout)
+        return all(g.dead for g in greenlets)

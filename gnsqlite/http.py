@@ -1,0 +1,245 @@
+"""HTTP clients for nsqd and nsqlookupd, cooperative without monkey-patching.
+
+They are built on the standard library's :mod:`http.client`, with its socket
+made by ``gevent.socket.create_connection``: the request blocks only the
+calling greenlet, whether or not the process is patched, and the core keeps
+no dependency beyond gevent. Every call takes a timeout in seconds.
+
+Responses are accepted in both shapes nsqd has used: the v1.x bodies, and the
+older ones wrapped as ``{"status_code": 200, "status_txt": "OK", "data": ...}``.
+A non-2xx answer raises :class:`HTTPError` carrying the status and body.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+from urllib.parse import urlencode
+
+import gevent.socket
+
+from .conn import parse_address
+from .errors import BrokenConnectionError, NSQError, NSQTimeoutError
+from .protocol import as_body, check_channel_name, check_topic_name, to_milliseconds
+
+__all__ = ["HTTPError", "NsqdHTTPClient", "LookupdClient", "http_request"]
+
+log = logging.getLogger(__name__)
+
+
+class HTTPError(NSQError):
+    """nsqd or nsqlookupd answered with a non-2xx status."""
+
+    def __init__(self, address: str, status: int, body: bytes) -> None:
+        self.address = address
+        self.status = status
+        self.body = body
+        message = body.decode("utf-8", "replace").strip()
+        try:
+            decoded = json.loads(body)
+            if isinstance(decoded, dict):
+                message = str(decoded.get("message") or decoded.get("status_txt") or message)
+        except ValueError:
+            pass
+        self.message = message
+        super().__init__(f"{address}: HTTP {status}: {message}")
+
+
+class _GeventHTTPConnection(http.client.HTTPConnection):
+    """An HTTPConnection whose socket is a gevent socket."""
+
+    def connect(self) -> None:
+        self.sock = gevent.socket.create_connection((self.host, self.port), self.timeout)
+
+
+def http_request(
+    address: str,
+    method: str,
+    path: str,
+    params: Mapping[str, Any] | None = None,
+    body: bytes | None = None,
+    timeout: float = 5.0,
+) -> bytes:
+    """One HTTP request to ``address`` (``"host:port"``); returns the body.
+
+    Blocks the calling greenlet up to ``timeout`` seconds. Raises
+    :class:`HTTPError` for a non-2xx status,
+    :class:`~gnsqlite.errors.NSQTimeoutError` on timeout and
+    :class:`~gnsqlite.errors.BrokenConnectionError` on network failure.
+    """
+    host, port = parse_address(address)
+    url = path
+    if params:
+        url += "?" + urlencode({k: v for k, v in params.items() if v is not None})
+    conn = _GeventHTTPConnection(host, port, timeout=timeout)
+    try:
+        conn.request(method, url, body=body, headers={"Accept": "application/vnd.nsq; version=1.0"})
+        response = conn.getresponse()
+        data = response.read()
+    except TimeoutError as exc:
+        raise NSQTimeoutError(f"{address}: {method} {path} took longer than {timeout} s") from exc
+    except (OSError, http.client.HTTPException) as exc:
+        raise BrokenConnectionError(address, f"{method} {path} failed: {exc}") from exc
+    finally:
+        conn.close()
+    if not 200 <= response.status < 300:
+        raise HTTPError(address, response.status, data)
+    return data
+
+
+def _unwrap(data: bytes) -> Any:
+    """Decode a JSON answer, unwrapping the pre-1.0 ``{"status_code", "data"}`` shape."""
+    decoded = json.loads(data) if data.strip() else None
+    if isinstance(decoded, dict) and "status_code" in decoded and "data" in decoded:
+        return decoded["data"]
+    return decoded
+
+
+class _Client:
+    def __init__(self, address: str, timeout: float = 5.0) -> None:
+        parse_address(address)  # validate early
+        self.address = address
+        self.timeout = timeout
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.address}>"
+
+    def _get(self, path: str, **params: Any) -> bytes:
+        return http_request(self.address, "GET", path, params, timeout=self.timeout)
+
+    def _post(self, path: str, body: bytes | None = None, **params: Any) -> bytes:
+        return http_request(self.address, "POST", path, params, body, timeout=self.timeout)
+
+    def _json(self, path: str, **params: Any) -> Any:
+        return _unwrap(self._get(path, **params))
+
+    def ping(self) -> bool:
+        """``True`` when ``/ping`` answers 200; raises on failure."""
+        self._get("/ping")
+        return True
+
+    def info(self) -> dict[str, Any]:
+        """The ``/info`` document (version, ports, ...)."""
+        result: dict[str, Any] = self._json("/info")
+        return result
+
+
+class NsqdHTTPClient(_Client):
+    """nsqd's HTTP API at ``address`` (``"host:port"``, usually port 4151).
+
+    Every method blocks the calling greenlet up to ``timeout`` seconds.
+    """
+
+    def pub(self, topic: str, body: bytes | str, defer: float | None = None) -> None:
+        """Publish one message; ``defer`` is a delay in seconds."""
+        params: dict[str, Any] = {"topic": check_topic_name(topic)}
+        if defer is not None:
+            params["defer"] = to_milliseconds(defer, "defer")
+        self._post("/pub", as_body(body), **params)
+
+    def mpub(self, topic: str, bodies: Iterable[bytes | str], binary: bool = True) -> None:
+        """Publish a batch; ``binary`` uses the size-prefixed form, else newline-separated."""
+        raws = [as_body(b) for b in bodies]
+        if binary:
+            payload = len(raws).to_bytes(4, "big") + b"".join(
+                len(r).to_bytes(4, "big") + r for r in raws
+            )
+            self._post("/mpub", payload, topic=check_topic_name(topic), binary="true")
+        else:
+            if any(b"\n" in r for r in raws):
+                raise ValueError("a body contains a newline: use binary=True")
+            self._post("/mpub", b"\n".join(raws), topic=check_topic_name(topic))
+
+    def stats(self, topic: str | None = None, channel: str | None = None) -> dict[str, Any]:
+        """``/stats?format=json``, optionally filtered to a topic and channel."""
+        result: dict[str, Any] = self._json("/stats", format="json", topic=topic, channel=channel)
+        return result
+
+    def create_topic(self, topic: str) -> None:
+        """Create ``topic``."""
+        self._post("/topic/create", topic=check_topic_name(topic))
+
+    def delete_topic(self, topic: str) -> None:
+        """Delete ``topic`` and its channels."""
+        self._post("/topic/delete", topic=check_topic_name(topic))
+
+    def empty_topic(self, topic: str) -> None:
+        """Drop the messages queued in ``topic``."""
+        self._post("/topic/empty", topic=check_topic_name(topic))
+
+    def pause_topic(self, topic: str) -> None:
+        """Stop ``topic`` from passing messages to its channels."""
+        self._post("/topic/pause", topic=check_topic_name(topic))
+
+    def unpause_topic(self, topic: str) -> None:
+        """Resume ``topic``."""
+        self._post("/topic/unpause", topic=check_topic_name(topic))
+
+    def _channel(self, action: str, topic: str, channel: str) -> None:
+        self._post(
+            f"/channel/{action}",
+            topic=check_topic_name(topic),
+            channel=check_channel_name(channel),
+        )
+
+    def create_channel(self, topic: str, channel: str) -> None:
+        """Create ``channel`` on ``topic``."""
+        self._channel("create", topic, channel)
+
+    def delete_channel(self, topic: str, channel: str) -> None:
+        """Delete ``channel``."""
+        self._channel("delete", topic, channel)
+
+    def empty_channel(self, topic: str, channel: str) -> None:
+        """Drop the messages queued in ``channel``."""
+        self._channel("empty", topic, channel)
+
+    def pause_channel(self, topic: str, channel: str) -> None:
+        """Stop delivery from ``channel``."""
+        self._channel("pause", topic, channel)
+
+    def unpause_channel(self, topic: str, channel: str) -> None:
+        """Resume delivery from ``channel``."""
+        self._channel("unpause", topic, channel)
+
+
+class LookupdClient(_Client):
+    """nsqlookupd's HTTP API at ``address`` (``"host:port"``, usually port 4161).
+
+    Every method blocks the calling greenlet up to ``timeout`` seconds.
+    """
+
+    def lookup(self, topic: str) -> dict[str, Any]:
+        """``{"channels": [...], "producers": [...]}`` for ``topic``.
+
+        An unknown topic gives an empty result (nsqlookupd answers 404).
+        """
+        try:
+            result: dict[str, Any] = self._json("/lookup", topic=check_topic_name(topic))
+        except HTTPError as exc:
+            if exc.status == 404:
+                return {"channels": [], "producers": []}
+            raise
+        return result
+
+    def producer_addresses(self, topic: str) -> list[str]:
+        """The ``broadcast_address:tcp_port`` of each nsqd that has ``topic``."""
+        return [
+            f"{p['broadcast_address']}:{p['tcp_port']}"
+            for p in self.lookup(topic).get("producers", [])
+        ]
+
+    def topics(self) -> list[str]:
+        """Every topic lookupd knows."""
+        return list(self._json("/topics").get("topics", []))
+
+    def channels(self, topic: str) -> list[str]:
+        """Every channel of ``topic``."""
+        return list(self._json("/channels", topic=check_topic_name(topic)).get("channels", []))
+
+    def nodes(self) -> list[dict[str, Any]]:
+        """Every nsqd registered with lookupd."""
+        return list(self._json("/nodes").get("producers", []))

@@ -1,0 +1,133 @@
+"""The message a Consumer's handler receives, and how a handler answers it.
+
+A handler that returns normally finishes its message; one that raises
+requeues it with backoff; one that raises :class:`RequeueMessage` requeues it
+as asked. A handler may instead call :meth:`Message.enable_async` and answer
+later, from any greenlet, with :meth:`Message.finish` or
+:meth:`Message.requeue`. Answering twice is harmless: the second call does
+nothing and returns ``False``.
+
+The library never TOUCHes on its own; a slow handler calls
+:meth:`Message.touch` before :meth:`Message.time_left` runs out.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Protocol
+
+__all__ = ["Message", "RequeueMessage", "Responder"]
+
+
+class Responder(Protocol):
+    """What a :class:`Message` reports its answer to (the Consumer)."""
+
+    def respond(self, message: Message, action: str, delay: float | None, backoff: bool) -> None:
+        """Send FIN (``"finish"``), REQ (``"requeue"``) or TOUCH (``"touch"``)."""
+        ...
+
+
+class RequeueMessage(Exception):
+    """Raise from a handler to requeue the message as asked.
+
+    ``delay`` in seconds (``None``: the consumer's requeue policy),
+    ``backoff`` whether the failure counts toward the consumer's backoff.
+    """
+
+    def __init__(self, delay: float | None = None, backoff: bool = False) -> None:
+        super().__init__(f"requeue (delay={delay}, backoff={backoff})")
+        self.delay = delay
+        self.backoff = backoff
+
+
+class Message:
+    """A message delivered to a Consumer.
+
+    ``id`` is the 16-character message id, ``body`` the bytes published,
+    ``timestamp`` nanoseconds since the epoch when nsqd received it,
+    ``attempts`` the delivery count (this one included), ``nsqd`` the
+    ``"host:port"`` of the nsqd that sent it.
+    """
+
+    __slots__ = (
+        "_async",
+        "_deadline",
+        "_responded",
+        "_responder",
+        "attempts",
+        "body",
+        "id",
+        "msg_timeout",
+        "nsqd",
+        "timestamp",
+    )
+
+    def __init__(
+        self,
+        id: str,
+        body: bytes,
+        timestamp: int,
+        attempts: int,
+        nsqd: str,
+        responder: Responder,
+        msg_timeout: float,
+    ) -> None:
+        self.id = id
+        self.body = body
+        self.timestamp = timestamp
+        self.attempts = attempts
+        self.nsqd = nsqd
+        self.msg_timeout = msg_timeout
+        self._responder = responder
+        self._responded = False
+        self._async = False
+        self._deadline = time.monotonic() + msg_timeout
+
+    def __repr__(self) -> str:
+        return f"<Message {self.id} attempts={self.attempts} from {self.nsqd}>"
+
+    @property
+    def has_responded(self) -> bool:
+        """True once the message was finished or requeued."""
+        return self._responded
+
+    @property
+    def is_async(self) -> bool:
+        """True when the handler took over answering this message."""
+        return self._async
+
+    def enable_async(self) -> None:
+        """Take over answering: the consumer will not answer when the handler returns."""
+        self._async = True
+
+    def time_left(self) -> float:
+        """Seconds before nsqd times the message out (from the last delivery or touch)."""
+        return max(0.0, self._deadline - time.monotonic())
+
+    def finish(self) -> bool:
+        """FIN: the message was handled. Returns ``False`` if it was already answered."""
+        if self._responded:
+            return False
+        self._responded = True
+        self._responder.respond(self, "finish", None, False)
+        return True
+
+    def requeue(self, delay: float | None = None, backoff: bool = True) -> bool:
+        """REQ: deliver again after ``delay`` seconds (``None``: the consumer's policy).
+
+        ``backoff`` tells whether this failure slows the consumer down.
+        Returns ``False`` if the message was already answered.
+        """
+        if self._responded:
+            return False
+        self._responded = True
+        self._responder.respond(self, "requeue", delay, backoff)
+        return True
+
+    def touch(self) -> bool:
+        """TOUCH: reset nsqd's timeout for this message. ``False`` if already answered."""
+        if self._responded:
+            return False
+        self._deadline = time.monotonic() + self.msg_timeout
+        self._responder.respond(self, "touch", None, False)
+        return True

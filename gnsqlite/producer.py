@@ -1,0 +1,406 @@
+"""The Producer: publish to one or more nsqd, pipelined, with failover.
+
+::
+
+    with Producer(["127.0.0.1:4150", "127.0.0.1:5150"]) as producer:
+        producer.publish("clicks", b"hello")            # blocks until nsqd answers OK
+        producer.multi_publish("clicks", [b"a", b"b"])  # one MPUB
+        result = producer.publish_async("clicks", b"x") # an AsyncResult; does not block
+
+Many greenlets may publish at once: requests are pipelined on each
+connection and nsqd's answers are matched to them in order. Requests are
+spread over the healthy connections in turn. A connection that fails is
+reconnected in the background with jittered exponential backoff, and a
+publish whose connection dies before nsqd answered is sent again on another
+connection within the call's timeout; only when every nsqd has failed does
+the call raise :class:`~gnsqlite.errors.NoConnectionsError`, naming each
+address and its error.
+
+Delivery is **at-least-once**: a retried publish may have reached the first
+nsqd before its connection died, so a consumer can see a duplicate.
+
+Sizes are checked before sending: a message above ``max_message_size``
+(nsqd's ``--max-msg-size``) or an MPUB body above ``max_body_size``
+(``--max-body-size``) raises :class:`~gnsqlite.errors.MessageTooLargeError`
+and nothing is sent.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import gevent
+import gevent.event
+import gevent.pool
+
+from .config import ConnectionConfig
+from .conn import Connection, format_address, parse_address
+from .errors import (
+    ConfigError,
+    ConnectionClosedError,
+    DPubFailedError,
+    MessageTooLargeError,
+    MPubFailedError,
+    NoConnectionsError,
+    NSQConnectionError,
+    NSQTimeoutError,
+    PubFailedError,
+)
+from .protocol import as_body, check_topic_name, to_milliseconds
+from .timers import TimerWheel
+
+__all__ = ["Producer"]
+
+log = logging.getLogger(__name__)
+
+#: nsqd's defaults for --max-msg-size and --max-body-size, in bytes.
+DEFAULT_MAX_MESSAGE_SIZE = 1024 * 1024
+DEFAULT_MAX_BODY_SIZE = 5 * 1024 * 1024
+_RETRYABLE = (NSQConnectionError, PubFailedError, MPubFailedError, DPubFailedError)
+
+Send = Callable[[Connection], "gevent.event.AsyncResult[bytes]"]
+
+
+class _Attempt:
+    """One publish call travelling over connections until it succeeds or gives up."""
+
+    __slots__ = ("deadline", "errors", "result", "send", "tried")
+
+    def __init__(self, send: Send, deadline: float) -> None:
+        self.send = send
+        self.result: gevent.event.AsyncResult[bytes] = gevent.event.AsyncResult()
+        self.deadline = deadline
+        self.errors: dict[str, BaseException] = {}
+        self.tried: set[Connection] = set()
+
+
+class Producer:
+    """Publishes to the nsqd at ``nsqd_tcp_addresses`` (``"host:port"`` strings).
+
+    ``timeout`` (seconds) bounds each blocking call, retries included.
+    ``reconnect_interval`` and ``max_reconnect_interval`` (seconds) bound
+    the jittered exponential backoff between reconnection attempts.
+    Connection options (``heartbeat_interval``, ``tls_v1``, ``snappy``,
+    ``auth_secret`` ...) are passed as keywords or as ``config``.
+
+    The constructor opens nothing; :meth:`start` connects.
+    """
+
+    def __init__(
+        self,
+        nsqd_tcp_addresses: str | Iterable[str],
+        *,
+        config: ConnectionConfig | None = None,
+        timeout: float = 5.0,
+        max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+        max_body_size: int = DEFAULT_MAX_BODY_SIZE,
+        reconnect_interval: float = 1.0,
+        max_reconnect_interval: float = 60.0,
+        **options: Any,
+    ) -> None:
+        if isinstance(nsqd_tcp_addresses, str):
+            nsqd_tcp_addresses = [nsqd_tcp_addresses]
+        try:
+            addresses = [format_address(parse_address(a)) for a in nsqd_tcp_addresses]
+        except ValueError as exc:
+            raise ConfigError(f"nsqd_tcp_addresses: {exc}") from None
+        if not addresses:
+            raise ConfigError("nsqd_tcp_addresses is empty: give at least one 'host:port'")
+        if config is not None and options:
+            raise ConfigError("pass connection options either as config= or as keywords, not both")
+        self.config = config if config is not None else ConnectionConfig(**options)
+        for name, value in (("timeout", timeout), ("reconnect_interval", reconnect_interval)):
+            if value <= 0:
+                raise ConfigError(f"{name}={value!r} is out of range: use more than 0 seconds")
+        if max_reconnect_interval < reconnect_interval:
+            raise ConfigError(
+                f"max_reconnect_interval={max_reconnect_interval!r} is below"
+                f" reconnect_interval={reconnect_interval!r}"
+            )
+        self.addresses: tuple[str, ...] = tuple(dict.fromkeys(addresses))
+        self.timeout = timeout
+        self.max_message_size = max_message_size
+        self.max_body_size = max_body_size
+        self.reconnect_interval = reconnect_interval
+        self.max_reconnect_interval = max_reconnect_interval
+        self._conns: dict[str, Connection] = {}
+        self._failures: dict[str, int] = {}
+        self._last_error: dict[str, BaseException] = {}
+        self._healthy: list[Connection] = []
+        self._next = 0
+        self._waiting: list[_Attempt] = []
+        self._group = gevent.pool.Group()
+        self._wheel: TimerWheel | None = None
+        self._rng = random.Random()
+        self._started = False
+        self._closed = False
+        self._connected = gevent.event.Event()
+
+    def __repr__(self) -> str:
+        return f"<Producer {list(self.addresses)} healthy={len(self._healthy)}>"
+
+    def __enter__(self) -> Producer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def start(self, timeout: float | None = None) -> None:
+        """Connect to every nsqd; blocks until each has connected or failed once.
+
+        Addresses that fail keep reconnecting in the background, and a
+        publish waits (within its timeout) for one to come up. ``timeout``
+        (seconds, default the producer's ``timeout``) bounds the wait.
+        """
+        if self._closed:
+            raise ConnectionClosedError(",".join(self.addresses), "the producer is closed")
+        if self._started:
+            return
+        self._started = True
+        self._wheel = TimerWheel.for_hub()
+        interval = self.config.heartbeat_interval
+        if interval is not None:
+            self._wheel.call_every(interval, self._check_heartbeats, owner=self)
+        attempts = [self._group.spawn(self._connect, address) for address in self.addresses]
+        gevent.joinall(attempts, timeout=self.timeout if timeout is None else timeout)
+
+    def close(self) -> None:
+        """Close every connection and stop reconnecting. Safe to call twice.
+
+        Publishes still waiting for an answer fail with
+        :class:`~gnsqlite.errors.ConnectionClosedError`.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        if self._wheel is not None:
+            self._wheel.cancel_owner(self)
+        self._group.kill(block=True)
+        for conn in list(self._conns.values()):
+            conn.close()
+        self._conns.clear()
+        self._healthy.clear()
+        waiting, self._waiting = self._waiting, []
+        for attempt in waiting:
+            self._fail(attempt, ConnectionClosedError(",".join(self.addresses), "producer closed"))
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Block until every greenlet of the producer has ended; ``True`` if so."""
+        return bool(self._group.join(timeout=timeout))
+
+    @property
+    def connections(self) -> Sequence[Connection]:
+        """The connections that can publish now."""
+        return tuple(self._healthy)
+
+    # -- connections -------------------------------------------------------
+
+    def _connect(self, address: str) -> None:
+        conn = Connection(address, self.config, on_close=self._on_close)
+        try:
+            conn.connect()
+        except Exception as exc:
+            self._last_error[address] = exc
+            log.warning("producer: cannot connect to %s: %s", address, exc)
+            self._schedule_reconnect(address)
+            return
+        if self._closed:
+            conn.close()
+            return
+        self._failures[address] = 0
+        self._last_error.pop(address, None)
+        self._conns[address] = conn
+        self._healthy.append(conn)
+        self._connected.set()
+        waiting, self._waiting = self._waiting, []
+        for attempt in waiting:
+            self._dispatch(attempt)
+
+    def _on_close(self, conn: Connection, error: Exception | None) -> None:
+        if conn in self._healthy:
+            self._healthy.remove(conn)
+        if self._conns.get(conn.name) is conn:
+            del self._conns[conn.name]
+        if not self._healthy:
+            self._connected.clear()
+        if error is not None:
+            self._last_error[conn.name] = error
+        if not self._closed:
+            self._schedule_reconnect(conn.name)
+
+    def _schedule_reconnect(self, address: str) -> None:
+        if self._closed or self._wheel is None:
+            return
+        failures = self._failures.get(address, 0) + 1
+        self._failures[address] = failures
+        ceiling = min(self.max_reconnect_interval, self.reconnect_interval * 2 ** (failures - 1))
+        delay = ceiling * self._rng.uniform(0.5, 1.0)
+        log.debug("producer: reconnecting to %s in %.2f s", address, delay)
+        self._wheel.call_later(delay, self._group.spawn, self._connect, address, owner=self)
+
+    def _check_heartbeats(self) -> None:
+        now = time.monotonic()
+        for conn in list(self._healthy):
+            conn.check_alive(now)
+
+    # -- publishing --------------------------------------------------------
+
+    def publish(
+        self,
+        topic: str,
+        body: bytes | str,
+        defer: float | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        """PUB (or DPUB when ``defer`` seconds is given); blocks until nsqd answers.
+
+        Raises the server's error (``BadTopicError``, ``BadMessageError`` ...),
+        :class:`~gnsqlite.errors.NoConnectionsError` when every nsqd failed, or
+        :class:`~gnsqlite.errors.NSQTimeoutError` after ``timeout`` seconds.
+        """
+        self._wait(self.publish_async(topic, body, defer, timeout), timeout)
+
+    def multi_publish(
+        self, topic: str, bodies: Iterable[bytes | str], timeout: float | None = None
+    ) -> None:
+        """MPUB ``bodies`` atomically; blocks until nsqd answers. Raises like :meth:`publish`."""
+        self._wait(self.multi_publish_async(topic, bodies, timeout), timeout)
+
+    def publish_async(
+        self,
+        topic: str,
+        body: bytes | str,
+        defer: float | None = None,
+        timeout: float | None = None,
+    ) -> gevent.event.AsyncResult[bytes]:
+        """Like :meth:`publish` but returns an ``AsyncResult`` at once.
+
+        The result resolves to ``b"OK"`` or holds the error. Invalid names,
+        bodies and sizes raise here, before anything is queued.
+        """
+        topic = check_topic_name(topic)
+        raw = as_body(body)
+        self._check_message_size(len(raw))
+        send: Send
+        if defer is None:
+            send = lambda conn: conn.publish(topic, raw)  # noqa: E731
+        else:
+            to_milliseconds(defer, "defer")
+            send = lambda conn: conn.deferred_publish(topic, defer, raw)  # noqa: E731
+        return self._submit(send, timeout)
+
+    def multi_publish_async(
+        self, topic: str, bodies: Iterable[bytes | str], timeout: float | None = None
+    ) -> gevent.event.AsyncResult[bytes]:
+        """Like :meth:`multi_publish` but returns an ``AsyncResult`` at once."""
+        topic = check_topic_name(topic)
+        raws = [as_body(b) for b in bodies]
+        if not raws:
+            raise ValueError("multi_publish needs at least one message")
+        for raw in raws:
+            self._check_message_size(len(raw))
+        total = 4 + sum(4 + len(raw) for raw in raws)
+        if total > self.max_body_size:
+            raise MessageTooLargeError(
+                f"an MPUB body of {total} bytes ({len(raws)} messages) exceeds"
+                f" max_body_size={self.max_body_size} (nsqd's --max-body-size); split the batch"
+            )
+        return self._submit(lambda conn: conn.multi_publish(topic, raws), timeout)
+
+    def _check_message_size(self, size: int) -> None:
+        if size > self.max_message_size:
+            raise MessageTooLargeError(
+                f"a message of {size} bytes exceeds max_message_size={self.max_message_size}"
+                " (nsqd's --max-msg-size)"
+            )
+
+    def _wait(self, result: gevent.event.AsyncResult[bytes], timeout: float | None) -> None:
+        timeout = self.timeout if timeout is None else timeout
+        try:
+            result.get(timeout=timeout)
+        except gevent.Timeout:
+            raise NSQTimeoutError(f"no answer from nsqd within {timeout} s") from None
+
+    def _submit(self, send: Send, timeout: float | None) -> gevent.event.AsyncResult[bytes]:
+        if self._closed:
+            raise ConnectionClosedError(",".join(self.addresses), "the producer is closed")
+        if not self._started:
+            raise ConnectionClosedError(
+                ",".join(self.addresses), "the producer is not started: call start() first"
+            )
+        timeout = self.timeout if timeout is None else timeout
+        attempt = _Attempt(send, time.monotonic() + timeout)
+        self._dispatch(attempt)
+        return attempt.result
+
+    def _pick(self, attempt: _Attempt) -> Connection | None:
+        healthy = self._healthy
+        for _ in range(len(healthy)):
+            self._next = (self._next + 1) % len(healthy)
+            conn = healthy[self._next]
+            if conn not in attempt.tried:
+                return conn
+        return None
+
+    def _dispatch(self, attempt: _Attempt) -> None:
+        if attempt.result.ready():
+            return
+        conn = self._pick(attempt)
+        if conn is None:
+            self._park(attempt)
+            return
+        attempt.tried.add(conn)
+        try:
+            answer = attempt.send(conn)
+        except NSQConnectionError as exc:
+            attempt.errors[conn.name] = exc
+            self._dispatch(attempt)
+            return
+        answer.rawlink(lambda done: self._answered(attempt, conn, done))
+
+    def _answered(
+        self, attempt: _Attempt, conn: Connection, done: gevent.event.AsyncResult[bytes]
+    ) -> None:
+        if done.successful():
+            attempt.result.set(done.value)
+            return
+        error = done.exception
+        if isinstance(error, _RETRYABLE) and not self._closed:
+            attempt.errors[conn.name] = error
+            log.info("producer: retrying a publish after %s", error)
+            self._dispatch(attempt)
+        else:
+            self._fail(attempt, error)
+
+    def _park(self, attempt: _Attempt) -> None:
+        """No connection to try now: wait for a reconnect until the deadline."""
+        remaining = attempt.deadline - time.monotonic()
+        if remaining <= 0 or self._closed or self._wheel is None:
+            self._give_up(attempt)
+            return
+        self._waiting.append(attempt)
+        self._wheel.call_later(remaining, self._expire, attempt, owner=self)
+
+    def _expire(self, attempt: _Attempt) -> None:
+        if attempt in self._waiting:
+            self._waiting.remove(attempt)
+            self._give_up(attempt)
+
+    def _give_up(self, attempt: _Attempt) -> None:
+        errors = dict(attempt.errors)
+        for address in self.addresses:
+            if address not in errors and address in self._last_error:
+                errors[address] = self._last_error[address]
+        self._fail(attempt, NoConnectionsError(errors, "every nsqd failed or is unreachable"))
+
+    @staticmethod
+    def _fail(attempt: _Attempt, error: BaseException | None) -> None:
+        if not attempt.result.ready():
+            attempt.result.set_exception(error or RuntimeError("publish failed"))
