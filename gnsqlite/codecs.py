@@ -1,14 +1,15 @@
 """The stream codecs nsqd negotiates: snappy (framing format) and raw deflate.
 
-Each codec is one direction-pair of stateful transforms: :meth:`encode` turns
-bytes to send into compressed bytes that the peer can decode at once (each
-call is flushed), :meth:`decode` turns any slice of the received compressed
-stream into the plain bytes it completes. Both sides of a connection (client
-and embedded broker) use these; they do no I/O.
+Each codec is one direction-pair of stateful transforms: :meth:`Codec.encode`
+turns bytes to send into compressed bytes that the peer can decode at once
+(each call is flushed), :meth:`Codec.decode` turns any slice of the received
+compressed stream, split anywhere, into the plain bytes it completes (bytes
+of an unfinished chunk are kept for the next call). Both sides of a
+connection (client and embedded broker) use these; they do no I/O.
 
-* snappy: the framing format (stream identifier ``\\xff\\x06\\x00\\x00sNaPpY``
-  then checksummed chunks), as nsqd writes it; built on python-snappy's
-  stream classes rather than by hand.
+* snappy: the framing format nsqd writes (a stream identifier chunk
+  ``\\xff\\x06\\x00\\x00sNaPpY``, then checksummed chunks of at most 64 KiB),
+  built on python-snappy's stream classes rather than by hand.
 * deflate: raw deflate (no zlib header, ``wbits=-15``) with a sync flush
   after every write, at the negotiated level.
 """
@@ -20,53 +21,90 @@ from typing import Protocol
 
 import snappy
 
-__all__ = ["Codec", "SnappyCodec", "DeflateCodec", "make_codec"]
+from .errors import RemoteProtocolError
+
+__all__ = ["Codec", "SnappyCodec", "DeflateCodec", "make_codec", "SNAPPY_STREAM_IDENTIFIER"]
+
+#: The chunk that starts every snappy framing-format stream.
+SNAPPY_STREAM_IDENTIFIER = b"\xff\x06\x00\x00sNaPpY"
 
 
 class Codec(Protocol):
     """What a connection needs from a compression codec."""
+
+    @property
+    def name(self) -> str:
+        """``"snappy"`` or ``"deflate"``."""
+        ...
 
     def encode(self, data: bytes) -> bytes:
         """Compress ``data`` and flush, so the peer can decode all of it now."""
         ...
 
     def decode(self, data: bytes) -> bytes:
-        """Decompress a slice of the stream; returns what it completes (maybe ``b""``)."""
+        """Decompress a slice of the stream; returns what it completes (maybe ``b""``).
+
+        Raises :class:`~gnsqlite.errors.RemoteProtocolError` when the bytes
+        are not a valid stream (a bad checksum, a corrupt chunk).
+        """
         ...
 
 
 class SnappyCodec:
-    """Snappy framing-format stream in both directions."""
+    """Snappy framing-format stream in both directions.
+
+    The first :meth:`encode` output starts with the stream identifier chunk;
+    :meth:`decode` accepts the stream split at any byte.
+    """
+
+    name = "snappy"
 
     def __init__(self) -> None:
         self._compressor = snappy.StreamCompressor()
         self._decompressor = snappy.StreamDecompressor()
 
     def encode(self, data: bytes) -> bytes:
+        if not data:
+            return b""
         out: bytes = self._compressor.add_chunk(data)
         return out
 
     def decode(self, data: bytes) -> bytes:
-        out: bytes = self._decompressor.decompress(data)
+        if not data:
+            return b""
+        try:
+            out: bytes = self._decompressor.decompress(data)
+        except Exception as exc:  # python-snappy raises OSError, UncompressError ...
+            raise RemoteProtocolError(f"undecodable snappy stream: {exc}") from exc
         return out
 
 
 class DeflateCodec:
     """Raw deflate in both directions; ``level`` is 1 (fast) to 9 (small)."""
 
+    name = "deflate"
+
     def __init__(self, level: int = 6) -> None:
+        if not 1 <= level <= 9:
+            raise ValueError(f"deflate level must be from 1 to 9, not {level!r}")
+        self.level = level
         self._compressor = zlib.compressobj(level, zlib.DEFLATED, -15)
         self._decompressor = zlib.decompressobj(-15)
 
     def encode(self, data: bytes) -> bytes:
+        if not data:
+            return b""
         return self._compressor.compress(data) + self._compressor.flush(zlib.Z_SYNC_FLUSH)
 
     def decode(self, data: bytes) -> bytes:
-        return self._decompressor.decompress(data)
+        try:
+            return self._decompressor.decompress(data)
+        except zlib.error as exc:
+            raise RemoteProtocolError(f"undecodable deflate stream: {exc}") from exc
 
 
 def make_codec(kind: str, deflate_level: int = 6) -> Codec:
-    """The codec for an upgrade name: ``"snappy"`` or ``"deflate"``."""
+    """The codec for an upgrade name: ``"snappy"`` or ``"deflate"`` (at ``deflate_level``)."""
     if kind == "snappy":
         return SnappyCodec()
     if kind == "deflate":

@@ -6,17 +6,25 @@ starts the connection's two greenlets:
 
 * the **reader** reads, decodes and routes frames: messages go to the
   ``on_message`` callback (which must not block), answers to requests resolve
-  their :class:`~gevent.event.AsyncResult`, heartbeats are answered with
-  ``NOP`` at once;
+  their :class:`~gevent.event.AsyncResult` in the order the requests were
+  written, heartbeats are answered with ``NOP`` at once;
 * the **writer** sends everything queued since it last ran in one ``send``,
-  so commands written close together (a burst of FINs) share a syscall, and
-  commands written by many greenlets never interleave.
+  so commands written close together (a burst of FINs, pipelined PUBs) share
+  a syscall, and commands written by many greenlets never interleave.
 
 A connection that hears nothing for two heartbeat intervals is dead: the
-owner calls :meth:`Connection.check_alive` from its timer wheel. Network
-failures surface as :class:`~gnsqlite.errors.BrokenConnectionError` carrying
-the address, with the cause chained; using a connection after
-:meth:`Connection.close` raises :class:`~gnsqlite.errors.ConnectionClosedError`.
+reader's receive times out and the connection ends with
+:class:`~gnsqlite.errors.BrokenConnectionError`. Network failures surface as
+:class:`~gnsqlite.errors.BrokenConnectionError` carrying the address, with
+the cause chained; using a connection after :meth:`Connection.close` raises
+:class:`~gnsqlite.errors.ConnectionClosedError`.
+
+TLS verifies the server by default (system CAs and hostname checking);
+``tls_context`` (an ``ssl.SSLContext`` the caller built) or the
+``tls_ca_file``/``tls_cert_file``/``tls_key_file``/``tls_verify`` options
+change that. When ``tls_v1=True`` and nsqd cannot do TLS, :meth:`connect`
+raises :class:`~gnsqlite.errors.NegotiationError`: there is no plaintext
+fallback.
 
 Works with and without monkey-patching: it uses ``gevent.socket`` and
 ``gevent.ssl`` directly.
@@ -31,7 +39,7 @@ import ssl as _stdlib_ssl
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Protocol
 
 import gevent
 import gevent.event
@@ -51,6 +59,7 @@ from .errors import (
     ServerError,
 )
 from .protocol import (
+    DEFAULT_MAX_RDY_COUNT,
     Authenticated,
     ClientConnection,
     ClientState,
@@ -65,7 +74,7 @@ from .protocol import (
     Upgraded,
 )
 
-__all__ = ["Connection", "parse_address", "format_address"]
+__all__ = ["Connection", "Waiter", "parse_address", "format_address"]
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +84,26 @@ ErrorCallback = Callable[["Connection", ServerError], None]
 CloseCallback = Callable[["Connection", "Exception | None"], None]
 
 
+class Waiter(Protocol):
+    """Receives nsqd's answer to one request; a ``gevent.event.AsyncResult`` is one.
+
+    Called in the reader greenlet: it must not block.
+    """
+
+    def set(self, value: bytes) -> None:
+        """nsqd answered (usually ``b"OK"``)."""
+        ...
+
+    def set_exception(self, exception: BaseException) -> None:
+        """nsqd refused the request, or the connection ended before the answer."""
+        ...
+
+
 def parse_address(address: str | tuple[str, int]) -> tuple[str, int]:
-    """``"host:port"`` or ``(host, port)`` as a ``(host, port)`` tuple."""
+    """``"host:port"`` or ``(host, port)`` as a ``(host, port)`` tuple.
+
+    Raises ``ValueError`` for anything else.
+    """
     if isinstance(address, tuple):
         host, port = address
         return str(host), int(port)
@@ -98,11 +125,16 @@ def _default_client_id() -> str:
 class Connection:
     """A connection to one nsqd; see the module docstring.
 
+    ``address`` is ``"host:port"`` or ``(host, port)``; ``config`` the
+    options negotiated in IDENTIFY (default :class:`ConnectionConfig`).
     ``on_message(conn, message)`` receives pushed messages in the reader
     greenlet and must not block. ``on_error(conn, error)`` receives the
     non-fatal ``E_FIN_FAILED``/``E_REQ_FAILED``/``E_TOUCH_FAILED``.
-    ``on_close(conn, error)`` runs once when the connection ends, with the
-    error that ended it, or ``None`` after :meth:`close`.
+    ``on_close(conn, error)`` runs once when a connected connection ends,
+    with the error that ended it, or ``None`` after :meth:`close` (a failed
+    :meth:`connect` raises instead and does not call it).
+
+    The constructor opens no socket and starts no greenlet.
     """
 
     def __init__(
@@ -126,12 +158,14 @@ class Connection:
         self.last_received = 0.0  # time.monotonic() of the last bytes read
         self._sock: Any = None
         self._codec: Codec | None = None
-        self._waiters: deque[gevent.event.AsyncResult[bytes]] = deque()
+        self._waiters: deque[Waiter] = deque()
         self._outbox: list[bytes] = []
         self._wakeup = gevent.event.Event()
         self._close_wait = gevent.event.Event()
         self._reader: gevent.Greenlet[[], None] | None = None
         self._writer: gevent.Greenlet[[], None] | None = None
+        self._tls = False
+        self._draining = False  # close() asked the writer to flush and stop
         self._closed = False
         self._error: Exception | None = None
 
@@ -151,13 +185,18 @@ class Connection:
         return self._closed
 
     @property
+    def error(self) -> Exception | None:
+        """The error that ended the connection, or ``None``."""
+        return self._error
+
+    @property
     def max_rdy_count(self) -> int:
         """The largest RDY nsqd accepts on this connection (2500 if not negotiated)."""
-        return int(self.features.get("max_rdy_count", 2500))
+        return int(self.features.get("max_rdy_count", DEFAULT_MAX_RDY_COUNT))
 
     @property
     def msg_timeout(self) -> float:
-        """nsqd's message timeout for this connection, in seconds."""
+        """nsqd's message timeout for this connection, in seconds (60 if not negotiated)."""
         return float(self.features.get("msg_timeout", 60000)) / 1000.0
 
     @property
@@ -170,17 +209,35 @@ class Connection:
         """The heartbeat interval in effect, in seconds, or ``None`` when disabled."""
         return self.config.heartbeat_interval
 
+    @property
+    def compression(self) -> str | None:
+        """``"snappy"`` or ``"deflate"`` when the stream is compressed, else ``None``."""
+        return self._codec.name if self._codec is not None else None
+
+    @property
+    def tls(self) -> bool:
+        """True when the connection is encrypted."""
+        return self._tls
+
+    @property
+    def pending(self) -> int:
+        """Requests written whose answer has not arrived yet."""
+        return len(self._waiters)
+
     # -- handshake ---------------------------------------------------------
 
     def connect(self) -> dict[str, Any]:
         """Connect and run the whole handshake; blocks until done.
 
-        Returns the negotiated features. Raises
-        :class:`~gnsqlite.errors.BrokenConnectionError` on network failure,
-        :class:`~gnsqlite.errors.NSQTimeoutError` when the handshake exceeds
-        ``connect_timeout``, :class:`~gnsqlite.errors.NegotiationError` when
-        nsqd cannot provide TLS or AUTH as configured, and the server's
-        error for a refused IDENTIFY or AUTH.
+        Returns the negotiated features (nsqd's IDENTIFY reply, or defaults
+        such as ``max_rdy_count`` 2500 when nsqd answered a plain ``OK``).
+        Raises :class:`~gnsqlite.errors.BrokenConnectionError` on network
+        failure, :class:`~gnsqlite.errors.NSQTimeoutError` when the handshake
+        exceeds ``connect_timeout`` seconds,
+        :class:`~gnsqlite.errors.NegotiationError` when nsqd cannot provide
+        TLS or AUTH as configured or its certificate is refused, and the
+        server's error (``AuthFailedError``, ``UnauthorizedError``,
+        ``BadBodyError`` ...) for a refused IDENTIFY or AUTH.
         """
         if self._closed or self._reader is not None:
             raise ConnectionClosedError(self.name, "a Connection object connects only once")
@@ -191,20 +248,32 @@ class Connection:
             self._handshake()
             return self.features
         except gevent.Timeout as exc:
-            if exc is not deadline:
+            if exc is not deadline:  # the caller's own timeout: leave no socket behind
+                self._end(ConnectionClosedError(self.name, "connect was interrupted"))
                 raise
             error: Exception = NSQTimeoutError(
                 f"{self.name}: the handshake took longer than {timeout} s"
             )
-            self._abort(error)
+            self._end(error)
             raise error from None
+        except NegotiationError as exc:
+            self._end(exc)
+            if self.name in str(exc):
+                raise
+            raise NegotiationError(f"{self.name}: {exc}") from exc
+        except ServerError as exc:
+            self._end(exc)
+            raise type(exc)(f"{exc.text} (from {self.name})", code=exc.code) from exc
         except NSQError as exc:
-            self._abort(exc)
+            self._end(exc)
             raise
         except (OSError, ValueError) as exc:
             error = BrokenConnectionError(self.name, f"connect failed: {exc}")
-            self._abort(error)
+            self._end(error)
             raise error from exc
+        except BaseException:  # GreenletExit, KeyboardInterrupt: leave no socket behind
+            self._end(ConnectionClosedError(self.name, "connect was interrupted"))
+            raise
         finally:
             deadline.close()
 
@@ -229,6 +298,9 @@ class Connection:
             self._authenticate()
         elif self.config.auth_secret is not None:
             log.warning("%s: auth_secret set but nsqd does not require AUTH; not sent", self.name)
+        interval = self.config.heartbeat_interval
+        # Two heartbeat intervals without a byte mean the connection is dead.
+        self._sock.settimeout(None if interval is None else 2 * interval)
         self.last_received = time.monotonic()
         self._reader = gevent.spawn(self._read_loop)
         self._writer = gevent.spawn(self._write_loop)
@@ -249,13 +321,17 @@ class Connection:
         return events
 
     def _upgrade(self, kind: str) -> None:
+        # Bytes already read past the last frame belong to the upgraded stream:
+        # they are fed back through the new codec, never the old one.
         rest = self.protocol.take_unprocessed()
         if kind == "tls":
             if rest:
                 raise RemoteProtocolError("nsqd sent data before the TLS handshake")
             self._sock = self._wrap_tls(self._sock)
+            self._tls = True
         else:
-            self._codec = make_codec(kind, self.config.deflate_level)
+            level = int(self.features.get("deflate_level", self.config.deflate_level))
+            self._codec = make_codec(kind, level)
         self.protocol.upgrade_started()
         if rest:
             self._feed(rest)
@@ -269,7 +345,7 @@ class Connection:
             # when the user built the context with the stdlib ssl module.
             tls = gevent.ssl.SSLSocket(
                 sock=sock,
-                server_hostname=host,
+                server_hostname=host if context.check_hostname else None,
                 do_handshake_on_connect=False,
                 _context=context,
             )
@@ -280,9 +356,7 @@ class Connection:
 
     def _build_tls_context(self) -> _stdlib_ssl.SSLContext:
         cfg = self.config
-        context: _stdlib_ssl.SSLContext = gevent.ssl.create_default_context(
-            cafile=cfg.tls_ca_file
-        )
+        context: _stdlib_ssl.SSLContext = gevent.ssl.create_default_context(cafile=cfg.tls_ca_file)
         if cfg.tls_cert_file is not None:
             context.load_cert_chain(cfg.tls_cert_file, cfg.tls_key_file)
         if not cfg.tls_verify:
@@ -333,31 +407,48 @@ class Connection:
                 nop = self.protocol.data_to_send()
                 if nop:
                     self._queue(nop)
-        except (OSError, _stdlib_ssl.SSLError) as exc:
-            if not self._closed:
-                error = BrokenConnectionError(self.name, f"read failed: {exc}")
-                error.__cause__ = exc
-        except (NSQError, ValueError) as exc:
+        except NSQError as exc:  # before OSError: NSQConnectionError is a ConnectionError
             error = exc
+        except TimeoutError as exc:
+            error = BrokenConnectionError(
+                self.name,
+                f"nothing heard for two heartbeat intervals"
+                f" ({self.config.heartbeat_interval} s each): the connection is dead",
+            )
+            error.__cause__ = exc
+        except OSError as exc:  # ssl.SSLError included
+            error = BrokenConnectionError(self.name, f"read failed: {exc}")
+            error.__cause__ = exc
         except gevent.GreenletExit:
             return
+        except Exception as exc:  # a bug; end the connection rather than hang it
+            log.exception("%s: the reader failed", self.name)
+            error = BrokenConnectionError(self.name, f"reader failed: {exc!r}")
+            error.__cause__ = exc
         if not self._closed:
             self._end(error)
+
+    def _call(self, callback: Callable[..., None], *args: Any) -> None:
+        """Run a user callback; an exception in it is logged, never kills the reader."""
+        try:
+            callback(self, *args)
+        except Exception:
+            log.exception("%s: callback %r failed", self.name, callback)
 
     def _route(self, event: Event) -> None:
         if isinstance(event, MessageReceived):
             if self.on_message is not None:
-                self.on_message(self, event.message)
+                self._call(self.on_message, event.message)
         elif isinstance(event, Response):
             self._resolve(event.data, None)
         elif isinstance(event, ErrorReceived):
             if event.command is not None or event.error.fatal:
                 if event.command is not None and event.command != "CLS":
-                    self._resolve(None, event.error)
+                    self._resolve(b"", event.error)
                 if event.error.fatal:
                     raise event.error
             elif self.on_error is not None:
-                self.on_error(self, event.error)
+                self._call(self.on_error, event.error)
             else:
                 log.warning("%s: %s", self.name, event.error)
         elif isinstance(event, CloseWait):
@@ -367,7 +458,7 @@ class Connection:
         elif isinstance(event, Upgraded):  # pragma: no cover - only during the handshake
             raise RemoteProtocolError(f"unexpected upgrade confirmation {event.kind!r}")
 
-    def _resolve(self, data: bytes | None, error: Exception | None) -> None:
+    def _resolve(self, data: bytes, error: Exception | None) -> None:
         if not self._waiters:
             return
         waiter = self._waiters.popleft()
@@ -391,12 +482,16 @@ class Connection:
             while True:
                 self._wakeup.wait()
                 self._wakeup.clear()
-                if not outbox:
-                    continue
-                data = b"".join(outbox)
-                outbox.clear()
-                self._sock.sendall(self._encode(data))
-        except (OSError, _stdlib_ssl.SSLError) as exc:
+                if outbox:
+                    data = b"".join(outbox)
+                    outbox.clear()
+                    self._sock.sendall(self._encode(data))
+                if self._draining and not outbox:
+                    return
+        except NSQError as exc:  # an encoding failure; not expected
+            if not self._closed:
+                self._end(exc)
+        except OSError as exc:  # ssl.SSLError included
             if not self._closed:
                 error = BrokenConnectionError(self.name, f"write failed: {exc}")
                 error.__cause__ = exc
@@ -407,10 +502,14 @@ class Connection:
     def _check_open(self) -> None:
         if self._closed:
             if self._error is not None:
-                raise BrokenConnectionError(self.name, f"connection lost: {self._error}")
+                raise BrokenConnectionError(
+                    self.name, f"connection lost: {self._error}"
+                ) from self._error
             raise ConnectionClosedError(self.name, "the connection is closed")
         if self._reader is None:
             raise ConnectionClosedError(self.name, "the connection is not connected yet")
+        if self._draining:
+            raise ConnectionClosedError(self.name, "the connection is closing")
 
     def send(self, data: bytes) -> None:
         """Queue raw command bytes; they go out with the next batch. Does not block."""
@@ -422,6 +521,19 @@ class Connection:
         self._waiters.append(waiter)
         self._queue(data)
         return waiter
+
+    def request(self, waiter: Waiter, data: bytes) -> None:
+        """Queue a request and hand nsqd's answer to ``waiter``. Does not block.
+
+        ``data`` must come from this connection's :attr:`protocol` (such as
+        ``conn.protocol.pub(topic, body)``), which records the request so the
+        answer is matched to it. Answers reach waiters in request order, in
+        the reader greenlet. :meth:`publish` and friends are this with an
+        ``AsyncResult``; a producer passes its own waiter to skip a hop.
+        """
+        self._check_open()
+        self._waiters.append(waiter)
+        self._queue(data)
 
     def publish(self, topic: str, body: bytes | str) -> gevent.event.AsyncResult[bytes]:
         """PUB; the result resolves to ``b"OK"`` or the server's error. Does not block."""
@@ -443,7 +555,11 @@ class Connection:
         return self._request(self.protocol.dpub(topic, delay, body))
 
     def subscribe(self, topic: str, channel: str, timeout: float | None = None) -> None:
-        """SUB and wait for nsqd's ``OK``; blocks up to ``timeout`` seconds."""
+        """SUB and wait for nsqd's ``OK``; blocks up to ``timeout`` seconds.
+
+        Raises the server's error (``BadTopicError`` ...) or
+        :class:`~gnsqlite.errors.NSQTimeoutError`.
+        """
         self._check_open()
         waiter = self._request(self.protocol.sub(topic, channel))
         self._wait(waiter, timeout, "SUB")
@@ -495,7 +611,8 @@ class Connection:
         """Close the connection if it heard nothing for two heartbeat intervals.
 
         Returns whether the connection is still alive. ``now`` is a
-        ``time.monotonic()`` value. Called by the owner's timer wheel.
+        ``time.monotonic()`` value. The reader enforces the same rule by
+        itself (its receive times out); this lets an owner check sooner.
         """
         if self._closed:
             return False
@@ -516,34 +633,36 @@ class Connection:
     def close(self, timeout: float | None = None) -> None:
         """Close the connection; blocks up to ``timeout`` seconds (default ``close_timeout``).
 
-        A subscribed connection sends CLS and waits for ``CLOSE_WAIT`` first.
-        Afterwards no greenlet of this connection remains. Safe to call twice.
+        A subscribed connection sends CLS and waits for ``CLOSE_WAIT`` first;
+        commands already queued are written before the socket is shut.
+        Requests still waiting for an answer fail with
+        :class:`~gnsqlite.errors.ConnectionClosedError`. Afterwards no
+        greenlet of this connection remains. Safe to call twice.
         """
         if self._closed:
+            self._join_greenlets(timeout)
             return
         timeout = self.config.close_timeout if timeout is None else timeout
-        if self._reader is not None and self.protocol.state in (
-            ClientState.SUBSCRIBED,
-            ClientState.CLOSING,
-        ):
+        deadline = time.monotonic() + timeout
+        current = gevent.getcurrent()
+        if self._reader is not None and current is not self._reader:
             if self.protocol.state is ClientState.SUBSCRIBED:
                 self._queue(self.protocol.cls())
-            self._close_wait.wait(timeout)
-        self._flush_outbox()
+            if self.protocol.state is ClientState.CLOSING:
+                self._close_wait.wait(max(0.0, deadline - time.monotonic()))
+        writer = self._writer
+        if writer is not None and current is not writer and not self._closed:
+            self._draining = True
+            self._wakeup.set()
+            writer.join(max(0.0, deadline - time.monotonic()))
         self._end(None)
+        self._join_greenlets(max(0.0, deadline - time.monotonic()))
 
-    def _flush_outbox(self) -> None:
-        if not self._outbox or self._sock is None:
-            return
-        data = b"".join(self._outbox)
-        self._outbox.clear()
-        try:
-            self._sock.sendall(self._encode(data))
-        except OSError:
-            log.debug("%s: could not flush %d bytes while closing", self.name, len(data))
-
-    def _abort(self, error: Exception) -> None:
-        self._end(error)
+    def _join_greenlets(self, timeout: float | None) -> None:
+        current = gevent.getcurrent()
+        others = [g for g in (self._reader, self._writer) if g is not None and g is not current]
+        if others:
+            gevent.joinall(others, timeout=timeout)
 
     def _end(self, error: Exception | None) -> None:
         if self._closed:
@@ -552,24 +671,40 @@ class Connection:
         self._error = error
         self.protocol.connection_lost()
         if error is not None:
-            log.info("%s: connection ended: %s", self.name, error)
-        waiters, self._waiters = self._waiters, deque()
-        failure = error if error is not None else ConnectionClosedError(self.name, "closed")
-        if isinstance(failure, (ServerError, ProtocolError)):
-            failure = BrokenConnectionError(self.name, f"connection lost: {failure}")
-        for waiter in waiters:
-            waiter.set_exception(failure)
-        self._close_wait.set()
-        sock, self._sock = self._sock, None
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.close()
+            text = str(error)
+            if not text.startswith(self.name):
+                text = f"{self.name}: {text}"
+            # A failed connect() raises to its caller, who decides what to log.
+            log.log(
+                logging.INFO if self._reader is not None else logging.DEBUG,
+                "connection ended: %s",
+                text,
+            )
         current = gevent.getcurrent()
         for greenlet in (self._reader, self._writer):
             if greenlet is not None and greenlet is not current:
                 greenlet.kill(block=False)
-        if self.on_close is not None:
-            self.on_close(self, error)
+        waiters, self._waiters = self._waiters, deque()
+        failure: Exception
+        if error is None:
+            failure = ConnectionClosedError(self.name, "the connection was closed")
+        elif isinstance(error, (ServerError, ProtocolError, NSQTimeoutError)):
+            failure = BrokenConnectionError(self.name, f"connection lost: {error}")
+            failure.__cause__ = error
+        else:
+            failure = error
+        for waiter in waiters:
+            waiter.set_exception(failure)
+        self._close_wait.set()
+        self._outbox.clear()
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(_stdlib_socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
+                sock.close()
+        if self.on_close is not None and self._reader is not None:
+            self._call(self.on_close, error)
 
     def join(self, timeout: float | None = None) -> bool:
         """Block until the connection's greenlets have ended; ``True`` if they have."""

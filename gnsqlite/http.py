@@ -1,13 +1,27 @@
 """HTTP clients for nsqd and nsqlookupd, cooperative without monkey-patching.
 
-They are built on the standard library's :mod:`http.client`, with its socket
-made by ``gevent.socket.create_connection``: the request blocks only the
-calling greenlet, whether or not the process is patched, and the core keeps
-no dependency beyond gevent. Every call takes a timeout in seconds.
+:class:`NsqdHTTPClient` covers nsqd's API (``pub``, ``mpub``, ``stats``,
+``ping``, ``info``, and creating, deleting, emptying, pausing and unpausing
+topics and channels); :class:`LookupdClient` covers nsqlookupd's
+(``lookup``, ``topics``, ``channels``, ``nodes``).
 
-Responses are accepted in both shapes nsqd has used: the v1.x bodies, and the
-older ones wrapped as ``{"status_code": 200, "status_txt": "OK", "data": ...}``.
-A non-2xx answer raises :class:`HTTPError` carrying the status and body.
+They are built on the standard library's :mod:`http.client`, with its socket
+made by ``gevent.socket.create_connection``: a request blocks only the
+calling greenlet, whether or not the process is patched. Why not a library
+such as ``geventhttpclient``: the core's runtime dependencies are gevent and
+python-snappy only, and these APIs are a handful of small requests to one
+host (a short GET or POST, a JSON or ``OK`` answer, no redirects, cookies,
+TLS or streaming), which :mod:`http.client` does fully and is maintained
+with Python itself. ``geventhttpclient`` would add a compiled dependency
+(and its certifi/brotli requirements) for connection pooling we do not need.
+
+Every client takes a ``timeout`` in seconds bounding each request. Responses
+are accepted in both shapes nsqd has used: the v1.x bodies, and the older
+ones wrapped as ``{"status_code": 200, "status_txt": "OK", "data": ...}``.
+A non-2xx answer (in the HTTP status, or in an old-style ``status_code``)
+raises :class:`HTTPError` carrying the status and body; network failures
+raise :class:`~gnsqlite.errors.BrokenConnectionError` and timeouts
+:class:`~gnsqlite.errors.NSQTimeoutError`, both naming the address.
 """
 
 from __future__ import annotations
@@ -22,7 +36,13 @@ from urllib.parse import urlencode
 import gevent.socket
 
 from .conn import parse_address
-from .errors import BrokenConnectionError, NSQError, NSQTimeoutError
+from .errors import (
+    BrokenConnectionError,
+    ConfigError,
+    NSQError,
+    NSQTimeoutError,
+    RemoteProtocolError,
+)
 from .protocol import as_body, check_channel_name, check_topic_name, to_milliseconds
 
 __all__ = ["HTTPError", "NsqdHTTPClient", "LookupdClient", "http_request"]
@@ -90,17 +110,33 @@ def http_request(
     return data
 
 
-def _unwrap(data: bytes) -> Any:
-    """Decode a JSON answer, unwrapping the pre-1.0 ``{"status_code", "data"}`` shape."""
-    decoded = json.loads(data) if data.strip() else None
+def _unwrap(address: str, data: bytes) -> Any:
+    """Decode a JSON answer, unwrapping the pre-1.0 ``{"status_code", "data"}`` shape.
+
+    Raises :class:`HTTPError` when the old shape carries a non-2xx
+    ``status_code``, and :class:`~gnsqlite.errors.RemoteProtocolError` when
+    the body is not JSON.
+    """
+    try:
+        decoded = json.loads(data) if data.strip() else None
+    except ValueError as exc:
+        raise RemoteProtocolError(f"{address}: the answer is not JSON: {data[:80]!r}") from exc
     if isinstance(decoded, dict) and "status_code" in decoded and "data" in decoded:
+        status = decoded["status_code"]
+        if isinstance(status, int) and not 200 <= status < 300:
+            raise HTTPError(address, status, data)
         return decoded["data"]
     return decoded
 
 
 class _Client:
     def __init__(self, address: str, timeout: float = 5.0) -> None:
-        parse_address(address)  # validate early
+        try:
+            parse_address(address)  # validate early; opens nothing
+        except ValueError as exc:
+            raise ConfigError(f"address: {exc}") from None
+        if not timeout > 0:
+            raise ConfigError(f"timeout={timeout!r} is out of range: use more than 0 seconds")
         self.address = address
         self.timeout = timeout
 
@@ -114,7 +150,7 @@ class _Client:
         return http_request(self.address, "POST", path, params, body, timeout=self.timeout)
 
     def _json(self, path: str, **params: Any) -> Any:
-        return _unwrap(self._get(path, **params))
+        return _unwrap(self.address, self._get(path, **params))
 
     def ping(self) -> bool:
         """``True`` when ``/ping`` answers 200; raises on failure."""

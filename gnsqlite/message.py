@@ -14,7 +14,7 @@ The library never TOUCHes on its own; a slow handler calls
 from __future__ import annotations
 
 import time
-from typing import Protocol
+from typing import Any, Protocol
 
 __all__ = ["Message", "RequeueMessage", "Responder"]
 
@@ -46,7 +46,9 @@ class Message:
     ``id`` is the 16-character message id, ``body`` the bytes published,
     ``timestamp`` nanoseconds since the epoch when nsqd received it,
     ``attempts`` the delivery count (this one included), ``nsqd`` the
-    ``"host:port"`` of the nsqd that sent it.
+    ``"host:port"`` of the nsqd that sent it, ``connection`` the consumer's
+    connection object it came on, ``msg_timeout`` nsqd's timeout for it in
+    seconds.
     """
 
     __slots__ = (
@@ -56,6 +58,7 @@ class Message:
         "_responder",
         "attempts",
         "body",
+        "connection",
         "id",
         "msg_timeout",
         "nsqd",
@@ -71,6 +74,7 @@ class Message:
         nsqd: str,
         responder: Responder,
         msg_timeout: float,
+        connection: Any = None,
     ) -> None:
         self.id = id
         self.body = body
@@ -78,6 +82,7 @@ class Message:
         self.attempts = attempts
         self.nsqd = nsqd
         self.msg_timeout = msg_timeout
+        self.connection = connection
         self._responder = responder
         self._responded = False
         self._async = False
@@ -125,7 +130,10 @@ class Message:
         return True
 
     def touch(self) -> bool:
-        """TOUCH: reset nsqd's timeout for this message. ``False`` if already answered."""
+        """TOUCH: reset nsqd's timeout for this message. ``False`` if already answered.
+
+        nsqd extends a message at most to its ``max_msg_timeout`` in all.
+        """
         if self._responded:
             return False
         self._deadline = time.monotonic() + self.msg_timeout

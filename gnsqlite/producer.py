@@ -21,8 +21,14 @@ nsqd before its connection died, so a consumer can see a duplicate.
 
 Sizes are checked before sending: a message above ``max_message_size``
 (nsqd's ``--max-msg-size``) or an MPUB body above ``max_body_size``
-(``--max-body-size``) raises :class:`~gnsqlite.errors.MessageTooLargeError`
-and nothing is sent.
+(``--max-body-size``) raises :class:`~gnsqlite.errors.MessageTooLargeError`,
+an empty body (which nsqd refuses too) raises
+:class:`~gnsqlite.errors.LocalProtocolError`, and nothing is sent. Bodies are
+``bytes``; a ``str`` is encoded as UTF-8; anything else raises ``TypeError``.
+
+Each connection answers nsqd's heartbeats by itself, so an idle producer
+stays connected indefinitely; a connection that hears nothing for two
+heartbeat intervals is treated as dead and reconnected.
 """
 
 from __future__ import annotations
@@ -43,12 +49,14 @@ from .errors import (
     ConfigError,
     ConnectionClosedError,
     DPubFailedError,
+    LocalProtocolError,
     MessageTooLargeError,
     MPubFailedError,
     NoConnectionsError,
     NSQConnectionError,
     NSQTimeoutError,
     PubFailedError,
+    ServerError,
 )
 from .protocol import as_body, check_topic_name, to_milliseconds
 from .timers import TimerWheel
@@ -62,20 +70,42 @@ DEFAULT_MAX_MESSAGE_SIZE = 1024 * 1024
 DEFAULT_MAX_BODY_SIZE = 5 * 1024 * 1024
 _RETRYABLE = (NSQConnectionError, PubFailedError, MPubFailedError, DPubFailedError)
 
-Send = Callable[[Connection], "gevent.event.AsyncResult[bytes]"]
+Command = Callable[[Connection], bytes]
 
 
 class _Attempt:
     """One publish call travelling over connections until it succeeds or gives up."""
 
-    __slots__ = ("deadline", "errors", "result", "send", "tried")
+    __slots__ = ("command", "deadline", "errors", "result", "tried")
 
-    def __init__(self, send: Send, deadline: float) -> None:
-        self.send = send
+    def __init__(self, command: Command, deadline: float) -> None:
+        self.command = command  # builds the request bytes with a connection's protocol
         self.result: gevent.event.AsyncResult[bytes] = gevent.event.AsyncResult()
         self.deadline = deadline
         self.errors: dict[str, BaseException] = {}
         self.tried: set[Connection] = set()
+
+
+class _Reply:
+    """The :class:`~gnsqlite.conn.Waiter` of one attempt on one connection.
+
+    The connection's reader calls it directly, so an answer reaches the
+    attempt without a detour through the hub.
+    """
+
+    __slots__ = ("attempt", "conn", "producer")
+
+    def __init__(self, producer: Producer, attempt: _Attempt, conn: Connection) -> None:
+        self.producer = producer
+        self.attempt = attempt
+        self.conn = conn
+
+    def set(self, value: bytes) -> None:
+        if not self.attempt.result.ready():
+            self.attempt.result.set(value)
+
+    def set_exception(self, exception: BaseException) -> None:
+        self.producer._answered_with_error(self.attempt, self.conn, exception)
 
 
 class Producer:
@@ -112,10 +142,14 @@ class Producer:
             raise ConfigError("nsqd_tcp_addresses is empty: give at least one 'host:port'")
         if config is not None and options:
             raise ConfigError("pass connection options either as config= or as keywords, not both")
-        self.config = config if config is not None else ConnectionConfig(**options)
+        self.config = config if config is not None else ConnectionConfig.from_mapping(options)
         for name, value in (("timeout", timeout), ("reconnect_interval", reconnect_interval)):
-            if value <= 0:
+            if not value > 0:
                 raise ConfigError(f"{name}={value!r} is out of range: use more than 0 seconds")
+        sizes = (("max_message_size", max_message_size), ("max_body_size", max_body_size))
+        for name, size in sizes:
+            if not size > 0:
+                raise ConfigError(f"{name}={size!r} is out of range: use more than 0 bytes")
         if max_reconnect_interval < reconnect_interval:
             raise ConfigError(
                 f"max_reconnect_interval={max_reconnect_interval!r} is below"
@@ -165,9 +199,6 @@ class Producer:
             return
         self._started = True
         self._wheel = TimerWheel.for_hub()
-        interval = self.config.heartbeat_interval
-        if interval is not None:
-            self._wheel.call_every(interval, self._check_heartbeats, owner=self)
         attempts = [self._group.spawn(self._connect, address) for address in self.addresses]
         gevent.joinall(attempts, timeout=self.timeout if timeout is None else timeout)
 
@@ -192,8 +223,13 @@ class Producer:
             self._fail(attempt, ConnectionClosedError(",".join(self.addresses), "producer closed"))
 
     def join(self, timeout: float | None = None) -> bool:
-        """Block until every greenlet of the producer has ended; ``True`` if so."""
-        return bool(self._group.join(timeout=timeout))
+        """Block until every greenlet of the producer has ended; ``True`` if so.
+
+        The producer's greenlets are its connection attempts; each
+        connection's reader and writer end when it closes.
+        """
+        done = bool(self._group.join(timeout=timeout))
+        return done and all(conn.join(0) for conn in list(self._conns.values()))
 
     @property
     def connections(self) -> Sequence[Connection]:
@@ -203,17 +239,22 @@ class Producer:
     # -- connections -------------------------------------------------------
 
     def _connect(self, address: str) -> None:
+        if self._closed:
+            return
         conn = Connection(address, self.config, on_close=self._on_close)
         try:
             conn.connect()
         except Exception as exc:
             self._last_error[address] = exc
-            log.warning("producer: cannot connect to %s: %s", address, exc)
+            # Warn once per outage; the retries that follow are debug noise.
+            level = logging.DEBUG if self._failures.get(address, 0) else logging.WARNING
+            log.log(level, "producer: cannot connect: %s", exc)
             self._schedule_reconnect(address)
             return
         if self._closed:
             conn.close()
             return
+        log.debug("producer: connected to %s", address)
         self._failures[address] = 0
         self._last_error.pop(address, None)
         self._conns[address] = conn
@@ -233,22 +274,24 @@ class Producer:
         if error is not None:
             self._last_error[conn.name] = error
         if not self._closed:
-            self._schedule_reconnect(conn.name)
+            # nsqd closing after refusing one command (a fatal E_* error) says
+            # nothing about its health: reconnect at once, without backoff.
+            self._schedule_reconnect(conn.name, immediate=isinstance(error, ServerError))
 
-    def _schedule_reconnect(self, address: str) -> None:
+    def _schedule_reconnect(self, address: str, immediate: bool = False) -> None:
         if self._closed or self._wheel is None:
             return
-        failures = self._failures.get(address, 0) + 1
-        self._failures[address] = failures
-        ceiling = min(self.max_reconnect_interval, self.reconnect_interval * 2 ** (failures - 1))
-        delay = ceiling * self._rng.uniform(0.5, 1.0)
+        if immediate:
+            delay = 0.0
+        else:
+            failures = self._failures.get(address, 0) + 1
+            self._failures[address] = failures
+            ceiling = min(
+                self.max_reconnect_interval, self.reconnect_interval * 2 ** (failures - 1)
+            )
+            delay = ceiling * self._rng.uniform(0.5, 1.0)  # jitter spreads reconnect storms
         log.debug("producer: reconnecting to %s in %.2f s", address, delay)
         self._wheel.call_later(delay, self._group.spawn, self._connect, address, owner=self)
-
-    def _check_heartbeats(self) -> None:
-        now = time.monotonic()
-        for conn in list(self._healthy):
-            conn.check_alive(now)
 
     # -- publishing --------------------------------------------------------
 
@@ -261,17 +304,22 @@ class Producer:
     ) -> None:
         """PUB (or DPUB when ``defer`` seconds is given); blocks until nsqd answers.
 
-        Raises the server's error (``BadTopicError``, ``BadMessageError`` ...),
-        :class:`~gnsqlite.errors.NoConnectionsError` when every nsqd failed, or
-        :class:`~gnsqlite.errors.NSQTimeoutError` after ``timeout`` seconds.
+        ``timeout`` (seconds, default the producer's ``timeout``) bounds the
+        call, retries on other connections included. Raises the server's
+        error (``BadTopicError``, ``BadMessageError`` ...),
+        :class:`~gnsqlite.errors.NoConnectionsError` naming each address and
+        its error when no nsqd could take the message in time, or
+        :class:`~gnsqlite.errors.NSQTimeoutError` when a connection took it
+        but nsqd did not answer in time. Invalid names, bodies and sizes
+        raise before anything is sent.
         """
-        self._wait(self.publish_async(topic, body, defer, timeout), timeout)
+        self._wait(self._publish(topic, body, defer, timeout), timeout)
 
     def multi_publish(
         self, topic: str, bodies: Iterable[bytes | str], timeout: float | None = None
     ) -> None:
         """MPUB ``bodies`` atomically; blocks until nsqd answers. Raises like :meth:`publish`."""
-        self._wait(self.multi_publish_async(topic, bodies, timeout), timeout)
+        self._wait(self._multi_publish(topic, bodies, timeout), timeout)
 
     def publish_async(
         self,
@@ -285,25 +333,37 @@ class Producer:
         The result resolves to ``b"OK"`` or holds the error. Invalid names,
         bodies and sizes raise here, before anything is queued.
         """
+        return self._publish(topic, body, defer, timeout).result
+
+    def _publish(
+        self, topic: str, body: bytes | str, defer: float | None, timeout: float | None
+    ) -> _Attempt:
         topic = check_topic_name(topic)
         raw = as_body(body)
         self._check_message_size(len(raw))
-        send: Send
+        command: Command
         if defer is None:
-            send = lambda conn: conn.publish(topic, raw)  # noqa: E731
+            command = lambda conn: conn.protocol.pub(topic, raw)  # noqa: E731
         else:
             to_milliseconds(defer, "defer")
-            send = lambda conn: conn.deferred_publish(topic, defer, raw)  # noqa: E731
-        return self._submit(send, timeout)
+            command = lambda conn: conn.protocol.dpub(topic, defer, raw)  # noqa: E731
+        return self._submit(command, timeout)
 
     def multi_publish_async(
         self, topic: str, bodies: Iterable[bytes | str], timeout: float | None = None
     ) -> gevent.event.AsyncResult[bytes]:
         """Like :meth:`multi_publish` but returns an ``AsyncResult`` at once."""
+        return self._multi_publish(topic, bodies, timeout).result
+
+    def _multi_publish(
+        self, topic: str, bodies: Iterable[bytes | str], timeout: float | None
+    ) -> _Attempt:
         topic = check_topic_name(topic)
+        if isinstance(bodies, (bytes, str)):
+            raise TypeError("multi_publish takes a list of bodies, not one bytes or str")
         raws = [as_body(b) for b in bodies]
         if not raws:
-            raise ValueError("multi_publish needs at least one message")
+            raise LocalProtocolError("multi_publish needs at least one message")
         for raw in raws:
             self._check_message_size(len(raw))
         total = 4 + sum(4 + len(raw) for raw in raws)
@@ -312,23 +372,31 @@ class Producer:
                 f"an MPUB body of {total} bytes ({len(raws)} messages) exceeds"
                 f" max_body_size={self.max_body_size} (nsqd's --max-body-size); split the batch"
             )
-        return self._submit(lambda conn: conn.multi_publish(topic, raws), timeout)
+        return self._submit(lambda conn: conn.protocol.mpub(topic, raws), timeout)
 
     def _check_message_size(self, size: int) -> None:
+        if size == 0:
+            raise LocalProtocolError("a message body cannot be empty: nsqd refuses it")
         if size > self.max_message_size:
             raise MessageTooLargeError(
                 f"a message of {size} bytes exceeds max_message_size={self.max_message_size}"
                 " (nsqd's --max-msg-size)"
             )
 
-    def _wait(self, result: gevent.event.AsyncResult[bytes], timeout: float | None) -> None:
+    def _wait(self, attempt: _Attempt, timeout: float | None) -> None:
         timeout = self.timeout if timeout is None else timeout
-        try:
-            result.get(timeout=timeout)
-        except gevent.Timeout:
-            raise NSQTimeoutError(f"no answer from nsqd within {timeout} s") from None
+        # A little longer than the attempt's own deadline, so a parked attempt
+        # fails with NoConnectionsError (naming each nsqd) rather than a timeout.
+        attempt.result.wait(timeout + 0.05)
+        if not attempt.result.ready():
+            if attempt in self._waiting:
+                self._waiting.remove(attempt)
+                self._give_up(attempt)
+            else:
+                self._fail(attempt, NSQTimeoutError(f"no answer from nsqd within {timeout} s"))
+        attempt.result.get(block=False)
 
-    def _submit(self, send: Send, timeout: float | None) -> gevent.event.AsyncResult[bytes]:
+    def _submit(self, command: Command, timeout: float | None) -> _Attempt:
         if self._closed:
             raise ConnectionClosedError(",".join(self.addresses), "the producer is closed")
         if not self._started:
@@ -336,9 +404,9 @@ class Producer:
                 ",".join(self.addresses), "the producer is not started: call start() first"
             )
         timeout = self.timeout if timeout is None else timeout
-        attempt = _Attempt(send, time.monotonic() + timeout)
+        attempt = _Attempt(command, time.monotonic() + timeout)
         self._dispatch(attempt)
-        return attempt.result
+        return attempt
 
     def _pick(self, attempt: _Attempt) -> Connection | None:
         healthy = self._healthy
@@ -358,21 +426,19 @@ class Producer:
             return
         attempt.tried.add(conn)
         try:
-            answer = attempt.send(conn)
-        except NSQConnectionError as exc:
+            conn.request(_Reply(self, attempt, conn), attempt.command(conn))
+        except (NSQConnectionError, LocalProtocolError) as exc:  # the connection just ended
             attempt.errors[conn.name] = exc
             self._dispatch(attempt)
-            return
-        answer.rawlink(lambda done: self._answered(attempt, conn, done))
 
-    def _answered(
-        self, attempt: _Attempt, conn: Connection, done: gevent.event.AsyncResult[bytes]
+    def _answered_with_error(
+        self, attempt: _Attempt, conn: Connection, error: BaseException
     ) -> None:
-        if done.successful():
-            attempt.result.set(done.value)
+        """Retry on another connection when that may help; runs in a reader greenlet."""
+        if attempt.result.ready():
             return
-        error = done.exception
-        if isinstance(error, _RETRYABLE) and not self._closed:
+        retry = not self._closed and time.monotonic() < attempt.deadline
+        if isinstance(error, _RETRYABLE) and retry:
             attempt.errors[conn.name] = error
             log.info("producer: retrying a publish after %s", error)
             self._dispatch(attempt)

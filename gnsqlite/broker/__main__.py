@@ -1,0 +1,165 @@
+"""``python -m gnsqlite.broker``: run the embedded nsqd with nsqd's flags.
+
+Flags are nsqd's (``--tcp-address``, ``--msg-timeout=60s`` ...), with one or
+two dashes, ``--flag value`` or ``--flag=value``; durations take Go duration
+strings. Runs until SIGINT or SIGTERM, then stops cleanly (persisting to
+``--data-path``) and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import gevent
+import gevent.event
+
+from .nsqd import NSQD_VERSION, Broker
+from .options import parse_duration
+
+__all__ = ["main", "build_parser", "options_from_args"]
+
+log = logging.getLogger(__name__)
+
+
+def _bool(text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("1", "t", "true", "yes", "on", "tcp-https"):
+        return True
+    if value in ("0", "f", "false", "no", "off", ""):
+        return False
+    raise argparse.ArgumentTypeError(f"not a boolean: {text!r}")
+
+
+def _duration(text: str) -> float:
+    stripped = text.strip()
+    try:
+        if stripped.lstrip("-").isdigit() and stripped not in ("0", "-0"):
+            return int(stripped) / 1000  # a bare number: milliseconds, like old nsqd
+        return parse_duration(stripped)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _size(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+
+
+# flag name -> (option name, converter, kind); kind: "value", "bool", "list"
+_FLAGS: dict[str, tuple[str, Callable[[str], Any], str]] = {
+    "tcp-address": ("tcp_address", str, "value"),
+    "http-address": ("http_address", str, "value"),
+    "broadcast-address": ("broadcast_address", str, "value"),
+    "lookupd-tcp-address": ("lookupd_tcp_addresses", str, "list"),
+    "data-path": ("data_path", str, "value"),
+    "msg-timeout": ("msg_timeout", _duration, "value"),
+    "max-msg-timeout": ("max_msg_timeout", _duration, "value"),
+    "max-msg-size": ("max_msg_size", _size, "value"),
+    "max-body-size": ("max_body_size", _size, "value"),
+    "max-rdy-count": ("max_rdy_count", _size, "value"),
+    "max-heartbeat-interval": ("max_heartbeat_interval", _duration, "value"),
+    "max-req-timeout": ("max_req_timeout", _duration, "value"),
+    "max-output-buffer-size": ("max_output_buffer_size", _size, "value"),
+    "max-output-buffer-timeout": ("max_output_buffer_timeout", _duration, "value"),
+    "min-output-buffer-timeout": ("min_output_buffer_timeout", _duration, "value"),
+    "snappy": ("snappy", _bool, "bool"),
+    "deflate": ("deflate", _bool, "bool"),
+    "max-deflate-level": ("max_deflate_level", _size, "value"),
+    "tls-cert": ("tls_cert", str, "value"),
+    "tls-key": ("tls_key", str, "value"),
+    "tls-root-ca-file": ("tls_root_ca_file", str, "value"),
+    "tls-required": ("tls_required", _bool, "bool"),
+    "auth-http-address": ("auth_http_addresses", str, "list"),
+    "http-client-request-timeout": ("http_client_timeout", _duration, "value"),
+}
+# nsqd flags accepted for compatibility and ignored (no effect in an in-memory broker)
+_IGNORED_VALUE = (
+    "log-level",
+    "log-prefix",
+    "node-id",
+    "https-address",
+    "mem-queue-size",
+    "max-bytes-per-file",
+    "sync-every",
+    "sync-timeout",
+    "max-channel-consumers",
+    "statsd-address",
+    "statsd-prefix",
+    "statsd-interval",
+    "statsd-mem-stats",
+    "statsd-udp-packet-size",
+    "e2e-processing-latency-percentile",
+    "e2e-processing-latency-window-time",
+    "http-client-connect-timeout",
+    "tls-client-auth-policy",
+    "tls-min-version",
+    "config",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser, accepting ``-flag`` and ``--flag`` forms."""
+    parser = argparse.ArgumentParser(
+        prog="python -m gnsqlite.broker",
+        description="An embedded nsqd-compatible broker (gnsqlite).",
+        allow_abbrev=False,
+    )
+    for flag, (dest, convert, kind) in _FLAGS.items():
+        names = [f"--{flag}", f"-{flag}"]
+        if kind == "bool":
+            parser.add_argument(*names, dest=dest, type=convert, nargs="?", const=True)
+        elif kind == "list":
+            parser.add_argument(*names, dest=dest, type=convert, action="append")
+        else:
+            parser.add_argument(*names, dest=dest, type=convert)
+    for flag in _IGNORED_VALUE:
+        parser.add_argument(f"--{flag}", f"-{flag}", dest=None, help=argparse.SUPPRESS)
+    parser.add_argument("--version", "-version", action="store_true", help="print the version")
+    return parser
+
+
+def options_from_args(argv: Sequence[str]) -> dict[str, Any]:
+    """Broker options (Python units) from a command line; exits on a bad flag."""
+    args = build_parser().parse_args(list(argv))
+    if args.version:
+        print(f"nsqd v{NSQD_VERSION} (gnsqlite embedded broker)")
+        raise SystemExit(0)
+    options: dict[str, Any] = {}
+    for dest, _, _ in _FLAGS.values():
+        value = getattr(args, dest, None)
+        if value is not None:
+            options[dest] = value
+    return options
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run a broker until SIGINT/SIGTERM; returns the exit status."""
+    logging.basicConfig(level=logging.INFO, format="[nsqd] %(asctime)s %(levelname)s: %(message)s")
+    options = options_from_args(sys.argv[1:] if argv is None else argv)
+    broker = Broker(**options)
+    stop = gevent.event.Event()
+    handlers = [gevent.signal_handler(sig, stop.set) for sig in (signal.SIGINT, signal.SIGTERM)]
+    try:
+        broker.start()
+    except OSError as exc:
+        log.error("failed to start: %s", exc)
+        return 1
+    try:
+        stop.wait()
+    finally:
+        log.info("exiting")
+        broker.stop()
+        for handler in handlers:
+            handler.cancel()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

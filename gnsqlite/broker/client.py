@@ -1,0 +1,456 @@
+"""One client connection of the embedded broker: a V2 protocol session.
+
+:meth:`ClientSession.serve` runs in the TCP server's greenlet for the
+connection: it reads, decompresses and parses commands
+(:class:`~gnsqlite.protocol.server.CommandParser`) and acts on each, in order.
+What the broker sends (responses, errors, messages, heartbeats) is appended
+to an output list; the session's **writer** greenlet sends everything queued
+since it last ran in one ``sendall``, so a burst of deliveries shares a
+syscall. TLS, snappy and deflate upgrades happen inside the reader while
+holding the write lock, in nsqd's order (response, TLS, ``OK``, compression,
+``OK``).
+
+Errors follow nsqd: the error frame is sent, and a fatal one closes the
+connection. Anything unexpected is logged and closes only this connection.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import logging
+import socket as _stdlib_socket
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import gevent
+import gevent.event
+import gevent.lock
+
+from ..codecs import Codec, make_codec
+from ..errors import RemoteProtocolError, ServerError
+from ..protocol.frames import CLOSE_WAIT, HEARTBEAT, OK
+from ..protocol.server import (
+    STATE_CLOSING,
+    STATE_SUBSCRIBED,
+    Auth,
+    Cls,
+    CommandParser,
+    Dpub,
+    Fin,
+    Identify,
+    Mpub,
+    MpubStart,
+    Nop,
+    Pub,
+    Rdy,
+    Req,
+    Sub,
+    Touch,
+    client_error,
+    error_frame,
+    go_quote,
+    message_frame,
+    negotiate_identify,
+    response_frame,
+    split_mpub,
+)
+from .auth import AuthError, AuthState, query
+from .queues import BrokerMessage, Channel, NotInFlight
+
+if TYPE_CHECKING:
+    from .nsqd import Broker
+
+__all__ = ["ClientSession"]
+
+log = logging.getLogger(__name__)
+
+_RECV_SIZE = 256 * 1024
+_ids = itertools.count(1)
+
+
+class ClientSession:
+    """The state and greenlets of one client connection (owned by the broker)."""
+
+    def __init__(self, broker: Broker, sock: Any, address: tuple[str, int]) -> None:
+        opts = broker.options
+        self.broker = broker
+        self.sock = sock
+        self.id = next(_ids)
+        self.remote_ip = str(address[0])
+        self.remote_address = f"{address[0]}:{address[1]}"
+        self.parser = CommandParser(
+            max_msg_size=opts.max_msg_size,
+            max_body_size=opts.max_body_size,
+            max_rdy_count=opts.max_rdy_count,
+            max_req_timeout_ms=round(opts.max_req_timeout * 1000),
+        )
+        self.parser.tls_pending = opts.tls_required
+        self.client_id = ""
+        self.hostname = ""
+        self.user_agent = ""
+        self.heartbeat_interval = opts.client_timeout / 2
+        self.msg_timeout = opts.msg_timeout
+        self.sample_rate = 0
+        self.output_buffer_size = 16 * 1024
+        self.output_buffer_timeout = 0.25
+        self.tls = False
+        self.snappy = False
+        self.deflate = False
+        self.tls_version = ""
+        self.tls_cipher = ""
+        self.common_name = ""
+        self.auth: AuthState | None = None
+        self._secret = ""
+        self.ready_count = 0
+        self.in_flight_count = 0
+        self.message_count = 0
+        self.finish_count = 0
+        self.requeue_count = 0
+        self.closing = False
+        self.channel: Channel | None = None
+        self.pub_counts: dict[str, int] = {}
+        self.connect_ts = int(time.time())
+        now = time.monotonic()
+        self.last_received = now
+        self.next_heartbeat = now + self.heartbeat_interval
+        self._out: list[bytes] = []
+        self._wake = gevent.event.Event()
+        self._write_lock = gevent.lock.Semaphore()
+        self._codec: Codec | None = None
+        self._writer: gevent.Greenlet[Any, Any] | None = None
+        self.closed = False
+        self._handlers: dict[type, Callable[[Any], None]] = {
+            Fin: self._fin,
+            Rdy: self._rdy,
+            Req: self._req,
+            Touch: self._touch,
+            Pub: self._pub,
+            MpubStart: self._mpub_start,
+            Mpub: self._mpub,
+            Dpub: self._dpub,
+            Sub: self._sub,
+            Nop: self._nop,
+            Cls: self._cls,
+            Identify: self._identify,
+            Auth: self._auth,
+        }
+
+    def __repr__(self) -> str:
+        return f"<ClientSession {self.id} {self.remote_address}>"
+
+    @property
+    def state(self) -> int:
+        """nsqd's client state number (0 init, 3 subscribed, 4 closing)."""
+        return self.parser.state
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def serve(self) -> None:
+        """Run the connection until it ends; blocks (call it in its own greenlet)."""
+        self._writer = gevent.spawn(self._write_loop)
+        try:
+            self._read_loop()
+        except (OSError, gevent.Timeout) as exc:
+            log.debug("%r: connection ended: %s", self, exc)
+        except Exception:
+            log.exception("%r: unexpected error; closing this connection", self)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Flush what is queued (briefly), close the socket and leave the channel."""
+        if self.closed:
+            return
+        self.closed = True
+        self.broker._client_closed(self)
+        writer = self._writer
+        if writer is not None and writer is not gevent.getcurrent():
+            writer.kill(block=False)
+        try:
+            with gevent.Timeout(1.0), self._write_lock:
+                self._flush_locked()
+        except (Exception, gevent.Timeout) as exc:
+            log.debug("%r: final flush failed: %s", self, exc)
+        with contextlib.suppress(OSError):
+            self.sock.close()
+        self._wake.set()
+
+    def tick(self, now: float) -> None:
+        """Send a due heartbeat; close a client silent for two heartbeat intervals."""
+        interval = self.heartbeat_interval
+        if interval <= 0 or self.closed:
+            return
+        if now - self.last_received > 2 * interval:
+            log.info(
+                "%r: no data for %.1f s (2 heartbeats); closing", self, now - self.last_received
+            )
+            self.close()
+            return
+        if now >= self.next_heartbeat:
+            self.next_heartbeat = now + interval
+            self._send(response_frame(HEARTBEAT))
+
+    # -- reading -----------------------------------------------------------
+
+    def _read_loop(self) -> None:
+        parser = self.parser
+        handlers = self._handlers
+        while not self.closed:
+            data = self.sock.recv(_RECV_SIZE)
+            if not data:
+                return
+            self.last_received = time.monotonic()
+            if self._codec is not None:
+                try:
+                    data = self._codec.decode(data)
+                except Exception as exc:
+                    log.info("%r: undecodable compressed data: %s", self, exc)
+                    return
+            parser.feed(data)
+            while True:
+                try:
+                    command = parser.next_command()
+                    if command is None:
+                        break
+                    handlers[type(command)](command)
+                except ServerError as err:
+                    log.info("%r: %s", self, err)
+                    self._send(error_frame(err))
+                    if err.fatal:
+                        return
+                except RemoteProtocolError as err:
+                    log.info("%r: %s; closing", self, err)
+                    return
+
+    # -- writing -----------------------------------------------------------
+
+    def _send(self, frame: bytes) -> None:
+        self._out.append(frame)
+        self._wake.set()
+
+    def send_message(self, message: BrokerMessage) -> None:
+        """Queue a message frame (called by the channel; never blocks)."""
+        self._out.append(
+            message_frame(message.id, message.body, message.timestamp, message.attempts)
+        )
+        self._wake.set()
+
+    def _write_loop(self) -> None:
+        try:
+            while not self.closed:
+                self._wake.wait()
+                self._wake.clear()
+                if self._out:
+                    with self._write_lock:
+                        self._flush_locked()
+        except OSError as exc:
+            log.debug("%r: send failed: %s", self, exc)
+            self.sock.close()
+
+    def _flush_locked(self) -> None:
+        if not self._out:
+            return
+        data = b"".join(self._out)
+        self._out.clear()
+        if self._codec is not None:
+            data = self._codec.encode(data)
+        self.sock.sendall(data)
+
+    # -- helpers -----------------------------------------------------------
+
+    def _check_auth(self, command: str, topic: str, channel: str) -> None:
+        broker = self.broker
+        if not broker.options.auth_enabled:
+            return
+        if self.auth is None or not self.auth.authorizations:
+            raise client_error("E_AUTH_FIRST", f"AUTH required before {command}")
+        now = time.monotonic()
+        if self.auth.expires <= now:
+            try:
+                self.auth = self._query_auth(now)
+            except AuthError as exc:
+                log.warning("%r: AUTH refresh failed: %s", self, exc)
+                raise client_error("E_AUTH_FAILED", "AUTH failed") from None
+        if not self.auth.is_allowed(topic, channel):
+            raise client_error(
+                "E_UNAUTHORIZED",
+                f"AUTH failed for {command} on {go_quote(topic.encode())}"
+                f" {go_quote(channel.encode())}",
+            )
+
+    def _query_auth(self, now: float) -> AuthState:
+        opts = self.broker.options
+        return query(
+            opts.auth_http_addresses,
+            opts.auth_policy,
+            remote_ip=self.remote_ip,
+            tls=self.tls,
+            secret=self._secret,
+            common_name=self.common_name,
+            timeout=opts.http_client_timeout,
+            now=now,
+        )
+
+    def _published(self, topic: str, count: int) -> None:
+        self.pub_counts[topic] = self.pub_counts.get(topic, 0) + count
+        self._send(response_frame(OK))
+
+    def _in_flight_error(
+        self, code: str, verb: str, message_id: bytes, exc: Exception
+    ) -> ServerError:
+        return client_error(code, f"{verb} {message_id.decode('ascii', 'replace')} failed {exc}")
+
+    # -- commands ----------------------------------------------------------
+
+    def _fin(self, command: Fin) -> None:
+        channel = self.channel
+        if channel is None:
+            raise client_error("E_INVALID", "cannot FIN in current state")
+        try:
+            channel.finish(self, command.message_id, time.monotonic())
+        except NotInFlight as exc:
+            raise self._in_flight_error("E_FIN_FAILED", "FIN", command.message_id, exc) from None
+
+    def _req(self, command: Req) -> None:
+        channel = self.channel
+        if channel is None:
+            raise client_error("E_INVALID", "cannot REQ in current state")
+        try:
+            channel.requeue(self, command.message_id, command.delay_ms / 1000, time.monotonic())
+        except NotInFlight as exc:
+            raise self._in_flight_error("E_REQ_FAILED", "REQ", command.message_id, exc) from None
+
+    def _touch(self, command: Touch) -> None:
+        channel = self.channel
+        if channel is None:
+            raise client_error("E_INVALID", "cannot TOUCH in current state")
+        try:
+            channel.touch(self, command.message_id, time.monotonic())
+        except NotInFlight as exc:
+            raise self._in_flight_error(
+                "E_TOUCH_FAILED", "TOUCH", command.message_id, exc
+            ) from None
+
+    def _rdy(self, command: Rdy) -> None:
+        self.ready_count = command.ready_count
+        if self.channel is not None:
+            self.channel.pump(time.monotonic())
+
+    def _nop(self, command: Nop) -> None:
+        pass
+
+    def _cls(self, command: Cls) -> None:
+        self.closing = True
+        self.ready_count = 0
+        self.parser.state = STATE_CLOSING
+        self._send(response_frame(CLOSE_WAIT))
+
+    def _sub(self, command: Sub) -> None:
+        self._check_auth("SUB", command.topic, command.channel)
+        channel = self.broker._subscribe(self, command.topic, command.channel)
+        self.channel = channel
+        self.parser.state = STATE_SUBSCRIBED
+        self._send(response_frame(OK))
+
+    def _pub(self, command: Pub) -> None:
+        self._check_auth("PUB", command.topic, "")
+        self.broker.publish(command.topic, [command.body])
+        self._published(command.topic, 1)
+
+    def _mpub_start(self, command: MpubStart) -> None:
+        self._check_auth("MPUB", command.topic, "")
+        self.broker.get_topic(command.topic)
+
+    def _mpub(self, command: Mpub) -> None:
+        opts = self.broker.options
+        bodies = split_mpub(command.body, opts.max_msg_size, opts.max_body_size)
+        self.broker.publish(command.topic, bodies)
+        self._published(command.topic, len(bodies))
+
+    def _dpub(self, command: Dpub) -> None:
+        self._check_auth("DPUB", command.topic, "")
+        self.broker.publish(command.topic, [command.body], delay=command.delay_ms / 1000)
+        self._published(command.topic, 1)
+
+    def _auth(self, command: Auth) -> None:
+        if self.auth is not None and self.auth.authorizations:
+            raise client_error("E_INVALID", "AUTH already set")
+        if not self.broker.options.auth_enabled:
+            raise client_error("E_AUTH_DISABLED", "AUTH disabled")
+        self._secret = command.secret.decode("utf-8", "replace")
+        try:
+            self.auth = self._query_auth(time.monotonic())
+        except AuthError as exc:
+            log.warning("%r: AUTH failed: %s", self, exc)
+            raise client_error("E_AUTH_FAILED", "AUTH failed") from None
+        if not self.auth.authorizations:
+            raise client_error("E_UNAUTHORIZED", "AUTH no authorizations found")
+        answer = json.dumps(
+            {
+                "identity": self.auth.identity,
+                "identity_url": self.auth.identity_url,
+                "permission_count": len(self.auth.authorizations),
+            },
+            separators=(",", ":"),
+        )
+        self._send(response_frame(answer.encode()))
+
+    def _identify(self, command: Identify) -> None:
+        neg = negotiate_identify(command.body, self.broker.identify_limits)
+        self.client_id = neg.client_id
+        self.hostname = neg.hostname
+        self.user_agent = neg.user_agent
+        self.heartbeat_interval = neg.heartbeat_interval_ms / 1000
+        self.parser.heartbeats_enabled = neg.heartbeat_interval_ms > 0
+        self.next_heartbeat = time.monotonic() + self.heartbeat_interval
+        self.output_buffer_size = neg.output_buffer_size
+        self.output_buffer_timeout = neg.output_buffer_timeout_ms / 1000
+        self.sample_rate = neg.sample_rate
+        self.msg_timeout = neg.msg_timeout_ms / 1000
+        self._send(response_frame(neg.response))
+        if not (neg.tls or neg.snappy or neg.deflate):
+            return
+        with self._write_lock:
+            self._flush_locked()
+            if neg.tls:
+                self._upgrade_tls()
+                self.sock.sendall(response_frame(OK))
+            if neg.snappy or neg.deflate:
+                rest = self.parser.take_unprocessed()
+                self._codec = make_codec("snappy" if neg.snappy else "deflate", neg.deflate_level)
+                self.snappy = neg.snappy
+                self.deflate = neg.deflate
+                self.sock.sendall(self._codec.encode(response_frame(OK)))
+                if rest:
+                    self.parser.feed(self._codec.decode(rest))
+
+    def _upgrade_tls(self) -> None:
+        context = self.broker.tls_context
+        if context is None:  # negotiate_identify only offers TLS with a context
+            raise client_error("E_IDENTIFY_FAILED", "IDENTIFY failed TLS is not configured")
+        try:
+            with gevent.Timeout(self.broker.options.client_timeout):
+                tls_sock = context.wrap_socket(self.sock, server_side=True)
+        except (OSError, gevent.Timeout) as exc:
+            raise client_error("E_IDENTIFY_FAILED", f"IDENTIFY failed {exc}") from None
+        self.sock = tls_sock
+        self.tls = True
+        self.parser.tls_pending = False
+        self.tls_version = tls_sock.version() or ""
+        cipher = tls_sock.cipher()
+        self.tls_cipher = cipher[0] if cipher else ""
+        cert: Any = tls_sock.getpeercert()
+        if cert:
+            for rdn in cert.get("subject", ()):
+                for key, value in rdn:
+                    if key == "commonName":
+                        self.common_name = value
+
+
+def set_nodelay(sock: Any) -> None:
+    """Disable Nagle on an accepted socket (small frames go out at once)."""
+    with contextlib.suppress(OSError):
+        sock.setsockopt(_stdlib_socket.IPPROTO_TCP, _stdlib_socket.TCP_NODELAY, 1)

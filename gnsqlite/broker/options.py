@@ -1,0 +1,150 @@
+"""The embedded broker's options, named after nsqd's flags, in Python units.
+
+Durations are float seconds, sizes bytes. :class:`BrokerOptions` validates
+every value when it is built and raises :class:`~gnsqlite.errors.ConfigError`
+naming the option. :func:`parse_duration` reads Go duration strings
+(``"60s"``, ``"1m0s"``, ``"500ms"``, ``"2h"``) as nsqd's flags accept them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from ..errors import ConfigError
+
+__all__ = ["AuthPolicy", "BrokerOptions", "parse_duration"]
+
+#: ``auth_policy(remote_ip, tls, secret)`` returns what an nsqd auth server
+#: would answer (``{"ttl": s, "identity": ..., "authorizations": [...]}``), or
+#: ``None`` to refuse (like an auth server answering 403). It may block.
+AuthPolicy = Callable[[str, bool, str], "Mapping[str, Any] | None"]
+
+_UNITS = {
+    "ns": 1e-9,
+    "us": 1e-6,
+    "µs": 1e-6,
+    "μs": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+}
+_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+
+
+def parse_duration(text: str) -> float:
+    """A Go duration string (``"1m30s"``, ``"500ms"``, ``"0"``) as float seconds."""
+    s = text.strip()
+    sign = 1.0
+    if s[:1] in "+-" and s:
+        sign = -1.0 if s[0] == "-" else 1.0
+        s = s[1:]
+    if s == "0":
+        return 0.0
+    if not s:
+        raise ValueError(f"invalid duration {text!r}")
+    total = 0.0
+    pos = 0
+    while pos < len(s):
+        match = _PART.match(s, pos)
+        if match is None:
+            raise ValueError(f"invalid duration {text!r}: use e.g. 60s, 1m0s, 500ms, 2h")
+        total += float(match.group(1)) * _UNITS[match.group(2)]
+        pos = match.end()
+    return sign * total
+
+
+def _address(value: str) -> bool:
+    _, sep, port = value.rpartition(":")
+    return bool(sep) and port.isdigit() and 0 <= int(port) <= 65535
+
+
+@dataclass(frozen=True)
+class BrokerOptions:
+    """Every option of :class:`~gnsqlite.broker.Broker` (nsqd's flag names)."""
+
+    tcp_address: str = "127.0.0.1:4150"
+    http_address: str = "127.0.0.1:4151"
+    broadcast_address: str | None = None
+    lookupd_tcp_addresses: Sequence[str] = ()
+    data_path: str | None = None
+    msg_timeout: float = 60.0
+    max_msg_timeout: float = 900.0
+    max_msg_size: int = 1024 * 1024
+    max_body_size: int = 5 * 1024 * 1024
+    max_rdy_count: int = 2500
+    max_heartbeat_interval: float = 60.0
+    max_req_timeout: float = 3600.0
+    client_timeout: float = 60.0
+    max_output_buffer_size: int = 64 * 1024
+    max_output_buffer_timeout: float = 30.0
+    min_output_buffer_timeout: float = 0.025
+    snappy: bool = True
+    deflate: bool = True
+    max_deflate_level: int = 6
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_root_ca_file: str | None = None
+    tls_required: bool = False
+    auth_http_addresses: Sequence[str] = ()
+    auth_policy: AuthPolicy | None = field(default=None, compare=False)
+    http_client_timeout: float = 2.0
+    queue_scan_interval: float = 0.1
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "lookupd_tcp_addresses", tuple(self.lookupd_tcp_addresses))
+        object.__setattr__(self, "auth_http_addresses", tuple(self.auth_http_addresses))
+        for name in ("tcp_address", "http_address"):
+            if not _address(getattr(self, name)):
+                raise ConfigError(f"{name}={getattr(self, name)!r} is not a 'host:port' address")
+        for name in ("lookupd_tcp_addresses", "auth_http_addresses"):
+            for value in getattr(self, name):
+                plain = value.split("://", 1)[-1]
+                if not _address(plain):
+                    raise ConfigError(f"{name} holds {value!r}, not a 'host:port' address")
+        positive = (
+            "msg_timeout",
+            "max_msg_timeout",
+            "max_heartbeat_interval",
+            "client_timeout",
+            "queue_scan_interval",
+            "http_client_timeout",
+            "max_output_buffer_timeout",
+        )
+        for name in positive:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise ConfigError(f"{name}={value!r} must be a number of seconds above 0")
+        if self.max_req_timeout < 0:
+            raise ConfigError(f"max_req_timeout={self.max_req_timeout!r} must be 0 or more")
+        if self.msg_timeout > self.max_msg_timeout:
+            raise ConfigError(
+                f"msg_timeout={self.msg_timeout} is above max_msg_timeout={self.max_msg_timeout}"
+            )
+        for name in ("max_msg_size", "max_body_size", "max_rdy_count", "max_output_buffer_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ConfigError(f"{name}={value!r} must be an int above 0")
+        if self.max_body_size < self.max_msg_size:
+            raise ConfigError(
+                f"max_body_size={self.max_body_size} is below max_msg_size={self.max_msg_size}"
+            )
+        if not 1 <= self.max_deflate_level <= 9:
+            raise ConfigError(f"max_deflate_level={self.max_deflate_level!r} must be 1 to 9")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ConfigError("tls_cert and tls_key must be given together")
+        if self.tls_required and self.tls_cert is None:
+            raise ConfigError("tls_required needs tls_cert and tls_key")
+
+    @classmethod
+    def option_names(cls) -> tuple[str, ...]:
+        """Every option name, in declaration order."""
+        return tuple(f.name for f in fields(cls))
+
+    @property
+    def auth_enabled(self) -> bool:
+        """``True`` when clients must AUTH (an auth server or policy is set)."""
+        return bool(self.auth_http_addresses) or self.auth_policy is not None

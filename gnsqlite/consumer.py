@@ -1,0 +1,646 @@
+"""The Consumer: subscribe to a topic/channel on many nsqd and handle its messages.
+
+::
+
+    def handle(message):
+        print(message.body)          # returning finishes; raising requeues
+
+    consumer = Consumer("clicks", "archive", handle,
+                        lookupd_http_addresses=["127.0.0.1:4161"], max_in_flight=50)
+    consumer.start()
+    ...
+    consumer.close()                 # drains: RDY 0, CLS, running handlers finish
+
+How the work is split:
+
+* each :class:`~gnsqlite.conn.Connection` has one reader greenlet that only
+  decodes frames and queues messages; it never runs handler code;
+* a pool of at most ``concurrency`` worker greenlets takes messages from the
+  queue and runs the handler (workers are reused, not spawned per message);
+* RDY counts are decided by the pure :class:`~gnsqlite.flow.RdyPlanner`,
+  backoff by the pure :class:`~gnsqlite.flow.Backoff`;
+* heartbeat checks, RDY redistribution, backoff windows, lookupd polls and
+  reconnects are timers on the hub's :class:`~gnsqlite.timers.TimerWheel`,
+  all owned by the consumer and cancelled by :meth:`Consumer.close`.
+
+Nothing is lost: every message is finished, requeued, or handed to
+``on_giving_up`` (then finished). A message whose connection died before it
+was answered is redelivered by nsqd.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import random
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import gevent
+import gevent.event
+import gevent.pool
+import gevent.queue
+
+from .config import ConnectionConfig, ConsumerConfig
+from .conn import Connection, format_address, parse_address
+from .discovery import LookupdPoller
+from .errors import ConfigError, NSQConnectionError, NSQError, ServerError
+from .flow import Backoff, Pause, Probe, RdyPlanner, Resume, make_backoff_strategy
+from .message import Message, RequeueMessage
+from .protocol import Message as WireMessage
+from .protocol import check_channel_name, check_topic_name
+from .timers import TimerWheel
+
+__all__ = ["Consumer", "Handler", "GiveUpHook"]
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[Message], Any]
+GiveUpHook = Callable[[Message], Any]
+_PREVIEW = 64
+
+
+def log_giving_up(message: Message) -> None:
+    """The default ``on_giving_up``: a WARNING with id, attempts and a body preview."""
+    preview = message.body[:_PREVIEW]
+    more = "..." if len(message.body) > _PREVIEW else ""
+    log.warning(
+        "giving up on message %s from %s after %d attempts: %r%s",
+        message.id,
+        message.nsqd,
+        message.attempts,
+        preview,
+        more,
+    )
+
+
+class _Link:
+    """One subscribed connection and its counters."""
+
+    __slots__ = (
+        "address",
+        "conn",
+        "discovered",
+        "finished",
+        "last_message_time",
+        "received",
+        "requeued",
+    )
+
+    def __init__(self, address: str, conn: Connection, discovered: bool) -> None:
+        self.address = address
+        self.conn = conn
+        self.discovered = discovered
+        self.received = 0
+        self.finished = 0
+        self.requeued = 0
+        self.last_message_time: float | None = None  # time.time()
+
+
+class Consumer:
+    """Consumes ``topic`` on ``channel``; see the module docstring.
+
+    ``handler(message)`` runs in a worker greenlet: returning finishes the
+    message, raising requeues it with backoff, raising
+    :class:`~gnsqlite.message.RequeueMessage` requeues it as asked, and
+    ``message.enable_async()`` leaves the answer to the user (from any
+    greenlet). A subclass may override :meth:`handle` instead of passing a
+    handler.
+
+    Options (durations in seconds): ``max_in_flight`` (RDY budget over all
+    connections), ``concurrency`` (handler greenlets; default
+    ``max_in_flight``), ``max_attempts`` (0: unlimited), ``requeue_delay``
+    (times the attempts, capped by ``max_requeue_delay``), ``backoff``
+    (``"exponential"``, ``"full_jitter"``, ``None``, or an object with
+    ``duration(level)``), ``max_backoff_duration``,
+    ``lookupd_poll_interval``, ``lookupd_poll_jitter`` (fraction of the
+    interval), ``low_rdy_idle_timeout``, ``rdy_redistribute_interval``,
+    ``reconnect_interval``/``max_reconnect_interval`` (static nsqd only),
+    ``on_giving_up(message)``. Other keywords are connection options
+    (``heartbeat_interval``, ``tls_v1``, ``snappy``, ``auth_secret`` ...), or
+    pass ``connection_config``.
+
+    The constructor opens no socket and starts no greenlet.
+    """
+
+    def __init__(
+        self,
+        topic: str,
+        channel: str,
+        handler: Handler | None = None,
+        *,
+        nsqd_tcp_addresses: str | Iterable[str] = (),
+        lookupd_http_addresses: str | Iterable[str] = (),
+        backoff: Any = "exponential",
+        on_giving_up: GiveUpHook | None = None,
+        connection_config: ConnectionConfig | None = None,
+        **options: Any,
+    ) -> None:
+        self.topic = check_topic_name(topic)
+        self.channel = check_channel_name(channel)
+        self._handler = handler
+        self.nsqd_tcp_addresses = _addresses("nsqd_tcp_addresses", nsqd_tcp_addresses)
+        self.lookupd_http_addresses = _addresses("lookupd_http_addresses", lookupd_http_addresses)
+        if not self.nsqd_tcp_addresses and not self.lookupd_http_addresses:
+            raise ConfigError(
+                "give at least one address: nsqd_tcp_addresses=['host:4150'] or"
+                " lookupd_http_addresses=['host:4161']"
+            )
+        consumer_names = set(ConsumerConfig.option_names())
+        conn_names = set(ConnectionConfig.option_names())
+        consumer_opts = {k: v for k, v in options.items() if k in consumer_names}
+        conn_opts = {k: v for k, v in options.items() if k in conn_names}
+        unknown = set(options) - consumer_names - conn_names
+        if unknown:
+            name = sorted(unknown)[0]
+            close = difflib.get_close_matches(name, consumer_names | conn_names, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(f"unknown option {name!r} for Consumer{hint}")
+        if connection_config is not None and conn_opts:
+            raise ConfigError("pass connection options as connection_config= or keywords, not both")
+        self.config = ConsumerConfig(**consumer_opts)
+        self.connection_config = (
+            connection_config if connection_config is not None else ConnectionConfig(**conn_opts)
+        )
+        self._strategy = make_backoff_strategy(backoff)
+        self.on_giving_up: GiveUpHook = on_giving_up if on_giving_up is not None else log_giving_up
+        self._concurrency = self.config.concurrency
+        self._rng = random.Random()
+        self._planner = RdyPlanner(
+            self.config.max_in_flight, self.config.low_rdy_idle_timeout, self._rng
+        )
+        self._backoff = (
+            Backoff(self._strategy, self.config.max_backoff_duration)
+            if self._strategy is not None
+            else None
+        )
+        self._links: dict[str, _Link] = {}
+        self._connecting: set[str] = set()
+        self._reconnect_failures: dict[str, int] = {}
+        self._queue: gevent.queue.Queue[Message | None] = gevent.queue.Queue()
+        self._workers = gevent.pool.Pool()
+        self._idle_workers = 0
+        self._running: set[Message] = set()
+        self._tasks = gevent.pool.Group()
+        self._wheel: TimerWheel | None = None
+        self._poller: LookupdPoller | None = None
+        self._started = False
+        self._closing = False
+        self._stopped = gevent.event.Event()
+        self._drained = gevent.event.Event()
+        #: Set while :meth:`is_starved` is true: a batching handler waits on it.
+        self.starved = gevent.event.Event()
+
+    def __repr__(self) -> str:
+        return f"<Consumer {self.topic}/{self.channel} conns={len(self._links)}>"
+
+    def __enter__(self) -> Consumer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- the handler ---------------------------------------------------------
+
+    def handle(self, message: Message) -> Any:
+        """Handle one message; the default calls the ``handler`` given to the constructor."""
+        if self._handler is None:
+            raise ConfigError("no handler: pass handler= or override Consumer.handle")
+        return self._handler(message)
+
+    def set_handler(self, handler: Handler) -> None:
+        """Replace the handler (takes effect for the next message)."""
+        self._handler = handler
+
+    # -- lifecycle -------------------------------------------------------------
+
+    @property
+    def concurrency(self) -> int:
+        """How many handler greenlets may run at once."""
+        return self._concurrency or max(1, self._planner.max_in_flight)
+
+    def start(self) -> None:
+        """Start connecting and consuming. Does not block; safe to call twice."""
+        if self._closing:
+            raise NSQConnectionError(f"{self.topic}/{self.channel}", "the consumer is closed")
+        if self._started:
+            return
+        if self._handler is None and type(self).handle is Consumer.handle:
+            raise ConfigError("no handler: pass handler= or override Consumer.handle")
+        self._started = True
+        wheel = self._wheel = TimerWheel.for_hub()
+        interval = self.connection_config.heartbeat_interval
+        if interval is not None:
+            wheel.call_every(interval / 2, self._check_alive, owner=self)
+        wheel.call_every(self.config.rdy_redistribute_interval, self._redistribute, owner=self)
+        for address in self.nsqd_tcp_addresses:
+            self._spawn_connect(address, discovered=False)
+        if self.lookupd_http_addresses:
+            self._poller = LookupdPoller(
+                self.topic, self.lookupd_http_addresses, self.config.lookupd_request_timeout
+            )
+            self._tasks.spawn(self._poll)
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Drain and stop; blocks up to about ``timeout`` seconds. Safe to call twice.
+
+        Sends ``RDY 0`` and ``CLS`` to every nsqd, requeues messages received
+        but not started, lets running handlers (and async messages) finish
+        and answer until the timeout, requeues what is still unanswered,
+        then closes the connections. Afterwards no greenlet or timer of the
+        consumer remains.
+        """
+        if self._closing:
+            self._stopped.wait(timeout)
+            return
+        self._closing = True
+        deadline = time.monotonic() + timeout
+        if self._wheel is not None:
+            self._wheel.cancel_owner(self)
+        self._tasks.kill(block=True)
+        links = list(self._links.values())
+        for link in links:
+            self._quietly(link.conn.ready, 0)
+            self._quietly(link.conn.start_close)
+        self._requeue_queued()
+        for _ in range(len(self._workers)):
+            self._queue.put(None)
+        self._workers.join(timeout=max(0.0, deadline - time.monotonic()))
+        if self._in_flight() > 0:
+            self._drained.clear()
+            if self._in_flight() > 0:
+                self._drained.wait(max(0.0, deadline - time.monotonic()))
+        self._workers.kill(block=True)
+        for message in list(self._running):
+            if not message.has_responded:
+                message.requeue(0.0, backoff=False)
+        self._running.clear()
+        self._requeue_queued()
+        for link in links:
+            link.conn.close(max(0.1, deadline - time.monotonic()))
+        self._links.clear()
+        self.starved.clear()
+        self._stopped.set()
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Block until the consumer has been closed; ``True`` if it has within ``timeout`` s."""
+        return bool(self._stopped.wait(timeout))
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` finished."""
+        return self._stopped.is_set()
+
+    # -- flow --------------------------------------------------------------------
+
+    @property
+    def max_in_flight(self) -> int:
+        """The RDY budget over all connections."""
+        return self._planner.max_in_flight
+
+    def set_max_in_flight(self, max_in_flight: int) -> None:
+        """Change the RDY budget at run time; 0 pauses the flow. Does not block."""
+        if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int):
+            raise ConfigError(f"max_in_flight={max_in_flight!r} must be an int")
+        if max_in_flight < 0:
+            raise ConfigError(f"max_in_flight={max_in_flight!r} is out of range: use 0 or more")
+        if self._backoff is not None and self._backoff.active:
+            self._planner.max_in_flight = max_in_flight  # applied when backoff ends
+            return
+        self._send_rdy(self._planner.set_max_in_flight(max_in_flight))
+
+    def is_starved(self) -> bool:
+        """True when a connection's in-flight count reached 85% of its last RDY.
+
+        A batching handler processes its batch then (see ``starved``).
+        """
+        return self._planner.is_starved()
+
+    def wait_starved(self, timeout: float | None = None) -> bool:
+        """Block until the consumer is starved; ``True`` if it is within ``timeout`` s."""
+        return bool(self.starved.wait(timeout))
+
+    def _update_starved(self) -> None:
+        if self._planner.is_starved():
+            if not self.starved.is_set():
+                self.starved.set()
+        elif self.starved.is_set():
+            self.starved.clear()
+
+    def _in_flight(self) -> int:
+        return sum(f.in_flight for f in self._planner.conns.values())
+
+    def _send_rdy(self, commands: list[tuple[str, int]]) -> None:
+        for name, count in commands:
+            link = self._links.get(name)
+            if link is not None:
+                self._quietly(link.conn.ready, count)
+
+    def _redistribute(self) -> None:
+        self._send_rdy(self._planner.redistribute(time.monotonic()))
+
+    def _apply_backoff(self, action: Pause | Probe | Resume | None) -> None:
+        if action is None or self._closing:
+            return
+        if isinstance(action, Pause):
+            log.info("%s: backing off for %.3f s", self, action.duration)
+            self._send_rdy(self._planner.pause())
+            if self._wheel is not None:
+                self._wheel.call_later(action.duration, self._window_ended, owner=self)
+        elif isinstance(action, Probe):
+            self._send_rdy(self._planner.probe())
+        else:
+            log.info("%s: backoff over, resuming the full flow", self)
+            self._send_rdy(self._planner.resume())
+        self._update_starved()
+
+    def _window_ended(self) -> None:
+        if self._backoff is not None:
+            self._apply_backoff(self._backoff.window_ended(time.monotonic()))
+
+    # -- connections -------------------------------------------------------------
+
+    def _spawn_connect(self, address: str, discovered: bool) -> None:
+        if self._closing or address in self._connecting or address in self._links:
+            return
+        self._connecting.add(address)
+        self._tasks.spawn(self._connect, address, discovered)
+
+    def _connect(self, address: str, discovered: bool) -> None:
+        conn = Connection(
+            address,
+            self.connection_config,
+            on_message=self._on_message,
+            on_error=self._on_error,
+            on_close=self._on_close,
+        )
+        try:
+            conn.connect()
+            conn.subscribe(self.topic, self.channel, timeout=self.connection_config.connect_timeout)
+        except (NSQError, OSError, ValueError) as exc:
+            self._connecting.discard(address)
+            conn.close(0)
+            log.warning("%s: cannot subscribe on %s: %s", self, address, exc)
+            if not discovered:
+                self._schedule_reconnect(address)
+            return
+        self._connecting.discard(address)
+        if self._closing:
+            conn.close()
+            return
+        self._reconnect_failures.pop(address, None)
+        self._links[conn.name] = _Link(address, conn, discovered)
+        log.info("%s: subscribed on %s", self, conn.name)
+        self._send_rdy(self._planner.add(conn.name, conn.max_rdy_count, time.monotonic()))
+
+    def _on_close(self, conn: Connection, error: Exception | None) -> None:
+        link = self._links.get(conn.name)
+        if link is None or link.conn is not conn:
+            return
+        del self._links[conn.name]
+        self._send_rdy(self._planner.remove(conn.name))
+        self._update_starved()
+        if self._in_flight() == 0:
+            self._drained.set()
+        if self._closing or error is None:
+            return
+        log.warning("%s: lost %s: %s", self, conn.name, error)
+        if not link.discovered:
+            self._schedule_reconnect(link.address)
+        # A discovered nsqd is connected again only if a later poll lists it.
+
+    def _schedule_reconnect(self, address: str) -> None:
+        if self._closing or self._wheel is None:
+            return
+        failures = self._reconnect_failures.get(address, 0) + 1
+        self._reconnect_failures[address] = failures
+        cfg = self.config
+        ceiling = min(cfg.max_reconnect_interval, cfg.reconnect_interval * 2 ** (failures - 1))
+        delay = ceiling * self._rng.uniform(0.5, 1.0)
+        log.info("%s: reconnecting to %s in %.2f s", self, address, delay)
+        self._wheel.call_later(delay, self._spawn_connect, address, False, owner=self)
+
+    def _check_alive(self) -> None:
+        now = time.monotonic()
+        for link in list(self._links.values()):
+            link.conn.check_alive(now)
+
+    def _on_error(self, conn: Connection, error: ServerError) -> None:
+        log.warning("%s: %s answered %s", self, conn.name, error)
+
+    # -- discovery ---------------------------------------------------------------
+
+    def _poll(self) -> None:
+        """One lookupd poll (in a greenlet of the consumer), then the next is scheduled."""
+        if self._poller is None or self._closing:
+            return
+        try:
+            found = self._poller.poll()
+        except NSQError as exc:
+            log.warning("%s: lookupd poll failed: %s", self, exc)
+            found = set()
+        for address in sorted(found):
+            try:
+                name = format_address(parse_address(address))
+            except ValueError:
+                log.warning("%s: lookupd listed a bad address %r", self, address)
+                continue
+            self._spawn_connect(name, discovered=True)
+        if self._wheel is not None and not self._closing:
+            cfg = self.config
+            jitter = self._rng.uniform(0.0, cfg.lookupd_poll_jitter) * cfg.lookupd_poll_interval
+            self._wheel.call_later(
+                cfg.lookupd_poll_interval + jitter, self._tasks.spawn, self._poll, owner=self
+            )
+
+    def query_lookupd(self) -> None:
+        """Poll lookupd now, in the background (a poll is also scheduled every interval)."""
+        if self._poller is not None and not self._closing:
+            self._tasks.spawn(self._poll)
+
+    # -- messages ----------------------------------------------------------------
+
+    def _on_message(self, conn: Connection, wire: WireMessage) -> None:
+        """Runs in the connection's reader greenlet: count, top up RDY, queue. Never blocks."""
+        message = Message(
+            wire.id.decode("ascii"),
+            wire.body,
+            wire.timestamp,
+            wire.attempts,
+            conn.name,
+            self,
+            conn.msg_timeout,
+            connection=conn,
+        )
+        link = self._links.get(conn.name)
+        if link is None or link.conn is not conn:
+            message.requeue(0.0, backoff=False)
+            return
+        link.received += 1
+        link.last_message_time = time.time()
+        self._send_rdy(self._planner.message_received(conn.name, time.monotonic()))
+        self._update_starved()
+        if self._closing:
+            message.requeue(0.0, backoff=False)
+            return
+        self._queue.put(message)
+        if self._idle_workers < self._queue.qsize() and len(self._workers) < self.concurrency:
+            self._workers.spawn(self._work)
+
+    def _requeue_queued(self) -> None:
+        while True:
+            try:
+                message = self._queue.get_nowait()
+            except gevent.queue.Empty:
+                return
+            if message is not None and not message.has_responded:
+                message.requeue(0.0, backoff=False)
+
+    def _work(self) -> None:
+        queue = self._queue
+        while True:
+            self._idle_workers += 1
+            try:
+                message = queue.get()
+            finally:
+                self._idle_workers -= 1
+            if message is None:
+                return
+            if self._closing:
+                message.requeue(0.0, backoff=False)
+                continue
+            self._running.add(message)
+            try:
+                self._process(message)
+            finally:
+                self._running.discard(message)
+
+    def _process(self, message: Message) -> None:
+        conn = message.connection
+        if isinstance(conn, Connection) and conn.closed:
+            log.debug("%s: skipping %s: its connection closed; nsqd redelivers it", self, message)
+            return
+        max_attempts = self.config.max_attempts
+        if max_attempts and message.attempts > max_attempts:
+            self._give_up(message)
+            return
+        try:
+            self.handle(message)
+        except RequeueMessage as request:
+            message.requeue(request.delay, request.backoff)
+        except Exception:
+            log.exception("%s: handler failed on %s; requeueing it", self, message)
+            message.requeue(None, backoff=True)
+        else:
+            if not message.is_async:
+                message.finish()
+
+    def _give_up(self, message: Message) -> None:
+        try:
+            self.on_giving_up(message)
+        except Exception:
+            log.exception("%s: on_giving_up failed on %s; requeueing it", self, message)
+            message.requeue(None, backoff=False)
+            return
+        message.finish()
+
+    def requeue_delay(self, attempts: int) -> float:
+        """The REQ delay for a failure without an explicit delay, in seconds."""
+        cfg = self.config
+        return min(cfg.requeue_delay * max(1, attempts), cfg.max_requeue_delay)
+
+    def respond(self, message: Message, action: str, delay: float | None, backoff: bool) -> None:
+        """Send a message's FIN, REQ or TOUCH (called by :class:`~gnsqlite.message.Message`)."""
+        conn = message.connection
+        if not isinstance(conn, Connection):
+            raise TypeError(f"{message!r} did not come from a gnsqlite Connection")
+        link = self._links.get(conn.name)
+        if link is not None and link.conn is not conn:
+            link = None
+        if action == "touch":
+            self._quietly(conn.touch, message.id)
+            return
+        counts = link is not None and not self._closing and self._backoff is not None
+        if action == "finish":
+            self._quietly(conn.finish, message.id)
+            if link is not None:
+                link.finished += 1
+        else:
+            if counts and backoff and self._backoff is not None:
+                # RDY 0 goes out before the REQ, so nsqd cannot hand the
+                # failed message straight back inside the backoff window.
+                self._apply_backoff(self._backoff.failure(time.monotonic()))
+            delay = self.requeue_delay(message.attempts) if delay is None else delay
+            self._quietly(conn.requeue, message.id, delay)
+            if link is not None:
+                link.requeued += 1
+        if link is None:
+            return
+        self._planner.message_done(conn.name)
+        self._update_starved()
+        if self._closing:
+            if self._in_flight() == 0:
+                self._drained.set()
+            return
+        if counts and action == "finish" and self._backoff is not None:
+            self._apply_backoff(self._backoff.success(time.monotonic()))
+
+    def _quietly(self, send: Callable[..., None], *args: Any) -> None:
+        try:
+            send(*args)
+        except NSQConnectionError as exc:
+            log.debug("%s: not sent (%s); nsqd redelivers what is unanswered", self, exc)
+
+    # -- introspection -----------------------------------------------------------
+
+    @property
+    def connections(self) -> list[Connection]:
+        """The subscribed connections."""
+        return [link.conn for link in self._links.values()]
+
+    def stats(self) -> dict[str, Any]:
+        """Per-connection and total counters, backoff state and starvation."""
+        conns = []
+        for name, link in self._links.items():
+            flow = self._planner.conns.get(name)
+            conns.append(
+                {
+                    "address": name,
+                    "rdy": flow.rdy if flow else 0,
+                    "last_rdy": flow.last_rdy if flow else 0,
+                    "in_flight": flow.in_flight if flow else 0,
+                    "received": link.received,
+                    "finished": link.finished,
+                    "requeued": link.requeued,
+                    "last_message_time": link.last_message_time,
+                }
+            )
+        totals = {
+            key: sum(c[key] for c in conns)  # type: ignore[misc]
+            for key in ("rdy", "last_rdy", "in_flight", "received", "finished", "requeued")
+        }
+        now = time.monotonic()
+        return {
+            "topic": self.topic,
+            "channel": self.channel,
+            "max_in_flight": self._planner.max_in_flight,
+            "connections": conns,
+            "totals": totals,
+            "backoff": self._backoff.describe(now) if self._backoff else {"state": "off"},
+            "starved": self.is_starved(),
+            "handlers_running": len(self._running),
+            "queued": self._queue.qsize(),
+        }
+
+
+def _addresses(name: str, value: str | Iterable[str]) -> tuple[str, ...]:
+    items = [value] if isinstance(value, str) else list(value)
+    out = []
+    for item in items:
+        try:
+            out.append(format_address(parse_address(item)))
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(f"{name}: {exc}") from None
+    return tuple(dict.fromkeys(out))

@@ -1,0 +1,34 @@
+"""Pure flow-control policies: RDY distribution and backoff.
+
+Nothing here reads a clock, sleeps, logs or touches a socket: every method
+takes ``now`` (float seconds, any monotonic origin) where time matters and
+returns what to send, so the policies are tested with a fake clock and the
+Consumer only carries the decisions out.
+"""
+
+from __future__ import annotations
+
+from .backoff import (
+    Backoff,
+    BackoffStrategy,
+    ExponentialBackoff,
+    FullJitterBackoff,
+    Pause,
+    Probe,
+    Resume,
+    make_backoff_strategy,
+)
+from .rdy import ConnFlow, RdyPlanner
+
+__all__ = [
+    "Backoff",
+    "BackoffStrategy",
+    "ConnFlow",
+    "ExponentialBackoff",
+    "FullJitterBackoff",
+    "Pause",
+    "Probe",
+    "RdyPlanner",
+    "Resume",
+    "make_backoff_strategy",
+]

@@ -1,0 +1,148 @@
+"""``python -m gnsqlite.broker``: nsqd's flags, clean stop on SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from gnsqlite.broker import parse_duration
+from gnsqlite.broker.__main__ import options_from_args
+from gnsqlite.errors import ConfigError
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("60s", 60.0), ("1m0s", 60.0), ("500ms", 0.5), ("2h", 7200.0), ("1.5s", 1.5),
+     ("0", 0.0), ("1h2m3s", 3723.0), ("250us", 0.00025)],
+)
+def test_parse_duration(text: str, seconds: float) -> None:
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["", "5", "s", "1x", "1m x"])
+def test_parse_duration_refuses(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_duration(text)
+
+
+def test_flags_in_every_form() -> None:
+    options = options_from_args(
+        [
+            "--tcp-address=127.0.0.1:0",
+            "-http-address", "127.0.0.1:0",
+            "--msg-timeout", "2s",
+            "-max-msg-timeout=1m0s",
+            "--max-req-timeout=500ms",
+            "--lookupd-tcp-address=127.0.0.1:4160",
+            "--lookupd-tcp-address", "127.0.0.1:4161",
+            "--snappy=false",
+            "--deflate",
+            "--tls-required=false",
+            "--max-rdy-count=10",
+            "--log-level=debug",
+        ]
+    )
+    assert options == {
+        "tcp_address": "127.0.0.1:0",
+        "http_address": "127.0.0.1:0",
+        "msg_timeout": 2.0,
+        "max_msg_timeout": 60.0,
+        "max_req_timeout": 0.5,
+        "lookupd_tcp_addresses": ["127.0.0.1:4160", "127.0.0.1:4161"],
+        "snappy": False,
+        "deflate": True,
+        "tls_required": False,
+        "max_rdy_count": 10,
+    }
+
+
+def test_bad_flag_exits() -> None:
+    with pytest.raises(SystemExit):
+        options_from_args(["--msg-timeout=soon"])
+
+
+def test_options_are_validated() -> None:
+    from gnsqlite.broker import Broker
+
+    with pytest.raises(ConfigError, match="msg_timeout"):
+        Broker(msg_timeout=10.0, max_msg_timeout=5.0)
+    with pytest.raises(ConfigError, match="tcp_address"):
+        Broker(tcp_address="nowhere")
+
+
+def _start(args: list[str]) -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gnsqlite.broker", *args],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        match = re.search(r"HTTP: listening on (\S+)", line)
+        if match:
+            return proc, match.group(1)
+        if not line and proc.poll() is not None:
+            break
+    proc.kill()
+    raise AssertionError("the broker did not start")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_cli_serves_and_stops_cleanly_with_persistence(tmp_path: Path, sig: int) -> None:
+    proc, http_address = _start(
+        ["--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0", f"--data-path={tmp_path}"]
+    )
+    try:
+        with urllib.request.urlopen(f"http://{http_address}/ping", timeout=5) as r:
+            assert r.read() == b"OK"
+        req = urllib.request.Request(f"http://{http_address}/pub?topic=t", data=b"kept")
+        with urllib.request.urlopen(req, timeout=5) as r:
+            assert r.read() == b"OK"
+    finally:
+        proc.send_signal(sig)
+        assert proc.wait(timeout=10) == 0
+        assert proc.stderr is not None
+        proc.stderr.close()
+    state = json.loads((tmp_path / "gnsqlite-nsqd.json").read_text())
+    assert [t["name"] for t in state["topics"]] == ["t"]
+
+    proc, http_address = _start(
+        ["--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0", f"--data-path={tmp_path}"]
+    )
+    try:
+        with urllib.request.urlopen(f"http://{http_address}/stats?format=json", timeout=5) as r:
+            stats = json.loads(r.read())
+        assert stats["topics"][0]["depth"] == 1
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=10) == 0
+        assert proc.stderr is not None
+        proc.stderr.close()
+
+
+def test_cli_bind_failure_exits_non_zero() -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run(
+            [sys.executable, "-m", "gnsqlite.broker", f"--tcp-address=127.0.0.1:{port}",
+             "--http-address=127.0.0.1:0"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
+    assert proc.returncode != 0
+    assert "failed to start" in proc.stderr

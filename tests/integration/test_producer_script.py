@@ -1,0 +1,247 @@
+"""Producer against scripted nsqd: retries, failover, limits and lifecycle, exactly.
+
+The scripted servers (see ``test_conn_script``) let a test decide when a
+connection dies and what nsqd answers, and record every command received.
+"""
+
+from __future__ import annotations
+
+import gc
+import socket
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import gevent
+import gevent.event
+import pytest
+from test_conn_script import Peer, Script, ScriptedNsqd, scripted_servers
+
+from gnsqlite.errors import (
+    BadMessageError,
+    ConfigError,
+    ConnectionClosedError,
+    InvalidNameError,
+    LocalProtocolError,
+    MessageTooLargeError,
+    NoConnectionsError,
+)
+from gnsqlite.producer import Producer
+from gnsqlite.testing.waiting import wait_until
+
+Start = Callable[[Script], ScriptedNsqd]
+
+
+@pytest.fixture
+def scripted() -> Iterator[Start]:
+    with scripted_servers() as start:
+        yield start
+
+
+def answer_all(peer: Peer) -> None:
+    peer.handshake()
+    while True:
+        line, _ = peer.read_command()
+        if line.split(b" ")[0] in (b"PUB", b"MPUB", b"DPUB"):
+            peer.respond()
+
+
+def free_address() -> str:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{probe.getsockname()[1]}"
+
+
+def published(server: ScriptedNsqd) -> list[tuple[bytes, bytes | None]]:
+    return [c for p in server.peers for c in p.commands if c[0].split(b" ")[0] != b"IDENTIFY"]
+
+
+def live_greenlets() -> int:
+    gc.collect()
+    return sum(1 for o in gc.get_objects() if isinstance(o, gevent.Greenlet) and not o.dead)
+
+
+def test_constructor_opens_nothing_and_validates(scripted: Start) -> None:
+    server = scripted(answer_all)
+    before = live_greenlets()
+    producer = Producer([server.address], heartbeat_interval=5.0)
+    assert live_greenlets() == before
+    assert server.peers == []
+    assert producer.connections == ()
+    with pytest.raises(ConnectionClosedError, match="start"):
+        producer.publish("t", b"x")
+    with pytest.raises(ConfigError, match="heartbeat_interva"):
+        Producer([server.address], heartbeat_intervall=5.0)
+    with pytest.raises(ConfigError, match="host:port"):
+        Producer(["nonsense"])
+    with pytest.raises(ConfigError, match="empty"):
+        Producer([])
+
+
+def test_bodies_are_bytes_or_utf8_str_and_nothing_else(scripted: Start) -> None:
+    server = scripted(answer_all)
+    with Producer(server.address) as producer:
+        producer.publish("t", "héllo")
+        producer.publish("t", b"raw")
+        producer.multi_publish("t", ["a", b"b"])
+        with pytest.raises(TypeError, match="int"):
+            producer.publish("t", 42)  # type: ignore[arg-type]
+        with pytest.raises(TypeError):
+            producer.multi_publish("t", b"not a list")
+        with pytest.raises(TypeError, match="NoneType"):
+            producer.multi_publish("t", [b"a", None])  # type: ignore[list-item]
+    assert published(server) == [
+        (b"PUB t", "héllo".encode()),
+        (b"PUB t", b"raw"),
+        (b"MPUB t", b"\x00\x00\x00\x02\x00\x00\x00\x01a\x00\x00\x00\x01b"),
+    ]
+
+
+def test_dpub_sends_the_delay_in_milliseconds(scripted: Start) -> None:
+    server = scripted(answer_all)
+    with Producer(server.address) as producer:
+        producer.publish("t", b"later", defer=1.5)
+        with pytest.raises(LocalProtocolError, match="defer"):
+            producer.publish("t", b"x", defer=-1)
+    assert published(server) == [(b"DPUB t 1500", b"later")]
+
+
+def test_limits_are_checked_before_sending(scripted: Start) -> None:
+    server = scripted(answer_all)
+    with Producer(server.address, max_message_size=10, max_body_size=30) as producer:
+        with pytest.raises(MessageTooLargeError, match=r"11 bytes.*max_message_size=10"):
+            producer.publish("t", b"x" * 11)
+        with pytest.raises(MessageTooLargeError, match="max_message_size=10"):
+            producer.multi_publish("t", [b"a", b"x" * 11])
+        # 4 (count) + 3 * (4 + 6) = 34 bytes > 30
+        with pytest.raises(MessageTooLargeError, match=r"34 bytes.*max_body_size=30"):
+            producer.multi_publish("t", [b"123456"] * 3)
+        with pytest.raises(LocalProtocolError, match="empty"):
+            producer.publish("t", b"")
+        with pytest.raises(LocalProtocolError, match="at least one"):
+            producer.multi_publish("t", [])
+        with pytest.raises(InvalidNameError, match="bad topic"):
+            producer.publish("bad topic", b"x")
+        producer.publish("t", b"x" * 10)  # exactly at the limit is fine
+        producer.multi_publish("t", [b"12345", b"1", b"1"])  # 4 + 9 + 5 + 5 = 23 bytes
+    assert [c[0] for c in published(server)] == [b"PUB t", b"MPUB t"]
+
+
+def test_a_publish_whose_connection_dies_is_retried_on_another(scripted: Start) -> None:
+    hung_up = gevent.event.Event()
+
+    def dies_on_pub(peer: Peer) -> None:
+        peer.handshake()
+        peer.read_command()
+        hung_up.set()  # returning closes the socket: the PUB is never answered
+
+    flaky = scripted(dies_on_pub)
+    good = scripted(answer_all)
+    producer = Producer([flaky.address, good.address], reconnect_interval=0.05)
+    producer.start()
+    try:
+        wait_until(lambda: len(producer.connections) == 2)
+        for i in range(4):
+            producer.publish("t", b"m%d" % i)
+        assert hung_up.is_set()
+        # Every message reached the good server once (the flaky one answered none).
+        assert sorted(b for _, b in published(good)) == [b"m0", b"m1", b"m2", b"m3"]
+        # The flaky nsqd is reconnected in the background.
+        wait_until(lambda: len(flaky.peers) >= 2)
+    finally:
+        producer.close()
+
+
+def test_requests_are_spread_over_the_connections(scripted: Start) -> None:
+    a, b = scripted(answer_all), scripted(answer_all)
+    with Producer([a.address, b.address]) as producer:
+        wait_until(lambda: len(producer.connections) == 2)
+        for _ in range(10):
+            producer.publish("t", b"x")
+    assert len(published(a)) == 5
+    assert len(published(b)) == 5
+
+
+def test_when_every_nsqd_fails_the_error_names_each_address(scripted: Start) -> None:
+    first, second = free_address(), free_address()
+    producer = Producer([first, second], timeout=0.5, reconnect_interval=0.05)
+    producer.start()
+    try:
+        started = time.monotonic()
+        with pytest.raises(NoConnectionsError) as info:
+            producer.publish("t", b"x")
+        assert time.monotonic() - started < 2
+        assert set(info.value.errors) == {first, second}
+        assert first in str(info.value) and second in str(info.value)
+        assert all(isinstance(e, ConnectionError) for e in info.value.errors.values())
+    finally:
+        producer.close()
+
+
+def test_a_server_error_is_raised_not_retried(scripted: Start) -> None:
+    def refuses(peer: Peer) -> None:
+        peer.handshake()
+        peer.read_command()
+        peer.error(b"E_BAD_MESSAGE PUB message too big 20 > 10")
+
+    server = scripted(refuses)
+    with Producer(server.address) as producer, pytest.raises(BadMessageError, match="too big"):
+        producer.publish("t", b"x" * 20)
+    assert len(published(server)) == 1
+
+
+def test_a_publish_waits_for_a_reconnect_within_its_timeout(scripted: Start) -> None:
+    address = free_address()
+    host, port = address.split(":")
+    producer = Producer(address, reconnect_interval=0.05, max_reconnect_interval=0.1)
+    producer.start(timeout=0.2)
+    try:
+        result = producer.publish_async("t", b"x", timeout=5)
+        server = ScriptedNsqd(answer_all)
+        server.server = type(server.server)((host, int(port)), server._handle)
+        server.server.start()
+        try:
+            assert result.get(timeout=5) == b"OK"
+        finally:
+            server.server.stop(timeout=1)
+    finally:
+        producer.close()
+
+
+def test_close_fails_waiting_publishes_and_leaves_no_greenlet(scripted: Start) -> None:
+    def never_answers(peer: Peer) -> None:
+        peer.handshake()
+        while True:
+            peer.read_command()
+
+    before = live_greenlets()
+    server = scripted(never_answers)
+    producer = Producer(server.address)
+    producer.start()
+    result = producer.publish_async("t", b"x")
+    wait_until(lambda: len(published(server)) == 1)
+    conns = list(producer.connections)
+    producer.close()
+    with pytest.raises(ConnectionClosedError):
+        result.get(timeout=1)
+    assert producer.join(1)
+    assert all(c.join(0) for c in conns)
+    wait_until(lambda: live_greenlets() <= before + 1)  # + the server's handler
+    producer.close()  # twice is fine
+    with pytest.raises(ConnectionClosedError):
+        producer.publish("t", b"x")
+
+
+def test_concurrent_publishers_on_one_connection(scripted: Start) -> None:
+    server = scripted(answer_all)
+    with Producer(server.address) as producer:
+        results: list[Any] = []
+
+        def publisher(i: int) -> None:
+            producer.publish("t", b"%d" % i)
+            results.append(i)
+
+        gevent.joinall([gevent.spawn(publisher, i) for i in range(100)], raise_error=True)
+    assert sorted(results) == list(range(100))
+    assert sorted(int(b or b"") for _, b in published(server)) == list(range(100))
+    assert len(server.peers) == 1

@@ -1,0 +1,148 @@
+"""The RDY policy, driven with a fake clock: no sockets, no gevent."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from gnsqlite.flow import RdyPlanner
+
+
+def planner(max_in_flight: int, idle: float = 10.0) -> RdyPlanner:
+    return RdyPlanner(max_in_flight, low_rdy_idle_timeout=idle, rng=random.Random(7))
+
+
+def assert_within_budget(p: RdyPlanner) -> None:
+    assert p.total_rdy <= p.max_in_flight
+    for flow in p.conns.values():
+        assert 0 <= flow.last_rdy <= flow.max_rdy_count
+
+
+def test_new_connection_starts_at_one_then_gets_its_share() -> None:
+    p = planner(100)
+    assert p.add("a", 2500, now=0.0) == [("a", 1)]
+    assert p.message_received("a", now=1.0) == [("a", 100)]
+    assert p.add("b", 2500, now=2.0) == [("a", 50), ("b", 1)]
+    assert_within_budget(p)
+    assert p.message_received("b", now=3.0) == [("b", 50)]
+    assert_within_budget(p)
+
+
+def test_sum_never_exceeds_max_in_flight_with_uneven_division() -> None:
+    p = planner(10)
+    for name in "abc":
+        p.add(name, 2500, now=0.0)
+        p.message_received(name, now=0.0)
+        assert_within_budget(p)
+    assert sorted(f.last_rdy for f in p.conns.values()) == [3, 3, 3]
+
+
+def test_max_rdy_count_is_never_exceeded() -> None:
+    p = planner(5000)
+    p.add("a", 200, now=0.0)
+    assert p.message_received("a", now=0.0) == [("a", 200)]
+
+
+def test_rdy_is_resent_below_a_quarter_or_at_zero() -> None:
+    p = planner(8)
+    p.add("a", 2500, now=0.0)
+    p.message_received("a", now=0.0)  # -> RDY 8, remaining 8
+    sent = [p.message_received("a", now=0.0) for _ in range(7)]
+    # remaining 7..1: 1 < 8 * 0.25 triggers the re-send on the 7th message
+    assert sent[:6] == [[]] * 6
+    assert sent[6] == [("a", 8)]
+
+
+def test_removing_a_connection_frees_its_rdy_for_the_others() -> None:
+    p = planner(10)
+    for name in "ab":
+        p.add(name, 2500, now=0.0)
+        p.message_received(name, now=0.0)
+    assert p.remove("b") == [("a", 10)]
+
+
+def test_scarce_rdy_rotates_from_idle_connections_to_all_of_them() -> None:
+    p = planner(1, idle=5.0)
+    for name in "abc":
+        p.add(name, 2500, now=0.0)
+    assert p.total_rdy == 1
+    holders_seen = {name for name, f in p.conns.items() if f.last_rdy}
+    now = 0.0
+    for _ in range(20):
+        now += 6.0
+        out = p.redistribute(now)
+        assert_within_budget(p)
+        assert [c for _, c in out].count(1) == 1
+        holders_seen |= {name for name, f in p.conns.items() if f.last_rdy}
+    assert holders_seen == {"a", "b", "c"}
+
+
+def test_a_busy_connection_keeps_its_scarce_rdy() -> None:
+    p = planner(1, idle=5.0)
+    for name in "abc":
+        p.add(name, 2500, now=0.0)
+    holder = next(n for n, f in p.conns.items() if f.last_rdy)
+    p.message_received(holder, now=9.0)
+    assert p.redistribute(10.0) == []
+
+
+def test_backoff_modes_pause_probe_resume() -> None:
+    p = planner(6)
+    for name in "ab":
+        p.add(name, 2500, now=0.0)
+        p.message_received(name, now=0.0)
+    assert p.pause() == [("a", 0), ("b", 0)]
+    probe = p.probe()
+    assert len(probe) == 1 and probe[0][1] == 1
+    assert_within_budget(p)
+    resumed = p.resume()
+    assert sorted(resumed) == [("a", 3), ("b", 3)]
+    assert p.total_rdy == 6
+
+
+def test_set_max_in_flight_zero_pauses_and_back() -> None:
+    p = planner(4)
+    p.add("a", 2500, now=0.0)
+    p.message_received("a", now=0.0)
+    assert p.set_max_in_flight(0) == [("a", 0)]
+    assert p.set_max_in_flight(4) == [("a", 4)]
+
+
+@pytest.mark.parametrize("in_flight,last,starved", [(0, 10, False), (8, 10, False), (9, 10, True)])
+def test_starvation_is_85_percent_of_last_rdy(in_flight: int, last: int, starved: bool) -> None:
+    p = planner(10)
+    p.add("a", 2500, now=0.0)
+    p.message_received("a", now=0.0)
+    flow = p.conns["a"]
+    flow.in_flight, flow.last_rdy = in_flight, last
+    assert p.is_starved() is starved
+
+
+def test_random_walk_keeps_the_invariants() -> None:
+    rng = random.Random(1)
+    p = RdyPlanner(rng.randint(1, 50), low_rdy_idle_timeout=1.0, rng=random.Random(2))
+    names: list[str] = []
+    now = 0.0
+    for step in range(2000):
+        now += rng.random()
+        action = rng.randrange(7)
+        if action == 0 or not names:
+            name = f"c{step}"
+            names.append(name)
+            p.add(name, rng.choice([1, 3, 2500]), now)
+        elif action == 1 and names:
+            p.remove(names.pop(rng.randrange(len(names))))
+        elif action == 2:
+            p.set_max_in_flight(rng.randint(0, 50))
+        elif action == 3:
+            p.redistribute(now)
+        elif action == 4:
+            rng.choice([p.pause, p.probe, p.resume])()
+        else:
+            name = rng.choice(names)
+            if p.conns[name].last_rdy > p.conns[name].in_flight:
+                p.message_received(name, now)
+            else:
+                p.message_done(name)
+        assert_within_budget(p)

@@ -1,0 +1,88 @@
+"""The timer queue with a fake clock, and the hub-driven wheel for real."""
+
+from __future__ import annotations
+
+import gevent
+import gevent.event
+import pytest
+
+from gnsqlite.timers import TimerQueue, TimerWheel
+
+
+def test_queue_orders_by_deadline_and_repeats_keep_their_rhythm() -> None:
+    q = TimerQueue()
+    calls: list[str] = []
+    q.schedule(2.0, calls.append, ("b",), owner="o")
+    q.schedule(1.0, calls.append, ("a",), owner="o")
+    q.schedule(1.5, calls.append, ("tick",), owner="o", interval=1.0)
+    assert q.next_deadline() == 1.0
+    for t in q.pop_due(2.0):
+        t.fire()
+    assert calls == ["a", "tick", "b"]
+    assert q.next_deadline() == 2.5  # the repeat, 1.5 + 1.0
+    for t in q.pop_due(10.0):  # fell far behind: no burst of catch-up calls
+        t.fire()
+    assert calls.count("tick") == 2
+    assert q.next_deadline() == 11.0
+
+
+def test_cancel_owner_stops_everything_it_scheduled() -> None:
+    q = TimerQueue()
+    calls: list[int] = []
+    q.schedule(1.0, calls.append, (1,), owner="mine")
+    q.schedule(1.0, calls.append, (2,), owner="mine", interval=0.5)
+    q.schedule(1.0, calls.append, (3,), owner="theirs")
+    assert q.cancel_owner("mine") == 2
+    assert q.owned_by("mine") == []
+    for t in q.pop_due(5.0):
+        t.fire()
+    assert calls == [3]
+
+
+def test_a_timer_cancelled_by_an_earlier_callback_of_the_same_tick_does_not_run() -> None:
+    q = TimerQueue()
+    calls: list[str] = []
+    second = q.schedule(1.0, calls.append, ("second",), owner="o")
+    q.schedule(0.5, lambda: second.cancel(), owner="o")
+    for t in q.pop_due(1.0):
+        t.fire()
+    assert calls == []
+
+
+def test_every_timer_needs_an_owner() -> None:
+    with pytest.raises(ValueError, match="owner"):
+        TimerQueue().schedule(1.0, print, owner=None)
+
+
+def test_wheel_runs_callbacks_on_the_hub_and_cancels_by_owner() -> None:
+    wheel = TimerWheel.for_hub()
+    assert TimerWheel.for_hub() is wheel
+    owner = object()
+    done = gevent.event.Event()
+    ticks: list[int] = []
+    wheel.call_every(0.01, lambda: ticks.append(1), owner=owner)
+    wheel.call_later(0.05, done.set, owner=owner)
+    assert done.wait(2.0)
+    assert len(ticks) >= 3
+    assert wheel.cancel_owner(owner) == 1  # the repeat; the one-shot is spent
+    count = len(ticks)
+    gevent.sleep(0.05)
+    assert len(ticks) == count
+    assert wheel.owned_by(owner) == []
+
+
+def test_a_failing_callback_is_logged_and_does_not_stop_the_wheel(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    wheel = TimerWheel.for_hub()
+    owner = object()
+    done = gevent.event.Event()
+
+    def boom() -> None:
+        raise RuntimeError("boom")
+
+    wheel.call_later(0.0, boom, owner=owner)
+    wheel.call_later(0.01, done.set, owner=owner)
+    assert done.wait(2.0)
+    assert "boom" in caplog.text
+    wheel.cancel_owner(owner)
