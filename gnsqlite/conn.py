@@ -298,9 +298,7 @@ class Connection:
             self._authenticate()
         elif self.config.auth_secret is not None:
             log.warning("%s: auth_secret set but nsqd does not require AUTH; not sent", self.name)
-        interval = self.config.heartbeat_interval
-        # Two heartbeat intervals without a byte mean the connection is dead.
-        self._sock.settimeout(None if interval is None else 2 * interval)
+        self._sock.settimeout(None)  # the reader bounds its own waits; writes may be long
         self.last_received = time.monotonic()
         self._reader = gevent.spawn(self._read_loop)
         self._writer = gevent.spawn(self._write_loop)
@@ -395,11 +393,28 @@ class Connection:
                 raise RemoteProtocolError(f"{self.name}: undecodable compressed data") from exc
         self.protocol.receive_data(data)
 
+    def _recv_or_die(self, limit: float | None) -> bytes:
+        """The next bytes; ``TimeoutError`` after ``limit`` seconds of silence."""
+        if limit is None:
+            return self._recv()
+        timer = gevent.Timeout.start_new(limit)
+        try:
+            return self._recv()
+        except gevent.Timeout as exc:
+            if exc is not timer:
+                raise
+            raise TimeoutError(f"nothing received for {limit} s") from None
+        finally:
+            timer.close()
+
     def _read_loop(self) -> None:
         error: Exception | None = None
+        interval = self.config.heartbeat_interval
+        # Two heartbeat intervals without a byte mean the connection is dead.
+        limit = None if interval is None else 2 * interval
         try:
             while True:
-                data = self._recv()
+                data = self._recv_or_die(limit)
                 self.last_received = time.monotonic()
                 self._feed(data)
                 for event in self.protocol.events():

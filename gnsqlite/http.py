@@ -29,10 +29,12 @@ from __future__ import annotations
 import http.client
 import json
 import logging
+import socket
 from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import urlencode
 
+import gevent
 import gevent.socket
 
 from .conn import parse_address
@@ -48,6 +50,9 @@ from .protocol import as_body, check_channel_name, check_topic_name, to_millisec
 __all__ = ["HTTPError", "NsqdHTTPClient", "LookupdClient", "http_request"]
 
 log = logging.getLogger(__name__)
+
+#: Asks nsqd (0.3.x) for the v1 response shapes; newer versions ignore it.
+_HEADERS = {"Accept": "application/vnd.nsq; version=1.0"}
 
 
 class HTTPError(NSQError):
@@ -73,6 +78,7 @@ class _GeventHTTPConnection(http.client.HTTPConnection):
 
     def connect(self) -> None:
         self.sock = gevent.socket.create_connection((self.host, self.port), self.timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
 def http_request(
@@ -85,7 +91,8 @@ def http_request(
 ) -> bytes:
     """One HTTP request to ``address`` (``"host:port"``); returns the body.
 
-    Blocks the calling greenlet up to ``timeout`` seconds. Raises
+    Blocks the calling greenlet up to ``timeout`` seconds in all (connect,
+    send and the whole answer). Raises
     :class:`HTTPError` for a non-2xx status,
     :class:`~gnsqlite.errors.NSQTimeoutError` on timeout and
     :class:`~gnsqlite.errors.BrokenConnectionError` on network failure.
@@ -94,16 +101,25 @@ def http_request(
     url = path
     if params:
         url += "?" + urlencode({k: v for k, v in params.items() if v is not None})
+    # The query string is not logged: the auth server's carries a secret.
+    log.debug("%s %s%s", method, address, path)
     conn = _GeventHTTPConnection(host, port, timeout=timeout)
+    deadline = gevent.Timeout(timeout)  # bounds the total, not only each socket call
+    deadline.start()
     try:
-        conn.request(method, url, body=body, headers={"Accept": "application/vnd.nsq; version=1.0"})
+        conn.request(method, url, body=body, headers=_HEADERS)
         response = conn.getresponse()
         data = response.read()
+    except gevent.Timeout as exc:
+        if exc is not deadline:
+            raise
+        raise NSQTimeoutError(f"{address}: {method} {path} took longer than {timeout} s") from None
     except TimeoutError as exc:
         raise NSQTimeoutError(f"{address}: {method} {path} took longer than {timeout} s") from exc
     except (OSError, http.client.HTTPException) as exc:
         raise BrokenConnectionError(address, f"{method} {path} failed: {exc}") from exc
     finally:
+        deadline.close()
         conn.close()
     if not 200 <= response.status < 300:
         raise HTTPError(address, response.status, data)

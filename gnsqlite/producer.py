@@ -364,9 +364,10 @@ class Producer:
         raws = [as_body(b) for b in bodies]
         if not raws:
             raise LocalProtocolError("multi_publish needs at least one message")
-        for raw in raws:
-            self._check_message_size(len(raw))
-        total = 4 + sum(4 + len(raw) for raw in raws)
+        sizes = list(map(len, raws))
+        self._check_message_size(min(sizes))
+        self._check_message_size(max(sizes))
+        total = 4 + 4 * len(sizes) + sum(sizes)
         if total > self.max_body_size:
             raise MessageTooLargeError(
                 f"an MPUB body of {total} bytes ({len(raws)} messages) exceeds"

@@ -67,6 +67,7 @@ _FLAGS: dict[str, tuple[str, Callable[[str], Any], str]] = {
     "max-heartbeat-interval": ("max_heartbeat_interval", _duration, "value"),
     "max-req-timeout": ("max_req_timeout", _duration, "value"),
     "max-output-buffer-size": ("max_output_buffer_size", _size, "value"),
+    "output-buffer-timeout": ("output_buffer_timeout", _duration, "value"),
     "max-output-buffer-timeout": ("max_output_buffer_timeout", _duration, "value"),
     "min-output-buffer-timeout": ("min_output_buffer_timeout", _duration, "value"),
     "snappy": ("snappy", _bool, "bool"),

@@ -6,7 +6,9 @@ connection: it reads, decompresses and parses commands
 What the broker sends (responses, errors, messages, heartbeats) is appended
 to an output list; the session's **writer** greenlet sends everything queued
 since it last ran in one ``sendall``, so a burst of deliveries shares a
-syscall. TLS, snappy and deflate upgrades happen inside the reader while
+syscall. That is the spirit of nsqd's ``output_buffer_size``/``_timeout``
+(batch writes) without its added latency: the buffer is flushed as soon as
+the greenlet that filled it yields. TLS, snappy and deflate upgrades happen inside the reader while
 holding the write lock, in nsqd's order (response, TLS, ``OK``, compression,
 ``OK``).
 
@@ -94,8 +96,6 @@ class ClientSession:
         self.heartbeat_interval = opts.client_timeout / 2
         self.msg_timeout = opts.msg_timeout
         self.sample_rate = 0
-        self.output_buffer_size = 16 * 1024
-        self.output_buffer_timeout = 0.25
         self.tls = False
         self.snappy = False
         self.deflate = False
@@ -158,10 +158,15 @@ class ClientSession:
         except Exception:
             log.exception("%r: unexpected error; closing this connection", self)
         finally:
-            self.close()
+            self.close(flush=True)
 
-    def close(self) -> None:
-        """Flush what is queued (briefly), close the socket and leave the channel."""
+    def close(self, flush: bool = False) -> None:
+        """Close the socket and leave the channel; never raises.
+
+        With ``flush`` (the connection's own reader, after a fatal error) what
+        is queued is sent first, waiting at most one second; other callers
+        (the scan loop, HTTP handlers, ``stop()``) must not block on a client.
+        """
         if self.closed:
             return
         self.closed = True
@@ -169,11 +174,12 @@ class ClientSession:
         writer = self._writer
         if writer is not None and writer is not gevent.getcurrent():
             writer.kill(block=False)
-        try:
-            with gevent.Timeout(1.0), self._write_lock:
-                self._flush_locked()
-        except (Exception, gevent.Timeout) as exc:
-            log.debug("%r: final flush failed: %s", self, exc)
+        if flush:
+            try:
+                with gevent.Timeout(1.0), self._write_lock:
+                    self._flush_locked()
+            except (Exception, gevent.Timeout) as exc:
+                log.debug("%r: final flush failed: %s", self, exc)
         with contextlib.suppress(OSError):
             self.sock.close()
         self._wake.set()
@@ -406,8 +412,6 @@ class ClientSession:
         self.heartbeat_interval = neg.heartbeat_interval_ms / 1000
         self.parser.heartbeats_enabled = neg.heartbeat_interval_ms > 0
         self.next_heartbeat = time.monotonic() + self.heartbeat_interval
-        self.output_buffer_size = neg.output_buffer_size
-        self.output_buffer_timeout = neg.output_buffer_timeout_ms / 1000
         self.sample_rate = neg.sample_rate
         self.msg_timeout = neg.msg_timeout_ms / 1000
         self._send(response_frame(neg.response))

@@ -59,8 +59,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: The nsqlookupd version this server reports.
-VERSION = "1.3.0"
+#: The nsqlookupd version this server reports (the same as the embedded nsqd's).
+VERSION = "1.2.1"
 
 _MAGIC_V1 = b"  V1"
 _SIZE = struct.Struct(">i")

@@ -16,7 +16,7 @@ import os
 import socket as _stdlib_socket
 import ssl as _stdlib_ssl
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import gevent
@@ -126,6 +126,7 @@ class Broker:
             heartbeat_interval_ms=ms(o.client_timeout / 2),
             max_heartbeat_interval_ms=ms(o.max_heartbeat_interval),
             max_output_buffer_size=o.max_output_buffer_size,
+            output_buffer_timeout_ms=ms(o.output_buffer_timeout),
             min_output_buffer_timeout_ms=ms(o.min_output_buffer_timeout),
             max_output_buffer_timeout_ms=ms(o.max_output_buffer_timeout),
             tls=o.tls_cert is not None,
@@ -354,12 +355,6 @@ class Broker:
         channel.paused = paused
         if not paused:
             channel.pump(time.monotonic())
-
-    def iter_channels(self) -> Iterator[tuple[Topic, Channel]]:
-        """Every ``(topic, channel)`` pair."""
-        for topic in self.topics.values():
-            for channel in topic.channels.values():
-                yield topic, channel
 
     # -- persistence ---------------------------------------------------------
 

@@ -80,6 +80,7 @@ class BrokerOptions:
     max_req_timeout: float = 3600.0
     client_timeout: float = 60.0
     max_output_buffer_size: int = 64 * 1024
+    output_buffer_timeout: float = 0.25
     max_output_buffer_timeout: float = 30.0
     min_output_buffer_timeout: float = 0.025
     snappy: bool = True
@@ -91,7 +92,7 @@ class BrokerOptions:
     tls_required: bool = False
     auth_http_addresses: Sequence[str] = ()
     auth_policy: AuthPolicy | None = field(default=None, compare=False)
-    http_client_timeout: float = 2.0
+    http_client_timeout: float = 5.0
     queue_scan_interval: float = 0.1
 
     def __post_init__(self) -> None:
@@ -113,6 +114,7 @@ class BrokerOptions:
             "queue_scan_interval",
             "http_client_timeout",
             "max_output_buffer_timeout",
+            "output_buffer_timeout",
         )
         for name in positive:
             value = getattr(self, name)

@@ -202,14 +202,9 @@ class Channel:
         return message
 
     def _untrack(self, message: BrokerMessage) -> None:
-        owner = message.owner
-        bucket = self._timeouts.get(owner.msg_timeout) if owner is not None else None
-        if bucket is not None and bucket.pop(message.id, None) is not None:
-            return
-        if self._capped.pop(message.id, None) is None:
-            for other in self._timeouts.values():
-                if other.pop(message.id, None) is not None:
-                    return
+        """Forget an in-flight message's timeout (its owner's bucket, or the capped table)."""
+        if self._capped.pop(message.id, None) is None and message.owner is not None:
+            self._timeouts[message.owner.msg_timeout].pop(message.id, None)
 
     def finish(self, client: Subscriber, message_id: bytes, now: float) -> None:
         """FIN: the message is done. Raises :class:`NotInFlight`."""
@@ -248,12 +243,8 @@ class Channel:
 
     # -- time --------------------------------------------------------------
 
-    def scan(self, now: float) -> int:
-        """Requeue timed-out messages, release due deferred ones, then pump.
-
-        Returns how many messages changed queue (for the caller's statistics).
-        """
-        moved = 0
+    def scan(self, now: float) -> None:
+        """Requeue timed-out messages, release due deferred ones, then pump."""
         expired: list[BrokerMessage] = []
         for bucket in self._timeouts.values():
             for message in bucket.values():
@@ -270,14 +261,11 @@ class Channel:
             message.owner = None
             self.timeout_count += 1
             self.queue.append(message)
-            moved += 1
         deferred = self._deferred
         while deferred and deferred[0][0] <= now:
             self.queue.append(heapq.heappop(deferred)[2])
-            moved += 1
         if self.queue:
             self.pump(now)
-        return moved
 
     # -- administration ----------------------------------------------------
 

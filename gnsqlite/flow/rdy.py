@@ -77,6 +77,7 @@ class RdyPlanner:
         self.rng = rng if rng is not None else random.Random()
         self.conns: dict[str, ConnFlow] = {}
         self.mode = self.FULL
+        self._starved: set[str] = set()  # kept up to date so is_starved() is O(1)
 
     # -- queries -----------------------------------------------------------
 
@@ -87,7 +88,13 @@ class RdyPlanner:
 
     def is_starved(self) -> bool:
         """True when any connection is starved (the guide's definition)."""
-        return any(c.starved for c in self.conns.values())
+        return bool(self._starved)
+
+    def _check_starved(self, flow: ConnFlow) -> None:
+        if flow.starved:
+            self._starved.add(flow.name)
+        else:
+            self._starved.discard(flow.name)
 
     def share(self, flow: ConnFlow) -> int:
         """The full-flow RDY count ``flow`` deserves (0 or 1 when connections outnumber
@@ -109,6 +116,7 @@ class RdyPlanner:
     def _send(self, flow: ConnFlow, count: int, out: list[Command]) -> None:
         flow.last_rdy = count
         flow.rdy = count
+        self._check_starved(flow)
         out.append((flow.name, count))
 
     def _budget(self) -> int:
@@ -157,6 +165,7 @@ class RdyPlanner:
 
     def remove(self, name: str) -> list[Command]:
         """A connection ended: its RDY is free for the others."""
+        self._starved.discard(name)
         if self.conns.pop(name, None) is None:
             return []
         return self._rebalance()
@@ -170,6 +179,7 @@ class RdyPlanner:
         flow.rdy -= 1
         flow.last_message_at = now
         out: list[Command] = []
+        self._check_starved(flow)
         if not flow.warmed:
             flow.warmed = True
             if self.mode == self.FULL and not self.scarce:
@@ -188,6 +198,7 @@ class RdyPlanner:
         flow = self.conns.get(name)
         if flow is not None and flow.in_flight > 0:
             flow.in_flight -= 1
+            self._check_starved(flow)
 
     def set_max_in_flight(self, max_in_flight: int) -> list[Command]:
         """Change ``max_in_flight`` at run time; 0 pauses the flow."""

@@ -25,7 +25,7 @@ import gevent
 import gevent.socket
 
 from ..errors import NSQError
-from ..http import http_request
+from ..http import HTTPError, http_request
 
 __all__ = ["ServerProcess", "ServerStartError", "free_port", "kill_all"]
 
@@ -128,6 +128,9 @@ class ServerProcess:
             try:
                 http_request(self.http_address, "GET", "/ping", timeout=1.0)
                 return
+            except HTTPError as exc:
+                if exc.status == 403 and b"TLS_REQUIRED" in exc.body:
+                    return  # nsqd --tls-required=true: HTTP answers, but only over HTTPS
             except (NSQError, OSError):
                 pass
             if time.monotonic() > deadline:

@@ -143,6 +143,11 @@ class _Server:
         process.close()
         return self.last_exit_code
 
+    def restart(self) -> None:
+        """Stop and start again on the same ports (nsqd: with the same data path)."""
+        self.stop()
+        self.start()
+
     def stderr_text(self) -> str:
         """What the running process has logged so far (last few KB)."""
         return self.process.stderr_text() if self.process is not None else ""
@@ -267,11 +272,6 @@ class NsqdServer(_Server):
     def stats(self, topic: str | None = None, channel: str | None = None) -> dict[str, Any]:
         """``/stats?format=json`` (v1.x shape), optionally filtered; blocks up to 5 s."""
         return self.http.stats(topic=topic, channel=channel)
-
-    def restart(self) -> None:
-        """Stop and start again on the same ports with the same data path."""
-        self.stop()
-        self.start()
 
     def close(self) -> None:
         """Stop the process and delete the temporary data directory."""

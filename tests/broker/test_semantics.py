@@ -161,11 +161,11 @@ def test_touch_is_capped_by_max_msg_timeout(make_broker: Callable[..., Broker]) 
         p.pub("t", b"x")
         m = c.message()
         started = time.monotonic()
-        gevent.sleep(0.5)
-        c.touch(m.id)
+        gevent.sleep(0.9)
+        c.touch(m.id)  # uncapped, this would time out 1.9 s after delivery
         again = c.message(timeout=3)
         assert again.attempts == 2
-        assert 1.1 <= time.monotonic() - started < 1.45
+        assert 1.1 <= time.monotonic() - started < 1.7
 
 
 def test_ephemeral_channel_and_topic_vanish_with_their_last_client(broker: Broker) -> None:
@@ -198,7 +198,7 @@ def test_heartbeats_are_sent_and_silent_clients_dropped(broker: Broker) -> None:
         c.identify(heartbeat_interval=1000)
         started = time.monotonic()
         assert c.frame(timeout=2) == (0, b"_heartbeat_")
-        assert 0.9 <= time.monotonic() - started < 1.6
+        assert 0.9 <= time.monotonic() - started < 1.9
         # never answering: closed after two intervals without data
         c.assert_closed(timeout=4)
         assert time.monotonic() - started >= 1.9

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ssl
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import gevent
@@ -158,6 +159,41 @@ def test_tls_verification_can_be_turned_off_explicitly(tls_nsqd: Any) -> None:
 def test_tls_with_a_context_the_user_built(tls_nsqd: Any, tls_files: Any) -> None:
     context = ssl.create_default_context(cafile=tls_files.ca_file)  # a stdlib context
     conn = connect(tls_nsqd.tcp_address, tls_v1=True, tls_context=context)
+    try:
+        assert conn.tls
+        assert conn.publish("t", b"x").get(timeout=5) == b"OK"
+    finally:
+        conn.close()
+
+
+def test_tls_checks_the_hostname(nsqd_factory: Any, tmp_path: Path) -> None:
+    trustme = pytest.importorskip("trustme")
+    ca = trustme.CA()
+    cert = ca.issue_cert("nsqd.other.example")  # not 127.0.0.1
+    ca_file, cert_file, key_file = (str(tmp_path / n) for n in ("ca.pem", "c.pem", "c.key"))
+    ca.cert_pem.write_to_path(ca_file)
+    cert.cert_chain_pems[0].write_to_path(cert_file)
+    cert.private_key_pem.write_to_path(key_file)
+    server = nsqd_factory(tls_cert=cert_file, tls_key=key_file)
+    conn = Connection(server.tcp_address, ConnectionConfig(tls_v1=True, tls_ca_file=ca_file))
+    with pytest.raises(NegotiationError, match=r"certificate verify failed: IP address mismatch"):
+        conn.connect()
+
+
+def test_tls_with_a_client_certificate(nsqd_factory: Any, tls_files: Any) -> None:
+    server = nsqd_factory(
+        tls_cert=tls_files.cert_file,
+        tls_key=tls_files.key_file,
+        tls_root_ca_file=tls_files.ca_file,
+        tls_client_auth_policy="require-verify",
+    )
+    conn = connect(
+        server.tcp_address,
+        tls_v1=True,
+        tls_ca_file=tls_files.ca_file,
+        tls_cert_file=tls_files.client_cert_file,
+        tls_key_file=tls_files.client_key_file,
+    )
     try:
         assert conn.tls
         assert conn.publish("t", b"x").get(timeout=5) == b"OK"

@@ -17,6 +17,7 @@ import gevent.event
 import gevent.hub
 import greenlet
 import pytest
+from recording_proxy import RecordingProxy
 
 from gnsqlite import ConfigError
 from gnsqlite.consumer import Consumer
@@ -25,8 +26,6 @@ from gnsqlite.http import NsqdHTTPClient
 from gnsqlite.message import Message, RequeueMessage
 from gnsqlite.testing import NsqdServer, wait_until
 from gnsqlite.timers import TimerWheel
-
-from recording_proxy import RecordingProxy
 
 TOPIC = "consumer_test"
 CHANNEL = "ch"

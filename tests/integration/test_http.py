@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -127,9 +128,30 @@ def test_a_silent_server_times_out() -> None:
     server.start()
     address = f"127.0.0.1:{server.server_port}"
     try:
-        with pytest.raises(NSQTimeoutError, match=address) as info:
+        started = time.monotonic()
+        with pytest.raises(NSQTimeoutError, match=address):
             NsqdHTTPClient(address, timeout=0.2).ping()
-        assert isinstance(info.value.__cause__, TimeoutError)
+        assert time.monotonic() - started < 1.0
+    finally:
+        server.stop(timeout=0)
+
+
+def test_the_timeout_bounds_the_whole_request() -> None:
+    def drip(sock: Any, _addr: Any) -> None:
+        sock.recv(65536)
+        for byte in b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nOK":
+            sock.sendall(bytes([byte]))
+            gevent.sleep(0.05)  # each read is quick; the whole answer is not
+
+    server = gevent.server.StreamServer(("127.0.0.1", 0), drip)
+    server.start()
+    address = f"127.0.0.1:{server.server_port}"
+    try:
+        started = time.monotonic()
+        with pytest.raises(NSQTimeoutError, match=r"took longer than 0\.3 s"):
+            NsqdHTTPClient(address, timeout=0.3).ping()
+        assert time.monotonic() - started < 1.0
+        assert NsqdHTTPClient(address, timeout=10).ping() is True
     finally:
         server.stop(timeout=0)
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 from collections.abc import Iterator
 from typing import Any
 
@@ -49,6 +52,27 @@ def test_the_test_process_is_not_monkey_patched() -> None:
     # Every test here runs unpatched: the client must not need patching.
     assert not gevent.monkey.is_module_patched("socket")
     assert not gevent.monkey.is_module_patched("ssl")
+
+
+def test_a_monkey_patched_process_works_too(nsqd: Any) -> None:
+    code = textwrap.dedent(
+        f"""
+        from gevent import monkey
+
+        monkey.patch_all()
+        from gnsqlite.producer import Producer
+
+        with Producer({nsqd.tcp_address!r}, snappy=True) as producer:
+            producer.publish("patched", b"hello")
+            producer.multi_publish("patched", [b"a", b"b"])
+        print("published")
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout.strip() == b"published"
+    (topic,) = nsqd.stats(topic="patched")["topics"]
+    assert topic["message_count"] == 3
 
 
 def test_100_greenlets_publish_concurrently_on_one_connection(

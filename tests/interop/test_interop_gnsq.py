@@ -23,6 +23,7 @@ import pytest
 from interop_support import channel_stats
 
 from gnsqlite.testing import AuthServer, NsqdServer, TLSFiles, grant, wait_until
+from gnsqlite.testing.plugin import NsqCluster
 
 pytestmark = pytest.mark.interop
 
@@ -301,3 +302,23 @@ def test_auth_refused(
     finally:
         conn.close_stream()
     assert [q["secret"] for q in auth.requests] == ["wrong"]
+
+
+def test_consumer_discovers_every_nsqd_through_lookupd(nsq_cluster: NsqCluster) -> None:
+    for index, server in enumerate(nsq_cluster.nsqds):
+        server.http.pub(TOPIC, f"from {index}".encode())
+    lookupd = nsq_cluster.lookupd.http
+    wait_until(lambda: len(lookupd.producer_addresses(TOPIC)) == 3, timeout=10)
+    received = Received()
+    consumer = gnsq.Consumer(
+        TOPIC, CHANNEL, lookupd_http_addresses=[f"http://{nsq_cluster.lookupd.http_address}"],
+        max_in_flight=10,
+    )
+    consumer.on_message.connect(finishing(received), weak=False)
+    consumer.start(block=False)
+    try:
+        wait_until(lambda: len(received.messages) == 3, timeout=10)
+        assert sorted(received.bodies) == [b"from 0", b"from 1", b"from 2"]
+    finally:
+        consumer.close()
+        consumer.join(timeout=2)

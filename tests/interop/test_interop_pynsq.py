@@ -17,6 +17,7 @@ import pytest
 from interop_support import Loop, channel_stats
 
 from gnsqlite.testing import AuthServer, NsqdServer, TLSFiles, grant
+from gnsqlite.testing.plugin import NsqCluster
 
 pytestmark = pytest.mark.interop
 
@@ -260,8 +261,8 @@ def test_tls_with_verified_certificates(
 def test_tls_required_refuses_plain_publishing(
     loop: Loop, nsqd_factory: NsqdFactory, tls_files: TLSFiles
 ) -> None:
-    nsqd = nsqd_factory(
-        tls_cert=tls_files.cert_file, tls_key=tls_files.key_file, tls_required=True
+    nsqd = nsqd_factory(  # TLS for TCP only, so that HTTP still answers for the fixture
+        tls_cert=tls_files.cert_file, tls_key=tls_files.key_file, tls_required="tcp-https"
     )
     w = writer(loop, nsqd)
     answer = publish(loop, w.pub, TOPIC, b"plain")
@@ -331,3 +332,22 @@ def test_auth_refused(
     loop.run_until(lambda: errors and closed)
     assert "E_AUTH_FAILED" in str(errors[0])
     assert [q["secret"] for q in auth.requests] == ["wrong"]
+
+
+def test_reader_discovers_every_nsqd_through_lookupd(loop: Loop, nsq_cluster: NsqCluster) -> None:
+    for index, server in enumerate(nsq_cluster.nsqds):
+        server.http.pub(TOPIC, f"from {index}".encode())
+    lookupd = nsq_cluster.lookupd.http
+    loop.run_until(lambda: len(lookupd.producer_addresses(TOPIC)) == 3)
+    received = Received()
+    r = nsq.Reader(
+        topic=TOPIC, channel=CHANNEL, message_handler=finishing(received),
+        lookupd_http_addresses=[f"http://{nsq_cluster.lookupd.http_address}"],
+        max_in_flight=10,
+    )
+    try:
+        loop.run_until(lambda: len(received.messages) == 3)
+        assert sorted(received.bodies) == [b"from 0", b"from 1", b"from 2"]
+        assert sorted(r.conns) == sorted(s.tcp_address for s in nsq_cluster.nsqds)
+    finally:
+        r.close()

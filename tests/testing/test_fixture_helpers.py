@@ -129,3 +129,20 @@ def test_wait_until_ignores_only_the_given_errors() -> None:
         wait_until(lambda: 1 // 0, timeout=2, ignore=(OSError,))
     with pytest.raises(AssertionError, match="OSError"):
         wait_until(lambda: (_ for _ in ()).throw(OSError("x")), timeout=0.05, ignore=(OSError,))
+
+
+def test_auth_server_works_in_a_monkey_patched_process() -> None:
+    import subprocess
+    import sys
+
+    code = """
+from gevent import monkey; monkey.patch_all()
+import urllib.request
+from gnsqlite.testing import AuthServer, grant
+with AuthServer(lambda ip, tls, secret: grant(identity=secret)) as server:
+    print(urllib.request.urlopen(f"http://{server.address}/auth?secret=zed").read().decode())
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=True
+    )
+    assert json.loads(out.stdout)["identity"] == "zed"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 import sys
@@ -33,14 +32,15 @@ def _script(path: Path, body: str) -> Path:
 
 @pytest.fixture
 def fake_bin_dir(tmp_path: Path) -> Path:
-    """``nsqd`` and ``nsqlookupd`` stand-ins that record their argv and run ours."""
+    """``nsqd`` and ``nsqlookupd`` shell scripts that record their argv and exec ours."""
     for name, module in (("nsqd", "gnsqlite.broker"), ("nsqlookupd", "gnsqlite.broker.lookupd")):
-        _script(tmp_path / name, f"""
-            import json, os, sys
-            with open(os.path.join(os.path.dirname(__file__), "{name}.argv"), "a") as f:
-                f.write(json.dumps(sys.argv[1:]) + "\\n")
-            os.execv(sys.executable, [sys.executable, "-m", "{module}", *sys.argv[1:]])
-        """)
+        path = tmp_path / name
+        path.write_text(
+            "#!/bin/sh\n"
+            f'printf "%s\\n" "$@" > "$(dirname "$0")/{name}.argv"\n'
+            f'exec "{sys.executable}" -m {module} "$@"\n'
+        )
+        path.chmod(path.stat().st_mode | stat.S_IXUSR)
     return tmp_path
 
 
@@ -54,9 +54,7 @@ def test_env_directory_binaries_are_launched_with_nsqd_flags(
             assert nsqd.is_real
             nsqd.http.pub("t", b"hello")
             wait_until(lambda: lookupd.http.producer_addresses("t") == [nsqd.tcp_address])
-            [nsqd_argv] = [
-                json.loads(line) for line in (fake_bin_dir / "nsqd.argv").read_text().splitlines()
-            ]
+            nsqd_argv = (fake_bin_dir / "nsqd.argv").read_text().splitlines()
             assert nsqd_argv == [
                 f"--https-address=127.0.0.1:{nsqd.https_port}",
                 f"--tcp-address={nsqd.tcp_address}",
@@ -67,7 +65,7 @@ def test_env_directory_binaries_are_launched_with_nsqd_flags(
                 "--msg-timeout=2000ms",
                 "--max-rdy-count=7",
             ]
-        lookupd_argv = json.loads((fake_bin_dir / "nsqlookupd.argv").read_text())
+        lookupd_argv = (fake_bin_dir / "nsqlookupd.argv").read_text().splitlines()
         assert lookupd_argv == [
             f"--tcp-address={lookupd.tcp_address}",
             f"--http-address={lookupd.http_address}",
@@ -201,3 +199,32 @@ def test_a_missing_binary_is_reported(tmp_path: Path, monkeypatch: pytest.Monkey
     with pytest.raises(ServerStartError, match="cannot run nsqd"):
         server.start()
     server.close()
+
+
+def test_tls_required_nsqd_counts_as_ready(tmp_path: Path) -> None:
+    port = free_port()
+    script = _script(tmp_path / "tls_only", f"""
+        from http.server import BaseHTTPRequestHandler, HTTPServer
+        class TLSOnly(BaseHTTPRequestHandler):
+            def do_GET(self):  # what nsqd --tls-required=true answers over plain HTTP
+                self.send_response(403)
+                self.end_headers()
+                self.wfile.write(b'{{"message": "TLS_REQUIRED", "https_port": 4152}}')
+            def log_message(self, *args):
+                pass
+        HTTPServer(("127.0.0.1", {port}), TLSOnly).serve_forever()
+    """)
+    process = ServerProcess([str(script)], f"127.0.0.1:{port}", "tls_only")
+    process.launch()
+    try:
+        process.wait_ready(timeout=10)
+        assert process.running
+    finally:
+        process.close()
+
+
+def test_lookupd_restart_keeps_its_addresses(nsqlookupd: LookupdServer) -> None:
+    addresses = (nsqlookupd.tcp_address, nsqlookupd.http_address)
+    nsqlookupd.restart()
+    assert (nsqlookupd.tcp_address, nsqlookupd.http_address) == addresses
+    assert nsqlookupd.http.ping()
