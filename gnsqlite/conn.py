@@ -343,7 +343,7 @@ class Connection:
             # when the user built the context with the stdlib ssl module.
             tls = gevent.ssl.SSLSocket(
                 sock=sock,
-                server_hostname=host if context.check_hostname else None,
+                server_hostname=host,
                 do_handshake_on_connect=False,
                 _context=context,
             )

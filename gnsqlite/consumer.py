@@ -465,7 +465,7 @@ class Consumer:
     def _on_message(self, conn: Connection, wire: WireMessage) -> None:
         """Runs in the connection's reader greenlet: count, top up RDY, queue. Never blocks."""
         message = Message(
-            wire.id.decode("ascii"),
+            wire.id,
             wire.body,
             wire.timestamp,
             wire.attempts,
@@ -476,17 +476,20 @@ class Consumer:
         )
         link = self._links.get(conn.name)
         if link is None or link.conn is not conn:
-            message.requeue(0.0, backoff=False)
+            message.requeue(0.0, backoff=False)  # not counted, so respond() counts nothing
             return
         link.received += 1
         link.last_message_time = time.time()
-        self._send_rdy(self._planner.message_received(conn.name, time.monotonic()))
+        commands = self._planner.message_received(conn.name, time.monotonic())
+        if commands:
+            self._send_rdy(commands)
         self._update_starved()
         if self._closing:
             message.requeue(0.0, backoff=False)
             return
-        self._queue.put(message)
-        if self._idle_workers < self._queue.qsize() and len(self._workers) < self.concurrency:
+        queue = self._queue
+        queue.put(message)
+        if self._idle_workers < queue.qsize() and len(self._workers) < self.concurrency:
             self._workers.spawn(self._work)
 
     def _requeue_queued(self) -> None:
@@ -560,11 +563,11 @@ class Consumer:
         if link is not None and link.conn is not conn:
             link = None
         if action == "touch":
-            self._quietly(conn.touch, message.id)
+            self._quietly(conn.touch, message.wire_id)
             return
         counts = link is not None and not self._closing and self._backoff is not None
         if action == "finish":
-            self._quietly(conn.finish, message.id)
+            self._quietly(conn.finish, message.wire_id)
             if link is not None:
                 link.finished += 1
         else:
@@ -573,12 +576,14 @@ class Consumer:
                 # failed message straight back inside the backoff window.
                 self._apply_backoff(self._backoff.failure(time.monotonic()))
             delay = self.requeue_delay(message.attempts) if delay is None else delay
-            self._quietly(conn.requeue, message.id, delay)
+            self._quietly(conn.requeue, message.wire_id, delay)
             if link is not None:
                 link.requeued += 1
         if link is None:
             return
-        self._planner.message_done(conn.name)
+        commands = self._planner.message_done(conn.name)
+        if commands:
+            self._send_rdy(commands)
         self._update_starved()
         if self._closing:
             if self._in_flight() == 0:

@@ -59,15 +59,15 @@ class Message:
         "attempts",
         "body",
         "connection",
-        "id",
         "msg_timeout",
         "nsqd",
         "timestamp",
+        "wire_id",
     )
 
     def __init__(
         self,
-        id: str,
+        id: str | bytes,
         body: bytes,
         timestamp: int,
         attempts: int,
@@ -76,7 +76,8 @@ class Message:
         msg_timeout: float,
         connection: Any = None,
     ) -> None:
-        self.id = id
+        # The 16 bytes FIN/REQ/TOUCH carry; ``id`` decodes them on demand.
+        self.wire_id = id.encode("ascii") if isinstance(id, str) else bytes(id)
         self.body = body
         self.timestamp = timestamp
         self.attempts = attempts
@@ -87,6 +88,11 @@ class Message:
         self._responded = False
         self._async = False
         self._deadline = time.monotonic() + msg_timeout
+
+    @property
+    def id(self) -> str:
+        """The 16-character message id."""
+        return self.wire_id.decode("ascii")
 
     def __repr__(self) -> str:
         return f"<Message {self.id} attempts={self.attempts} from {self.nsqd}>"

@@ -8,7 +8,8 @@ The rules, from the client-library guide:
 * the sum of the RDY counts last sent never exceeds ``max_in_flight``
   (decreases are always emitted before increases);
 * the RDY count is sent again when what remains of it drops to 0 or below
-  25% of the value last sent (in full flow; not while probing in backoff);
+  25% of the value last sent (checked as messages are answered, in full
+  flow; not while probing in backoff);
 * when ``max_in_flight`` is smaller than the number of connections, each
   connection holds 0 or 1, and :meth:`RdyPlanner.redistribute` periodically
   takes the 1 from connections idle longer than ``low_rdy_idle_timeout`` and
@@ -171,34 +172,39 @@ class RdyPlanner:
         return self._rebalance()
 
     def message_received(self, name: str, now: float) -> list[Command]:
-        """A message arrived on ``name``: count it, and top the RDY up when low."""
+        """A message arrived on ``name``: count it; its first message opens its share."""
         flow = self.conns.get(name)
         if flow is None:
             return []
         flow.in_flight += 1
         flow.rdy -= 1
         flow.last_message_at = now
-        out: list[Command] = []
         self._check_starved(flow)
         if not flow.warmed:
             flow.warmed = True
             if self.mode == self.FULL and not self.scarce:
-                out = self._rebalance()
-                if out:
-                    return out
-        # While probing, the one message is the test: its result decides what
-        # comes next (a new window or the full flow), so RDY is not topped up.
-        low = flow.rdy <= 0 or flow.rdy < flow.last_rdy * RESEND_RATIO
-        if self.mode == self.FULL and flow.last_rdy > 0 and low:
-            self._send(flow, flow.last_rdy, out)
-        return out
+                return self._rebalance()
+        return []
 
-    def message_done(self, name: str) -> None:
-        """A message from ``name`` was answered (FIN or REQ)."""
+    def message_done(self, name: str) -> list[Command]:
+        """A message from ``name`` was answered (FIN or REQ): top its RDY up when low.
+
+        The top-up is decided here rather than on arrival so that it travels
+        in the same write as the FIN. While probing, the one message is the
+        test and its result decides what comes next, so nothing is topped up.
+        """
         flow = self.conns.get(name)
-        if flow is not None and flow.in_flight > 0:
+        if flow is None:
+            return []
+        if flow.in_flight > 0:
             flow.in_flight -= 1
             self._check_starved(flow)
+        low = flow.rdy <= 0 or flow.rdy < flow.last_rdy * RESEND_RATIO
+        if self.mode == self.FULL and flow.last_rdy > 0 and low:
+            out: list[Command] = []
+            self._send(flow, flow.last_rdy, out)
+            return out
+        return []
 
     def set_max_in_flight(self, max_in_flight: int) -> list[Command]:
         """Change ``max_in_flight`` at run time; 0 pauses the flow."""

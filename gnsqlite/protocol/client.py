@@ -84,8 +84,10 @@ class ClientState(enum.Enum):
     CLOSED = "closed"
 
 
-_PUBLISH_STATES = frozenset({ClientState.READY, ClientState.SUBSCRIBING, ClientState.SUBSCRIBED})
-_RESPOND_STATES = frozenset({ClientState.SUBSCRIBING, ClientState.SUBSCRIBED, ClientState.CLOSING})
+# Tuples, not sets: membership is then an identity test per member, where a
+# set would call Enum.__hash__ (Python code) once per FIN on the hot path.
+_PUBLISH_STATES = (ClientState.SUBSCRIBED, ClientState.READY, ClientState.SUBSCRIBING)
+_RESPOND_STATES = (ClientState.SUBSCRIBED, ClientState.CLOSING, ClientState.SUBSCRIBING)
 
 
 class ClientConnection:

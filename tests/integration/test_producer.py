@@ -180,7 +180,7 @@ def test_invalid_topics_fail_locally_and_server_errors_are_raised(nsqd_factory: 
 def test_every_nsqd_down_raises_naming_each(nsqd_factory: Any) -> None:
     first = nsqd_factory()
     second = nsqd_factory()
-    producer = Producer([first.tcp_address, second.tcp_address], timeout=1.0)
+    producer = Producer([first.tcp_address, second.tcp_address], timeout=0.5)
     producer.start()
     try:
         producer.publish("t", b"x")

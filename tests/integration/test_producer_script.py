@@ -28,6 +28,7 @@ from gnsqlite.errors import (
 )
 from gnsqlite.producer import Producer
 from gnsqlite.testing.waiting import wait_until
+from gnsqlite.timers import TimerWheel
 
 Start = Callable[[Script], ScriptedNsqd]
 
@@ -245,3 +246,16 @@ def test_concurrent_publishers_on_one_connection(scripted: Start) -> None:
     assert sorted(results) == list(range(100))
     assert sorted(int(b or b"") for _, b in published(server)) == list(range(100))
     assert len(server.peers) == 1
+
+
+def test_close_cancels_reconnects_and_parked_publishes() -> None:
+    producer = Producer(free_address(), reconnect_interval=5.0)
+    producer.start(timeout=1)
+    result = producer.publish_async("t", b"x", timeout=30)  # parked: no nsqd is up
+    wheel = TimerWheel.for_hub()
+    assert len(wheel.owned_by(producer)) == 2  # the reconnect and the park's deadline
+    producer.close()
+    assert wheel.owned_by(producer) == []
+    with pytest.raises(ConnectionClosedError, match="producer closed"):
+        result.get(timeout=1)
+    assert producer.join(0)

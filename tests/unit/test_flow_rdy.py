@@ -47,11 +47,22 @@ def test_max_rdy_count_is_never_exceeded() -> None:
 def test_rdy_is_resent_below_a_quarter_or_at_zero() -> None:
     p = planner(8)
     p.add("a", 2500, now=0.0)
-    p.message_received("a", now=0.0)  # -> RDY 8, remaining 8
-    sent = [p.message_received("a", now=0.0) for _ in range(7)]
-    # remaining 7..1: 1 < 8 * 0.25 triggers the re-send on the 7th message
-    assert sent[:6] == [[]] * 6
-    assert sent[6] == [("a", 8)]
+    p.message_received("a", now=0.0)  # the first message opens RDY 8
+    assert [p.message_received("a", now=0.0) for _ in range(7)] == [[]] * 7  # remaining 1
+    # The top-up rides with an answer: 1 < 8 * 0.25.
+    assert p.message_done("a") == [("a", 8)]
+    assert p.message_done("a") == []  # remaining is back at 8
+
+
+def test_rdy_one_is_resent_after_each_answer_but_not_while_probing() -> None:
+    p = planner(1)
+    p.add("a", 2500, now=0.0)
+    p.message_received("a", now=0.0)
+    assert p.message_done("a") == [("a", 1)]
+    p.pause()
+    p.probe()
+    p.message_received("a", now=0.0)
+    assert p.message_done("a") == []
 
 
 def test_removing_a_connection_frees_its_rdy_for_the_others() -> None:
