@@ -6,6 +6,8 @@ starting anything. Importing this package never monkey-patches.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 __version__ = "0.1.0"
 
 from .config import ConnectionConfig, ConsumerConfig
@@ -18,8 +20,35 @@ from .errors import (
     ServerError,
 )
 
+if TYPE_CHECKING:
+    from .consumer import Consumer
+    from .message import Message, RequeueMessage
+    from .producer import Producer
+
+_LAZY = {
+    "Consumer": "consumer",
+    "Producer": "producer",
+    "Message": "message",
+    "RequeueMessage": "message",
+}
+
+
+def __getattr__(name: str) -> object:
+    """Import the gevent-based classes on first use, so ``import gnsqlite`` stays light."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gnsqlite' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f".{module}", __name__), name)
+
+
 __all__ = [
     "__version__",
+    "Consumer",
+    "Producer",
+    "Message",
+    "RequeueMessage",
     "ConnectionConfig",
     "ConsumerConfig",
     "ConfigError",

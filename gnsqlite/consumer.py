@@ -191,6 +191,7 @@ class Consumer:
         self._drained = gevent.event.Event()
         #: Set while :meth:`is_starved` is true: a batching handler waits on it.
         self.starved = gevent.event.Event()
+        self._observers: list[Callable[[Message], None]] = []
 
     def __repr__(self) -> str:
         return f"<Consumer {self.topic}/{self.channel} conns={len(self._links)}>"
@@ -213,6 +214,20 @@ class Consumer:
     def set_handler(self, handler: Handler) -> None:
         """Replace the handler (takes effect for the next message)."""
         self._handler = handler
+
+    def add_message_observer(self, observer: Callable[[Message], None]) -> None:
+        """Call ``observer(message)`` for every message received (a dashboard's tail).
+
+        It runs in the connection's reader greenlet, before the handler: it
+        must not block and must not answer the message. Its exceptions are
+        logged and ignored.
+        """
+        self._observers.append(observer)
+
+    def remove_message_observer(self, observer: Callable[[Message], None]) -> None:
+        """Stop calling ``observer``; a no-op if it was not added."""
+        if observer in self._observers:
+            self._observers.remove(observer)
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -487,6 +502,11 @@ class Consumer:
         if self._closing:
             message.requeue(0.0, backoff=False)
             return
+        for observer in self._observers:
+            try:
+                observer(message)
+            except Exception:
+                log.exception("%s: message observer %r failed", self, observer)
         queue = self._queue
         queue.put(message)
         if self._idle_workers < queue.qsize() and len(self._workers) < self.concurrency:

@@ -243,7 +243,10 @@ class NoConnectionsError(NSQConnectionError):
         self, errors: dict[str, BaseException], message: str = "every nsqd failed"
     ) -> None:
         self.errors = dict(errors)
-        detail = "; ".join(f"{addr}: {err}" for addr, err in self.errors.items())
+        detail = "; ".join(
+            str(err) if str(err).startswith(f"{addr}:") else f"{addr}: {err}"
+            for addr, err in self.errors.items()
+        )
         addresses = ", ".join(self.errors) or "no nsqd"
         super().__init__(addresses, f"{message}" + (f" ({detail})" if detail else ""))
 

@@ -99,10 +99,14 @@ def test_messages_are_handled_and_finished(nsqd: NsqdServer, consumers: list[Con
         nsqd_tcp_addresses=[nsqd.tcp_address],
         max_in_flight=20,
     )
+    observed: list[bytes] = []
+    consumer.add_message_observer(lambda m: observed.append(m.body))
+    consumer.add_message_observer(lambda m: 1 / 0)  # a broken observer changes nothing
     consumers.append(consumer)
     consumer.start()
     wait_until(lambda: len(seen) == 200, timeout=20)
     assert sorted(seen) == sorted(b"m%d" % i for i in range(200))
+    assert sorted(observed) == sorted(seen)
     wait_until(lambda: drained(nsqd), timeout=10)
     stats = consumer.stats()
     assert stats["totals"]["finished"] == 200

@@ -1,0 +1,157 @@
+"""``gnsqlite tail``: print a topic's messages as they arrive, like ``nsq_tail``.
+
+It subscribes on an ephemeral channel (``tail123456#ephemeral``) unless
+``--channel`` names one, finishes every message once printed, and stops
+after ``-n`` messages or on Ctrl-C, closing the consumer cleanly (exit 0).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+import sys
+from collections.abc import Sequence
+from typing import Any, BinaryIO
+
+import gevent.event
+
+from ..consumer import Consumer
+from ..http import LookupdClient
+from ..message import Message, RequeueMessage
+from ..protocol import check_channel_name, check_topic_name
+from ._common import (
+    CommandError,
+    Parser,
+    check_reachable,
+    configure_logging,
+    normalize_address,
+    run,
+    stop_on_signals,
+)
+
+__all__ = ["build_parser", "format_message", "main"]
+
+_EXAMPLES = """
+examples:
+  gnsqlite tail --topic clicks --nsqd-tcp-address 127.0.0.1:4150
+  gnsqlite tail --topic clicks --lookupd-http-address 127.0.0.1:4161 -n 10 --format json
+  gnsqlite tail --topic clicks --channel archive --nsqd-tcp-address 127.0.0.1:4150
+
+Raw output writes each body followed by a newline; json writes one object a
+line: {"id", "timestamp" (ns), "attempts", "nsqd", "body"} ("body_base64"
+instead of "body" when the body is not UTF-8).
+"""
+
+
+def build_parser() -> Parser:
+    """The ``tail`` argument parser."""
+    parser = Parser(
+        prog="gnsqlite tail",
+        description="Print the messages of a topic as they arrive.",
+        epilog=_EXAMPLES,
+    )
+    parser.add_argument("--topic", required=True, help="the topic to read")
+    parser.add_argument(
+        "--channel", help="the channel (default: a new ephemeral one, so nothing is taken away)"
+    )
+    parser.add_argument(
+        "--nsqd-tcp-address", action="append", default=[], metavar="ADDR",
+        help="nsqd TCP address host:port (repeatable)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--lookupd-http-address", action="append", default=[], metavar="ADDR",
+        help="nsqlookupd HTTP address host:port (repeatable)",
+    )  # fmt: skip
+    parser.add_argument(
+        "-n", "--count", type=int, default=0, metavar="N",
+        help="exit after N messages (default 0: run until Ctrl-C)",
+    )  # fmt: skip
+    parser.add_argument("--format", choices=("raw", "json"), default="raw", help="output format")
+    parser.add_argument(
+        "--max-in-flight", type=int, default=200, help="RDY budget (default %(default)s)"
+    )
+    parser.add_argument("--verbose", action="store_true", help="log connections to stderr")
+    return parser
+
+
+def format_message(message: Message, fmt: str) -> bytes:
+    """One output line (newline included) for ``message`` in ``fmt`` (``raw`` or ``json``)."""
+    if fmt == "raw":
+        return message.body + b"\n"
+    record: dict[str, Any] = {
+        "id": message.id,
+        "timestamp": message.timestamp,
+        "attempts": message.attempts,
+        "nsqd": message.nsqd,
+    }
+    try:
+        record["body"] = message.body.decode("utf-8")
+    except UnicodeDecodeError:
+        record["body_base64"] = base64.b64encode(message.body).decode("ascii")
+    return json.dumps(record, ensure_ascii=False).encode("utf-8") + b"\n"
+
+
+def main(argv: Sequence[str]) -> int:
+    """Run ``gnsqlite tail``; blocks until ``-n`` messages or Ctrl-C."""
+    args = build_parser().parse_args(list(argv))
+    args.prog = "gnsqlite tail"
+    return run(_tail, args)
+
+
+def _tail(args: Any) -> int:
+    configure_logging(args.verbose)
+    topic = check_topic_name(args.topic)
+    channel = args.channel or f"tail{random.randrange(1_000_000):06d}#ephemeral"
+    check_channel_name(channel)
+    if args.count < 0:
+        raise CommandError("-n must be 0 (no limit) or more", 2)
+    if bool(args.nsqd_tcp_address) == bool(args.lookupd_http_address):
+        raise CommandError(
+            "give --nsqd-tcp-address or --lookupd-http-address (one kind, repeatable)", 2
+        )
+    nsqds = [normalize_address(a, "nsqd TCP") for a in args.nsqd_tcp_address]
+    lookupds = [normalize_address(a, "nsqlookupd HTTP") for a in args.lookupd_http_address]
+    for address in nsqds:
+        check_reachable(address, "nsqd")
+    for address in lookupds:
+        try:
+            LookupdClient(address, timeout=5.0).ping()
+        except Exception as exc:
+            raise CommandError(f"cannot reach nsqlookupd at {address}: {exc}") from None
+
+    out: BinaryIO = sys.stdout.buffer
+    stop = gevent.event.Event()
+    printed = 0
+
+    def handle(message: Message) -> None:
+        nonlocal printed
+        if stop.is_set():
+            raise RequeueMessage(0.0)  # not printed: back to the channel, without backoff
+        try:
+            out.write(format_message(message, args.format))
+            out.flush()
+        except BrokenPipeError:  # the reader went away (`gnsqlite tail ... | head`)
+            stop.set()
+            return
+        printed += 1
+        if args.count and printed >= args.count:
+            stop.set()
+
+    consumer = Consumer(
+        topic,
+        channel,
+        handle,
+        nsqd_tcp_addresses=nsqds,
+        lookupd_http_addresses=lookupds,
+        max_in_flight=1 if args.count == 1 else args.max_in_flight,
+        concurrency=1,  # keeps the output in arrival order
+        backoff=None,
+    )
+    with stop_on_signals(stop):
+        consumer.start()
+        try:
+            stop.wait()
+        finally:
+            consumer.close(timeout=5.0)
+    return 0

@@ -1,0 +1,60 @@
+"""What the dashboard samples: cumulative counters and the events between two looks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gnsqlite.dashboard.sources import ConsumerSource, HTTPSource
+from gnsqlite.testing import free_port
+
+
+class _FakeConsumer:
+    topic = "clicks"
+    channel = "archive"
+
+    def __init__(self) -> None:
+        self.conns: list[dict[str, Any]] = []
+        self.backoff = "normal"
+        self.starved = False
+
+    def stats(self) -> dict[str, Any]:
+        totals = {k: sum(c[k] for c in self.conns)
+                  for k in ("rdy", "in_flight", "received", "finished", "requeued")}  # fmt: skip
+        return {"topic": self.topic, "channel": self.channel, "max_in_flight": 10,
+                "connections": self.conns, "totals": totals,
+                "backoff": {"state": self.backoff}, "starved": self.starved}  # fmt: skip
+
+
+def _conn(address: str, received: int, finished: int, requeued: int = 0) -> dict[str, Any]:
+    return {"address": address, "rdy": 5, "in_flight": received - finished - requeued,
+            "received": received, "finished": finished, "requeued": requeued}  # fmt: skip
+
+
+def test_counters_stay_cumulative_when_a_connection_goes_and_comes_back() -> None:
+    consumer = _FakeConsumer()
+    source = ConsumerSource(consumer, 0)
+    consumer.conns = [_conn("a:1", 10, 9), _conn("b:1", 5, 5)]
+    state, events = source.sample()
+    assert state["totals"]["received"] == 15 and state["totals"]["finished"] == 14
+    assert events == ["connected to a:1", "connected to b:1"]
+
+    consumer.conns = [_conn("a:1", 12, 12)]  # b went away with its counts
+    consumer.backoff, consumer.starved = "window", True
+    state, events = source.sample()
+    assert state["totals"]["received"] == 17  # never goes down
+    assert events == ["lost the connection to b:1", "backoff: normal -> window", "starved"]
+
+    consumer.conns = [_conn("a:1", 12, 12), _conn("b:1", 1, 1)]  # b back, counting from 0
+    state, events = source.sample()
+    assert state["totals"]["received"] == 18 and state["totals"]["finished"] == 18
+    assert events == ["connected to b:1"]
+
+
+def test_an_unreachable_nsqd_is_an_error_and_an_event_not_an_exception() -> None:
+    address = f"127.0.0.1:{free_port('127.0.0.1')}"
+    source = HTTPSource([address], timeout=1.0)
+    state, events = source.sample()
+    assert address in state["errors"]
+    assert len(events) == 1 and events[0].startswith(address)
+    assert state["topics"] == [] and state["totals"]["received"] == 0
+    assert source.sample()[1] == []  # said once, not every tick
