@@ -470,6 +470,18 @@ class Consumer:
                 cfg.lookupd_poll_interval + jitter, self._tasks.spawn, self._poll, owner=self
             )
 
+    def connect_to_nsqd(self, address: str) -> None:
+        """Add ``address`` (``"host:port"``) to the static nsqd and connect to it.
+
+        Does not block: the connection is made in the background and, like
+        every static address, reconnected with backoff if it fails.
+        """
+        name = _addresses("address", address)[0]
+        if name not in self.nsqd_tcp_addresses:
+            self.nsqd_tcp_addresses = (*self.nsqd_tcp_addresses, name)
+        if self._started:
+            self._spawn_connect(name, discovered=False)
+
     def query_lookupd(self) -> None:
         """Poll lookupd now, in the background (a poll is also scheduled every interval)."""
         if self._poller is not None and not self._closing:

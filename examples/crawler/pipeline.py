@@ -1,0 +1,157 @@
+"""A crawler pipeline over NSQ: URLs in, pages fetched, links parsed, URLs out.
+
+Two topics and two stages, each a gnsqlite Consumer:
+
+* ``urls`` (channel ``fetch``): fetcher greenlets (``--fetchers`` of them, the
+  Consumer's ``max_in_flight``) download each URL and publish what they got
+  to ``results``;
+* ``results`` (channel ``parse``): the parse stage extracts the links of each
+  page, keeps those on the same site, within ``--max-depth`` and not seen
+  before, and publishes them to ``urls``.
+
+The parse stage knows how many URLs are outstanding (published but not yet
+parsed back); when none is left the crawl is complete and the program stops
+everything, prints a summary and exits. Redelivered messages are harmless:
+a result parsed twice is recognised and skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+import urllib.error
+import urllib.request
+from html.parser import HTMLParser
+from typing import Any
+from urllib.parse import urldefrag, urljoin, urlsplit
+
+import gevent.event
+from testsite import TestSite
+
+from gnsqlite.consumer import Consumer
+from gnsqlite.message import Message
+from gnsqlite.producer import Producer
+
+
+class LinkParser(HTMLParser):
+    """Collects the ``href`` of every ``<a>``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.links: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "a":
+            self.links.extend(value for name, value in attrs if name == "href" and value)
+
+
+class Crawler:
+    """The pipeline: see the module docstring."""
+
+    def __init__(self, nsqd: str, max_depth: int, fetchers: int) -> None:
+        self.nsqd = nsqd
+        self.max_depth = max_depth
+        self.fetchers = fetchers
+        self.producer = Producer([nsqd])
+        self.seen: set[str] = set()
+        self.parsed: set[str] = set()
+        self.outstanding = 0
+        self.done = gevent.event.Event()
+        self.site_host = ""
+        self.consumers = [
+            Consumer("urls", "fetch", self.fetch, nsqd_tcp_addresses=[nsqd],
+                     max_in_flight=fetchers, requeue_delay=0.5),
+            Consumer("results", "parse", self.parse, nsqd_tcp_addresses=[nsqd],
+                     max_in_flight=fetchers),
+        ]
+
+    def crawl(self, seed: str, timeout: float) -> bool:
+        """Crawl from ``seed``; blocks until done or ``timeout`` seconds. ``True`` if done."""
+        self.site_host = urlsplit(seed).netloc
+        self.producer.start()
+        for consumer in self.consumers:
+            consumer.start()
+        self.seen.add(seed)
+        self.outstanding = 1
+        self.producer.publish("urls", json.dumps({"url": seed, "depth": 0}))
+        try:
+            return bool(self.done.wait(timeout))
+        finally:
+            for consumer in self.consumers:
+                consumer.close()
+            self.producer.close()
+
+    def fetch(self, message: Message) -> None:
+        """Fetcher stage: download one URL and publish the result."""
+        job = json.loads(message.body)
+        try:
+            with urllib.request.urlopen(job["url"], timeout=10) as response:
+                status, html = response.status, response.read().decode("utf-8", "replace")
+        except urllib.error.HTTPError as exc:
+            status, html = exc.code, ""
+        self.producer.publish("results", json.dumps({**job, "status": status, "html": html}))
+
+    def parse(self, message: Message) -> None:
+        """Parse stage: publish the new links of one page; notice when the crawl is done."""
+        result = json.loads(message.body)
+        if result["url"] in self.parsed:
+            return  # a redelivery: already counted
+        new = []
+        if result["depth"] < self.max_depth:
+            parser = LinkParser()
+            parser.feed(result["html"])
+            for href in parser.links:
+                url = urldefrag(urljoin(result["url"], href)).url
+                parts = urlsplit(url)
+                on_site = parts.scheme == "http" and parts.netloc == self.site_host
+                if on_site and url not in self.seen:
+                    self.seen.add(url)
+                    new.append(json.dumps({"url": url, "depth": result["depth"] + 1}))
+        self.outstanding += len(new)
+        if new:
+            self.producer.multi_publish("urls", new)
+        self.parsed.add(result["url"])
+        self.outstanding -= 1
+        if self.outstanding == 0:
+            self.done.set()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Crawl a generated site through NSQ.")
+    parser.add_argument("--nsqd-tcp-address", required=True)
+    parser.add_argument("--pages", type=int, default=300)
+    parser.add_argument("--max-depth", type=int, default=6)
+    parser.add_argument("--fetchers", type=int, default=20)
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds")
+    parser.add_argument("--report", help="write a JSON report to this file")
+    args = parser.parse_args()
+
+    site = TestSite(pages=args.pages)
+    seed = site.start()
+    crawler = Crawler(args.nsqd_tcp_address, args.max_depth, args.fetchers)
+    started = time.monotonic()
+    try:
+        done = crawler.crawl(seed, args.timeout)
+    finally:
+        site.stop()
+    elapsed = time.monotonic() - started
+    reachable = [p for p, d in site.depth.items() if d <= args.max_depth]
+    report: dict[str, Any] = {
+        "done": done,
+        "seconds": round(elapsed, 3),
+        "site_pages": len(site.links),
+        "within_depth": len(reachable),
+        "max_depth": args.max_depth,
+        "fetches": dict(site.fetches),
+        "depth": site.depth,
+        "parsed": len(crawler.parsed),
+    }
+    if args.report:
+        with open(args.report, "w") as f:
+            json.dump(report, f)
+    fetched_once = sum(1 for p in reachable if site.fetches[p] == 1)
+    print(f"crawl {'complete' if done else 'TIMED OUT'} in {elapsed:.2f} s: "
+          f"{fetched_once}/{len(reachable)} pages within depth {args.max_depth} fetched once, "
+          f"{sum(site.fetches.values())} fetches in all")
+    raise SystemExit(0 if done else 1)

@@ -1,0 +1,210 @@
+"""pynsq's ``Writer`` on a gnsqlite :class:`~gnsqlite.producer.Producer`.
+
+The Producer owns the connections (connecting, heartbeats, reconnecting);
+each ``pub``/``mpub``/``dpub`` goes, as in pynsq, to one open connection
+picked at random and is not retried elsewhere. The callback gets
+``(conn, data)``: ``conn`` a :class:`~gnsqlite.nsq.conns.ConnectionView`
+(``None`` when nothing was sent), ``data`` ``b"OK"`` or an
+:class:`~gnsqlite.nsq.Error`. With no open connection the callback gets a
+:class:`~gnsqlite.nsq.SendError` at once, in the caller's greenlet; answers
+from nsqd reach callbacks in a greenlet of the Writer, in the order they
+arrive. A callback may block (it delays the callbacks after it).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import gevent
+import gevent.event
+import gevent.pool
+import gevent.queue
+
+from ..conn import Connection
+from ..errors import ConfigError, NSQConnectionError
+from ..producer import Producer
+from . import runner
+from .conns import ConnectionView
+from .errors import Error, SendError, as_nsq_error
+from .options import check_keywords, connection_config
+
+__all__ = ["Callback", "Writer"]
+
+log = logging.getLogger(__name__)
+
+Callback = Callable[[Any, Any], Any]
+_Job = tuple[Callback | None, str, str, ConnectionView | None, Any]
+
+
+class Writer:
+    """Publishes to the nsqd at ``nsqd_tcp_addresses``, as pynsq's ``nsq.Writer`` does.
+
+    ``reconnect_interval`` (seconds) paces reconnection after a connection
+    fails; ``**kwargs`` are pynsq's connection keywords in pynsq's units
+    (see :mod:`gnsqlite.nsq.options`). The constructor opens nothing;
+    :func:`~gnsqlite.nsq.run` (or :meth:`start`) connects. ``writer.producer``
+    is the gnsqlite Producer underneath, for blocking publishes.
+    """
+
+    #: :func:`~gnsqlite.nsq.run` closes Readers before Writers.
+    close_order = 1
+
+    def __init__(
+        self,
+        nsqd_tcp_addresses: str | Iterable[str],
+        reconnect_interval: float = 15.0,
+        name: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        check_keywords("Writer", kwargs)
+        if isinstance(nsqd_tcp_addresses, str):
+            nsqd_tcp_addresses = [nsqd_tcp_addresses]
+        self.nsqd_tcp_addresses = list(nsqd_tcp_addresses)
+        if not self.nsqd_tcp_addresses:
+            raise ConfigError("nsqd_tcp_addresses is empty: give at least one 'host:port'")
+        self.name = name or self.nsqd_tcp_addresses[0]
+        self.reconnect_interval = reconnect_interval
+        options = {k: v for k, v in kwargs.items() if k != "requeue_delay"}
+        self.producer = Producer(
+            self.nsqd_tcp_addresses,
+            config=connection_config(options),
+            reconnect_interval=reconnect_interval,
+            max_reconnect_interval=reconnect_interval,
+        )
+        self._jobs: gevent.queue.Queue[_Job | None] = gevent.queue.Queue()
+        self._greenlets = gevent.pool.Group()
+        self._pending = 0
+        self._idle = gevent.event.Event()
+        self._idle.set()
+        self._started = False
+        self._closed = False
+        runner.register(self)
+
+    def __repr__(self) -> str:
+        return f"<nsq.Writer {self.name}>"
+
+    # -- lifecycle -------------------------------------------------------------
+
+    @property
+    def started(self) -> bool:
+        """Whether :meth:`start` ran."""
+        return self._started
+
+    def start(self) -> None:
+        """Connect; blocks until each nsqd connected or failed once (up to 5 s).
+
+        :func:`~gnsqlite.nsq.run` calls it; not in pynsq.
+        """
+        if self._started or self._closed:
+            return
+        self._started = True
+        self._greenlets.spawn(self._run_callbacks)
+        self.producer.start()
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Wait up to ``timeout`` seconds for nsqd to answer what was sent, then close.
+
+        Callbacks of publishes still unanswered then get a
+        ``ConnectionClosedError``; every callback has run when this returns.
+        Safe to call twice. (pynsq's Writer has no ``close()``.)
+        """
+        if self._closed:
+            return
+        self._closed = True
+        self._idle.wait(timeout)
+        self.producer.close()
+        self._idle.wait(1.0)  # the failures of what was left reach the queue
+        self._jobs.put(None)
+        self._greenlets.join(timeout=max(1.0, timeout))
+        self._greenlets.kill(block=True)
+        runner.unregister(self)
+
+    @property
+    def conns(self) -> dict[str, ConnectionView]:
+        """The open connections by ``"host:port"``."""
+        return {c.name: ConnectionView(c) for c in self.producer.connections}
+
+    # -- publishing ------------------------------------------------------------
+
+    def pub(self, topic: str, msg: bytes | str, callback: Callback | None = None) -> None:
+        """PUB ``msg`` to ``topic``; ``callback(conn, data)`` gets the answer. Does not block."""
+        self._send("pub", topic, callback, lambda c: c.publish(topic, msg))
+
+    def mpub(
+        self, topic: str, msg: bytes | str | Iterable[bytes | str], callback: Callback | None = None
+    ) -> None:
+        """MPUB the list of bodies ``msg`` (or one body) to ``topic``. Does not block."""
+        bodies = [msg] if isinstance(msg, (bytes, str)) else list(msg)
+        self._send("mpub", topic, callback, lambda c: c.multi_publish(topic, bodies))
+
+    def dpub(
+        self, topic: str, delay_ms: int, msg: bytes | str, callback: Callback | None = None
+    ) -> None:
+        """DPUB: deliver ``msg`` after ``delay_ms`` **milliseconds**. Does not block."""
+        if isinstance(delay_ms, bool) or not isinstance(delay_ms, (int, float)):
+            raise TypeError(f"delay_ms must be a number of milliseconds, not {delay_ms!r}")
+        delay = delay_ms / 1000.0
+        self._send("dpub", topic, callback, lambda c: c.deferred_publish(topic, delay, msg))
+
+    def _send(
+        self,
+        command: str,
+        topic: str,
+        callback: Callback | None,
+        request: Callable[[Connection], gevent.event.AsyncResult[bytes]],
+    ) -> None:
+        conns = list(self.producer.connections) if not self._closed else []
+        if not conns:
+            self._call(callback, command, topic, None, SendError("no open connections"))
+            return
+        conn = random.choice(conns)
+        view = ConnectionView(conn)
+        try:
+            result = request(conn)
+        except NSQConnectionError as exc:
+            self._call(callback, command, topic, view, SendError("send error", exc))
+            return
+        self._pending += 1
+        self._idle.clear()
+
+        def answered(done: gevent.event.AsyncResult[bytes]) -> None:  # runs in the hub
+            error = done.exception
+            data = done.value if error is None else as_nsq_error(error)
+            self._jobs.put((callback, command, topic, view, data))
+
+        result.rawlink(answered)
+
+    # -- callbacks -------------------------------------------------------------
+
+    def _run_callbacks(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            callback, command, topic, view, data = job
+            self._pending -= 1
+            try:
+                self._call(callback, command, topic, view, data)
+            finally:
+                if self._pending == 0:
+                    self._idle.set()
+
+    def _call(
+        self,
+        callback: Callback | None,
+        command: str,
+        topic: str,
+        conn: ConnectionView | None,
+        data: Any,
+    ) -> None:
+        if callback is None:
+            if isinstance(data, Error):
+                log.error("[%s] failed to %s to %s: %s", conn or "NA", command, topic, data)
+            return
+        try:
+            callback(conn, data)
+        except Exception:
+            log.exception("[%s] %s callback failed", conn or "NA", command)
