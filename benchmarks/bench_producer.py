@@ -20,237 +20,50 @@ script that prints figures, not a test::
 from __future__ import annotations
 
 import argparse
-import asyncio
+import functools
 import logging
-import time
 from collections.abc import Callable
-from typing import Any
 
-import gevent
-import gevent.event
-
+from gnsqlite.cli._bench_peers import PUBLISH
+from gnsqlite.cli.bench import publish_rate
 from gnsqlite.http import NsqdHTTPClient
-from gnsqlite.producer import Producer
-from gnsqlite.testing import NsqdServer, wait_until
+from gnsqlite.testing import NsqdServer
 
 __all__ = ["main"]
 
-CONCURRENCY = 50
-BATCH = 100
+Workload = Callable[[str, str, bytes, int], float]
 
 
-# -- gnsqlite --------------------------------------------------------------------
+def _clients(mode: str) -> dict[str, Workload]:
+    """The three clients' ``seconds(address, topic, body, count)`` for ``mode``.
 
-
-def ours_sequential(address: str, topic: str, body: bytes, count: int) -> float:
-    with Producer(address) as producer:
-        producer.publish(topic, body)  # warm up: connection and topic exist
-        start = time.perf_counter()
-        for _ in range(count):
-            producer.publish(topic, body)
-        return time.perf_counter() - start
-
-
-def ours_pipelined(address: str, topic: str, body: bytes, count: int) -> float:
-    with Producer(address) as producer:
-        producer.publish(topic, body)
-        each = count // CONCURRENCY
-
-        def publisher() -> None:
-            for _ in range(each):
-                producer.publish(topic, body)
-
-        start = time.perf_counter()
-        gevent.joinall([gevent.spawn(publisher) for _ in range(CONCURRENCY)], raise_error=True)
-        return time.perf_counter() - start
-
-
-def ours_mpub(address: str, topic: str, body: bytes, count: int) -> float:
-    batch = [body] * BATCH
-    with Producer(address) as producer:
-        producer.publish(topic, body)
-        start = time.perf_counter()
-        for _ in range(count // BATCH):
-            producer.multi_publish(topic, batch)
-        return time.perf_counter() - start
-
-
-# -- gnsq ----------------------------------------------------------------------------
-
-
-def _gnsq_producer(address: str) -> Any:
-    import gnsq
-
-    producer = gnsq.Producer([address])
-    producer.start()
-    wait_until(lambda: producer._connections.qsize() > 0, timeout=10)
-    return producer
-
-
-def gnsq_sequential(address: str, topic: str, body: bytes, count: int) -> float:
-    producer = _gnsq_producer(address)
-    try:
-        producer.publish(topic, body)
-        start = time.perf_counter()
-        for _ in range(count):
-            producer.publish(topic, body)
-        return time.perf_counter() - start
-    finally:
-        producer.close()
-        producer.join(5)
-
-
-def gnsq_pipelined(address: str, topic: str, body: bytes, count: int) -> float:
-    producer = _gnsq_producer(address)
-    try:
-        producer.publish(topic, body)
-        each = count // CONCURRENCY
-
-        def publisher() -> None:
-            for _ in range(each):
-                producer.publish(topic, body)
-
-        start = time.perf_counter()
-        gevent.joinall([gevent.spawn(publisher) for _ in range(CONCURRENCY)], raise_error=True)
-        return time.perf_counter() - start
-    finally:
-        producer.close()
-        producer.join(5)
-
-
-def gnsq_mpub(address: str, topic: str, body: bytes, count: int) -> float:
-    producer = _gnsq_producer(address)
-    batch = [body] * BATCH
-    try:
-        producer.publish(topic, body)
-        start = time.perf_counter()
-        for _ in range(count // BATCH):
-            producer.multipublish(topic, batch)
-        return time.perf_counter() - start
-    finally:
-        producer.close()
-        producer.join(5)
-
-
-# -- pynsq (tornado) --------------------------------------------------------------------
-
-
-def _run_pynsq(address: str, drive: Callable[[Any, Callable[[], None]], None]) -> float:
-    """Run ``drive(writer, done)`` on a fresh tornado loop; returns its elapsed seconds.
-
-    The tornado loop blocks this thread while it runs; nothing of gevent's
-    needs to run meanwhile (the broker is another process).
+    The workloads are the ones ``gnsqlite bench --compare`` runs
+    (:mod:`gnsqlite.cli.bench` and its peers module), so both print the same thing.
     """
-    import nsq
-    from tornado.ioloop import IOLoop
-
-    loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
-    io_loop = IOLoop.current()
-    finished = asyncio.Event()
-    elapsed: list[float] = []
-    writer = nsq.Writer([address])
-
-    async def main() -> None:
-        while not any(c.connected() for c in writer.conns.values()):
-            await asyncio.sleep(0.01)
-        ready = asyncio.Event()
-        writer.pub("warmup", b"x", callback=lambda conn, data: ready.set())
-        await ready.wait()
-        start = time.perf_counter()
-
-        def done() -> None:
-            elapsed.append(time.perf_counter() - start)
-            finished.set()
-
-        drive(writer, done)
-        await asyncio.wait_for(finished.wait(), timeout=600)
-
-    try:
-        io_loop.run_sync(main)
-    finally:
-        for conn in list(writer.conns.values()):
-            conn.close()
-        io_loop.close(all_fds=True)
-        asyncio.set_event_loop(None)
-    return elapsed[0]
+    return {
+        "gnsqlite": functools.partial(_with_mode, publish_rate, mode),
+        "pynsq": functools.partial(_with_mode, PUBLISH["pynsq"], mode),
+        "gnsq": functools.partial(_with_mode, PUBLISH["gnsq"], mode),
+    }
 
 
-def _check(data: Any) -> None:
-    import nsq
-
-    if isinstance(data, (nsq.Error, Exception)):
-        raise RuntimeError(f"pynsq publish failed: {data}")
-
-
-def pynsq_sequential(address: str, topic: str, body: bytes, count: int) -> float:
-    def drive(writer: Any, done: Callable[[], None]) -> None:
-        left = [count]
-
-        def answered(conn: Any, data: Any) -> None:
-            _check(data)
-            left[0] -= 1
-            if left[0]:
-                writer.pub(topic, body, callback=answered)
-            else:
-                done()
-
-        writer.pub(topic, body, callback=answered)
-
-    return _run_pynsq(address, drive)
+def _with_mode(
+    fn: Callable[[str, str, bytes, int, str], float],
+    mode: str,
+    address: str,
+    topic: str,
+    body: bytes,
+    count: int,
+) -> float:
+    return fn(address, topic, body, count, mode)
 
 
-def pynsq_pipelined(address: str, topic: str, body: bytes, count: int) -> float:
-    def drive(writer: Any, done: Callable[[], None]) -> None:
-        state = {"sent": 0, "answered": 0}
-
-        def send() -> None:
-            state["sent"] += 1
-            writer.pub(topic, body, callback=answered)
-
-        def answered(conn: Any, data: Any) -> None:
-            _check(data)
-            state["answered"] += 1
-            if state["sent"] < count:
-                send()
-            elif state["answered"] == count:
-                done()
-
-        for _ in range(CONCURRENCY):
-            send()
-
-    return _run_pynsq(address, drive)
-
-
-def pynsq_mpub(address: str, topic: str, body: bytes, count: int) -> float:
-    batch = [body] * BATCH
-
-    def drive(writer: Any, done: Callable[[], None]) -> None:
-        left = [count // BATCH]
-
-        def answered(conn: Any, data: Any) -> None:
-            _check(data)
-            left[0] -= 1
-            if left[0]:
-                writer.mpub(topic, batch, callback=answered)
-            else:
-                done()
-
-        writer.mpub(topic, batch, callback=answered)
-
-    return _run_pynsq(address, drive)
-
-
-# -- the run ---------------------------------------------------------------------------
-
-WORKLOADS: list[tuple[str, int, dict[str, Callable[[str, str, bytes, int], float]]]] = [
-    ("sequential PUB", 1, {"gnsqlite": ours_sequential, "pynsq": pynsq_sequential,
-                           "gnsq": gnsq_sequential}),
-    ("pipelined PUB x50", 2, {"gnsqlite": ours_pipelined, "pynsq": pynsq_pipelined,
-                              "gnsq": gnsq_pipelined}),
-    ("MPUB batches of 100", 5, {"gnsqlite": ours_mpub, "pynsq": pynsq_mpub,
-                                "gnsq": gnsq_mpub}),
-]  # fmt: skip
+#: (name, scale of --count, clients); MPUB moves far more messages per call.
+WORKLOADS: list[tuple[str, int, dict[str, Workload]]] = [
+    ("sequential PUB", 1, _clients("sequential")),
+    ("pipelined PUB x50", 1, _clients("pipelined")),
+    ("MPUB batches of 100", 5, _clients("mpub")),
+]
 
 
 def run(
