@@ -90,8 +90,9 @@ class ClientSession:
             max_req_timeout_ms=round(opts.max_req_timeout * 1000),
         )
         self.parser.tls_pending = opts.tls_required
-        self.client_id = ""
-        self.hostname = ""
+        # like nsqd's newClientV2: the remote IP until IDENTIFY replaces both
+        self.client_id = self.remote_ip
+        self.hostname = self.remote_ip
         self.user_agent = ""
         self.heartbeat_interval = opts.client_timeout / 2
         self.msg_timeout = opts.msg_timeout

@@ -3,7 +3,9 @@
 Routes, methods, status codes and bodies follow nsqd's ``http.go``: success
 answers ``OK`` (publishing), an empty body (administration) or JSON; errors
 answer ``{"message": "MISSING_ARG_TOPIC"}`` with nsqd's status code. Every
-response carries ``X-NSQ-Content-Type: nsq; version=1.0`` like nsqd's.
+response but ``/ping``'s carries ``X-NSQ-Content-Type: nsq; version=1.0`` like
+nsqd's (``/ping`` goes through nsqd's ``PlainText`` decorator, which sets no
+such header).
 """
 
 from __future__ import annotations
@@ -112,7 +114,7 @@ class HttpApi:
             if route is None:
                 raise HttpError(404, "NOT_FOUND")
             method, handler = route
-            if request.method != method and not (method == "GET" and request.method == "HEAD"):
+            if request.method != method:  # httprouter maps no HEAD to GET: 405 like nsqd
                 raise HttpError(405, "METHOD_NOT_ALLOWED")
             result = handler(request)
         except HttpError as err:
@@ -120,10 +122,12 @@ class HttpApi:
         except Exception:
             log.exception("HTTP %s failed", environ.get("PATH_INFO"))
             return self._respond(start_response, 500, {"message": "INTERNAL_ERROR"})
-        return self._respond(start_response, 200, result)
+        return self._respond(start_response, 200, result, plain=request.path == "/ping")
 
-    def _respond(self, start_response: StartResponse, status: int, data: Any) -> list[bytes]:
-        headers = [("X-NSQ-Content-Type", "nsq; version=1.0")]
+    def _respond(
+        self, start_response: StartResponse, status: int, data: Any, plain: bool = False
+    ) -> list[bytes]:
+        headers = [] if plain else [("X-NSQ-Content-Type", "nsq; version=1.0")]
         if data is None:
             body = b""
         elif isinstance(data, bytes):
@@ -211,6 +215,7 @@ class HttpApi:
         if not body:
             raise HttpError(400, "MSG_EMPTY")
         name = self._topic_name(request)
+        self.broker.get_topic(name)  # nsqd's getTopicFromQuery creates it before checking defer
         delay = 0.0
         deferred = request.get("defer")
         if deferred is not None:
@@ -229,16 +234,19 @@ class HttpApi:
         if request.content_length > opts.max_body_size:
             raise HttpError(413, "BODY_TOO_BIG")
         name = self._topic_name(request)
+        self.broker.get_topic(name)  # nsqd creates it before reading the body
+        # nsqd's boolParams: "true"/"1" and "false"/"0"; any other value means binary
         binary_arg = request.get("binary")
-        binary = False
-        if binary_arg is not None:
-            binary = binary_arg.lower() not in ("false", "0", "f")
+        binary = binary_arg is not None and binary_arg not in ("false", "0")
         body = request.read(opts.max_body_size + 1)
         if len(body) > opts.max_body_size:
             raise HttpError(413, "BODY_TOO_BIG")
         if binary:
             try:
-                bodies = split_mpub(body, opts.max_msg_size, opts.max_body_size)
+                # nsqd reads the messages off the request body and ignores what follows
+                bodies = split_mpub(
+                    body, opts.max_msg_size, opts.max_body_size, allow_trailing=True
+                )
             except ServerError as err:
                 raise HttpError(413, err.code[2:]) from None
         else:
@@ -266,7 +274,13 @@ class HttpApi:
         self._existing_topic(request).empty()
 
     def _topic_pause(self, request: _Request) -> None:
-        topic = self._existing_topic(request)
+        # nsqd's doPauseTopic does not validate the name: an invalid one is just not found
+        name = request.get("topic")
+        if name is None:
+            raise HttpError(400, "MISSING_ARG_TOPIC")
+        topic = self.broker.topics.get(name)
+        if topic is None:
+            raise HttpError(404, "TOPIC_NOT_FOUND")
         self.broker.pause_topic(topic, not request.path.endswith("unpause"))
 
     def _channel_create(self, request: _Request) -> None:

@@ -30,6 +30,7 @@ import gevent.socket
 
 from ..conn import parse_address
 from ..errors import BrokenConnectionError, NSQTimeoutError, RemoteProtocolError
+from ..http import http_request
 from ..protocol import identify
 
 __all__ = ["BrokerLike", "LookupPeer", "LookupPeers", "attach", "register_commands"]
@@ -304,6 +305,46 @@ class LookupPeers:
             remove(self._on_change)
         for peer in self.peers:
             peer.close()
+
+    def http_addresses(self) -> list[str]:
+        """``broadcast_address:http_port`` of every lookupd that has answered IDENTIFY.
+
+        Like nsqd's ``lookupdHTTPAddrs``: a peer keeps its last answer while
+        reconnecting; one without a broadcast address is skipped.
+        """
+        out: list[str] = []
+        for peer in self.peers:
+            info = peer.info or {}
+            host = info.get("broadcast_address")
+            port = info.get("http_port")
+            if isinstance(host, str) and host and isinstance(port, int):
+                out.append(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+        return out
+
+    def topic_channels(self, topic: str, timeout: float = 5.0) -> list[str]:
+        """The channels the lookupds know for ``topic`` (nsqd's ``GetLookupdTopicChannels``).
+
+        Asks each lookupd's ``/channels``; blocks the calling greenlet. The
+        union is returned sorted; lookupds that fail are logged and skipped.
+        """
+        names: set[str] = set()
+        for address in self.http_addresses():
+            try:
+                data = json.loads(
+                    http_request(address, "GET", "/channels", {"topic": topic}, timeout=timeout)
+                )
+                channels = data.get("channels") if isinstance(data, dict) else None
+                if isinstance(data, dict) and isinstance(data.get("data"), dict):
+                    channels = data["data"].get("channels")  # pre-1.0 lookupd envelope
+                names.update(c for c in channels or () if isinstance(c, str))
+            except Exception as exc:
+                log.warning(
+                    "LOOKUPD(%s): failed to query channels to pre-create for topic %s - %s",
+                    address,
+                    topic,
+                    exc,
+                )
+        return sorted(names)
 
     def _identity(self) -> dict[str, Any]:
         broker = self.broker

@@ -530,7 +530,7 @@ class Lookupd:
             if route is None:
                 raise _HTTPError(404, "NOT_FOUND")
             allowed, handler = route
-            if method != allowed and not (method == "HEAD" and allowed == "GET"):
+            if method != allowed:  # httprouter maps no HEAD to GET: 405 like nsqlookupd
                 raise _HTTPError(405, "METHOD_NOT_ALLOWED")
             result = handler(self, params)
             status = 200
@@ -543,7 +543,9 @@ class Lookupd:
         except _HTTPError as exc:
             status = exc.status
             body = json.dumps({"message": exc.message}).encode()
-        headers = [("X-NSQ-Content-Type", "nsq; version=1.0"), ("Content-Length", str(len(body)))]
+        headers = [("Content-Length", str(len(body)))]
+        if path != "/ping" or status != 200:  # nsqlookupd's /ping is PlainText: no such header
+            headers.append(("X-NSQ-Content-Type", "nsq; version=1.0"))
         if content_type:
             headers.append(("Content-Type", content_type))
         start_response(_STATUS_TEXT.get(status, f"{status} Error"), headers)

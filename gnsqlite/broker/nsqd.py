@@ -26,6 +26,7 @@ import gevent.server
 import gevent.ssl
 
 from ..conn import format_address, parse_address
+from ..protocol.names import is_ephemeral
 from ..protocol.server import IdentifyLimits
 from . import persist
 from .client import ClientSession, set_nodelay
@@ -284,7 +285,32 @@ class Broker:
         if topic is None:
             topic = self.topics[name] = Topic(name, self.options.max_msg_timeout, self._on_channel)
             self._notify("REGISTER", name, None)
+            if self._lookup is not None:
+                self._precreate_channels(topic)
         return topic
+
+    def _precreate_channels(self, topic: Topic) -> None:
+        """Create the channels lookupd knows for a new topic, as nsqd's ``GetTopic`` does.
+
+        nsqd makes a blocking call to every lookupd's ``/channels`` and creates
+        the non-ephemeral channels found before starting the topic's message
+        pump, so that every channel gets the topic's first messages; until
+        then (this greenlet yields) what is published to the topic is held.
+        """
+        topic.started = False
+        try:
+            names = self._lookup.topic_channels(topic.name, self.options.http_client_timeout)
+        except Exception:
+            log.exception("querying lookupd for the channels of %s failed", topic.name)
+            names = []
+        finally:
+            topic.started = True
+        now = time.monotonic()
+        if not topic.deleted:
+            for channel_name in names:
+                if not is_ephemeral(channel_name):
+                    topic.get_channel(channel_name, now)
+        topic.flush_held(now)
 
     def publish(self, topic_name: str, bodies: Sequence[bytes], delay: float = 0.0) -> None:
         """Publish message bodies now (or after ``delay`` seconds)."""

@@ -301,6 +301,9 @@ class Topic:
         self.channels: dict[str, Channel] = {}
         self.held: deque[BrokerMessage] = deque()
         self.paused = False
+        #: ``False`` while nsqd would not have started the topic's message pump yet
+        #: (it is asking lookupd for channels to create): messages are held.
+        self.started = True
         self.message_count = 0
         self.message_bytes = 0
         self.deleted = False
@@ -314,7 +317,7 @@ class Topic:
         batch = list(messages)
         self.message_count += len(batch)
         self.message_bytes += sum(len(m.body) for m in batch)
-        if self.paused or not self.channels:
+        if self.paused or not self.started or not self.channels:
             self.held.extend(batch)
             return
         self._distribute(batch, now)
@@ -331,7 +334,7 @@ class Topic:
 
     def flush_held(self, now: float) -> None:
         """Hand held messages to the channels, if any and not paused."""
-        if self.held and self.channels and not self.paused:
+        if self.held and self.channels and not self.paused and self.started:
             batch = list(self.held)
             self.held.clear()
             self._distribute(batch, now)

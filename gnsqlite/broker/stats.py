@@ -57,11 +57,14 @@ def client_stats(client: ClientSession, topic: str | None = None) -> dict[str, A
             out["auth_identity"] = client.auth.identity
         if client.auth.identity_url:
             out["auth_identity_url"] = client.auth.identity_url
+    # nsqd v1.2/v1.3's clientV2.Stats breaks out of its loop after the first match, so
+    # pub_counts holds at most one entry: the filtered topic's, or else an arbitrary one
+    # (Go map order; here the first topic published to)
     pubs = [
         {"topic": name, "count": count}
-        for name, count in sorted(client.pub_counts.items())
+        for name, count in client.pub_counts.items()
         if topic is None or name == topic
-    ]
+    ][:1]
     if pubs:
         out["pub_counts"] = pubs
     out.update(
@@ -76,9 +79,10 @@ def client_stats(client: ClientSession, topic: str | None = None) -> dict[str, A
     return out
 
 
-def _channel(channel: Channel, include_clients: bool) -> dict[str, Any]:
+def _channel(channel: Channel, include_clients: bool, topic: str | None) -> dict[str, Any]:
     subscribers = cast("list[ClientSession]", channel.subscribers)
-    clients = [client_stats(c) for c in subscribers] if include_clients else []
+    # nsqd leaves the slice nil (JSON null) when clients are not asked for
+    clients = [client_stats(c, topic) for c in subscribers] if include_clients else None
     return {
         "channel_name": channel.name,
         "depth": len(channel.queue),
@@ -95,9 +99,11 @@ def _channel(channel: Channel, include_clients: bool) -> dict[str, Any]:
     }
 
 
-def _topic(topic: Topic, channel: str | None, include_clients: bool) -> dict[str, Any]:
+def _topic(
+    topic: Topic, channel: str | None, include_clients: bool, topic_filter: str | None
+) -> dict[str, Any]:
     channels = [
-        _channel(c, include_clients)
+        _channel(c, include_clients, topic_filter)
         for name, c in sorted(topic.channels.items())
         if channel is None or name == channel
     ]
@@ -120,17 +126,33 @@ def stats(
     include_clients: bool = True,
     include_mem: bool = True,
 ) -> dict[str, Any]:
-    """The ``/stats?format=json`` document, optionally for one topic/channel."""
-    topics = [
-        _topic(t, channel, include_clients)
-        for name, t in sorted(broker.topics.items())
-        if topic is None or name == topic
-    ]
-    producers = [
-        client_stats(c, topic)
-        for c in sorted(broker.clients, key=lambda c: c.id)
-        if c.pub_counts and (topic is None or topic in c.pub_counts)
-    ]
+    """The ``/stats?format=json`` document, optionally for one topic/channel.
+
+    Like nsqd's ``GetStats`` (``stats.go``): an unknown ``topic`` gives
+    ``"topics": null`` and ``"producers": null``; with ``channel``, topics
+    lacking that channel are left out; ``producers`` lists every client that
+    has published (whatever ``topic``; only its ``pub_counts`` are filtered)
+    and is ``null`` when there is none or clients are not included, as are
+    the channels' ``clients``.
+    """
+    topics: list[dict[str, Any]] | None
+    producers: list[dict[str, Any]] | None = None
+    if topic is not None and topic not in broker.topics:
+        topics = None
+    else:
+        topics = []
+        for name, t in sorted(broker.topics.items()):
+            if topic is not None and name != topic:
+                continue
+            if channel is not None and channel not in t.channels:
+                continue
+            topics.append(_topic(t, channel, include_clients, topic))
+        if include_clients:
+            producers = [
+                client_stats(c, topic)
+                for c in sorted(broker.clients, key=lambda c: c.id)
+                if c.pub_counts
+            ] or None
     out: dict[str, Any] = {
         "version": broker.version,
         "health": "OK",
@@ -167,7 +189,7 @@ def stats_text(document: dict[str, Any]) -> str:
     lines.append("")
     if not document["topics"]:
         lines.append("NO_TOPICS")
-    for t in document["topics"]:
+    for t in document["topics"] or ():
         lines.append(
             f"[{t['topic_name']:<20}] depth: {t['depth']:<5} be-depth: {t['backend_depth']:<5}"
             f" msgs: {t['message_count']:<8}"
@@ -179,7 +201,7 @@ def stats_text(document: dict[str, Any]) -> str:
                 f" def: {c['deferred_count']:<4} re-q: {c['requeue_count']:<5}"
                 f" timeout: {c['timeout_count']:<5} msgs: {c['message_count']:<8}"
             )
-            for cl in c["clients"]:
+            for cl in c["clients"] or ():
                 lines.append(
                     f"        [{cl['version']} {cl['client_id']:<20}] state: {cl['state']}"
                     f" inflt: {cl['in_flight_count']:<4} rdy: {cl['ready_count']:<4}"

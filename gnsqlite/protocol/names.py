@@ -25,7 +25,9 @@ __all__ = [
 MAX_NAME_LENGTH = 64
 EPHEMERAL_SUFFIX = "#ephemeral"
 _ALLOWED = "[.a-zA-Z0-9_-]"
-_VALID = re.compile(r"^[.a-zA-Z0-9_-]+(?:#ephemeral)?$")
+# fullmatch, not match with "$": "$" also matches before a trailing newline,
+# and "abc\n" would then pass and break the command's framing on the wire.
+_VALID = re.compile(r"[.a-zA-Z0-9_-]+(?:#ephemeral)?")
 _BAD_CHAR = re.compile(r"[^.a-zA-Z0-9_-]")
 
 
@@ -45,7 +47,7 @@ def _problem(name: object) -> str | None:
             f"is {len(name)} characters long; the limit is {MAX_NAME_LENGTH},"
             f" counting any {EPHEMERAL_SUFFIX!r} suffix"
         )
-    if _VALID.match(name):
+    if _VALID.fullmatch(name):
         return None
     stem = name[: -len(EPHEMERAL_SUFFIX)] if name.endswith(EPHEMERAL_SUFFIX) else name
     if not stem:

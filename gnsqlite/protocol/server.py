@@ -503,8 +503,14 @@ class CommandParser:
         return _CLS
 
 
-def split_mpub(body: bytes, max_msg_size: int, max_body_size: int) -> list[bytes]:
-    """Split an ``MPUB`` body into message bodies, with nsqd's checks and errors."""
+def split_mpub(
+    body: bytes, max_msg_size: int, max_body_size: int, *, allow_trailing: bool = False
+) -> list[bytes]:
+    """Split an ``MPUB`` body into message bodies, with nsqd's checks and errors.
+
+    Bytes after the last message are refused unless ``allow_trailing`` (nsqd's
+    HTTP ``/mpub?binary=true`` never reads them).
+    """
     n = len(body)
     if n < 4:
         raise client_error("E_BAD_BODY", "MPUB failed to read message count")
@@ -528,7 +534,7 @@ def split_mpub(body: bytes, max_msg_size: int, max_body_size: int) -> list[bytes
             raise client_error("E_BAD_MESSAGE", "MPUB failed to read message body")
         out.append(body[pos:end])
         pos = end
-    if pos != n:
+    if pos != n and not allow_trailing:
         # nsqd would read the extra bytes as the next command; refuse them instead
         raise client_error("E_BAD_BODY", f"MPUB body size {n} does not match its {count} messages")
     return out
@@ -583,7 +589,9 @@ class Negotiated:
     response: bytes
 
 
-_STR_FIELDS = ("client_id", "hostname", "user_agent", "short_id", "long_id")
+# nsqd v1.x's identifyDataV2 has no short_id/long_id (gone since 1.0): ignored like any
+# unknown field
+_STR_FIELDS = ("client_id", "hostname", "user_agent")
 _INT_FIELDS = (
     "heartbeat_interval",
     "output_buffer_size",
@@ -601,6 +609,8 @@ def _decode_identify(body: bytes) -> Mapping[str, Any]:
         data = json.loads(body)
     except ValueError:
         raise failed from None
+    if data is None:
+        data = {}  # Go's json.Unmarshal of null into a struct is a no-op, not an error
     if not isinstance(data, dict):
         raise failed
     for key in _STR_FIELDS:
@@ -698,8 +708,8 @@ def negotiate_identify(body: bytes, limits: IdentifyLimits) -> Negotiated:
     else:
         response = b"OK"
     return Negotiated(
-        client_id=data.get("client_id") or data.get("short_id") or "",
-        hostname=data.get("hostname") or data.get("long_id") or "",
+        client_id=data.get("client_id") or "",
+        hostname=data.get("hostname") or "",
         user_agent=data.get("user_agent") or "",
         heartbeat_interval_ms=heartbeat,
         output_buffer_size=buffer_size,

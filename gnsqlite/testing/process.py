@@ -23,6 +23,7 @@ from typing import IO
 
 import gevent
 import gevent.socket
+import gevent.subprocess
 
 from ..errors import NSQError
 from ..http import HTTPError, http_request
@@ -98,7 +99,10 @@ class ServerProcess:
         if self.env is not None:
             env = {**os.environ, **self.env}
         try:
-            self._proc = subprocess.Popen(
+            # gevent's Popen, not the stdlib's: once anything in the process
+            # uses gevent.subprocess, gevent's SIGCHLD watcher reaps every child,
+            # and a stdlib Popen would then report a crashed server as status 0.
+            self._proc = gevent.subprocess.Popen(
                 self.argv,
                 stdin=subprocess.DEVNULL,
                 stdout=self._stderr,

@@ -14,7 +14,20 @@ from gnsqlite.protocol import (
 )
 
 VALID = ["a", "clicks", "a.b-c_d", "A9", "x" * 64, "x" * 54 + "#ephemeral", "t#ephemeral", "..."]
-INVALID = ["", "x" * 65, "x" * 55 + "#ephemeral", "a b", "a/b", "é", "#ephemeral", "a#eph", "a#"]
+INVALID = [
+    "",
+    "x" * 65,
+    "x" * 55 + "#ephemeral",
+    "a b",
+    "a/b",
+    "é",
+    "#ephemeral",
+    "a#eph",
+    "a#",
+    "abc\n",
+    "abc#ephemeral\n",
+    "a\nb",
+]
 
 
 @pytest.mark.parametrize("name", VALID)
