@@ -1,0 +1,86 @@
+"""The whole Spark pipeline, one command, on the embedded broker and local[2]::
+
+    python examples/spark_pipeline --pages 5000 --out /tmp/spark_pipeline
+
+1. starts an embedded nsqd (``gnsqlite.testing.NsqdServer``; a real one with
+   ``--nsqd-tcp-address``);
+2. starts the summary printer (``summaries.py``) and the page generator
+   (``generator.py``) as subprocesses;
+3. runs the Structured Streaming job (``job.py``) in this process, on
+   ``local[2]``, until the summaries account for every page;
+4. stops the query and the broker, and prints where the Parquet files are.
+
+Needs ``pip install 'gnsqlite[spark]'`` and Java 17. Nothing is
+monkey-patched: an application that patches must do it before creating its
+SparkSession.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description="NSQ -> Spark -> Parquet and NSQ")
+    parser.add_argument("--pages", type=int, default=5000)
+    parser.add_argument("--rate", type=float, default=2000.0, help="pages per second")
+    parser.add_argument("--per-batch", type=int, default=1000, help="maxMessagesPerBatch")
+    parser.add_argument("--out", default="/tmp/spark_pipeline")
+    parser.add_argument("--nsqd-tcp-address", help="use this nsqd instead of an embedded one")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds")
+    args = parser.parse_args()
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    import job
+    from pyspark.sql import SparkSession
+
+    from gnsqlite.spark import register
+    from gnsqlite.testing import NsqdServer
+
+    server = None
+    address = args.nsqd_tcp_address
+    if address is None:
+        server = NsqdServer(bin_dir="")
+        server.start()
+        address = server.tcp_address
+        print(f"pipeline: embedded nsqd on {address}", flush=True)
+    spark = (SparkSession.builder.master("local[2]").appName("gnsqlite-spark-pipeline")
+             .config("spark.ui.enabled", "false")
+             .config("spark.sql.shuffle.partitions", "2")
+             .config("spark.ui.showConsoleProgress", "false")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    run = [sys.executable, "-u"]
+    printer = subprocess.Popen([*run, str(HERE / "summaries.py"), "--nsqd-tcp-address",
+                                address, "--pages", str(args.pages)])
+    generator = subprocess.Popen([*run, str(HERE / "generator.py"), "--nsqd-tcp-address",
+                                  address, "--pages", str(args.pages), "--rate", str(args.rate)])
+    query = job.start(spark, address, args.out, args.per_batch)
+    try:
+        status = printer.wait(args.timeout)
+    except subprocess.TimeoutExpired:
+        print("pipeline: timed out", flush=True)
+        status = 1
+    finally:
+        query.stop()
+        for proc in (generator, printer):
+            if proc.poll() is None:
+                proc.terminate()
+                proc.wait(10)
+        spark.stop()
+        if server is not None:
+            server.close()
+    print(f"pipeline: per-domain statistics in {args.out}/domain_stats (Parquet)", flush=True)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,57 @@
+"""The ``nsq`` format: the :class:`NSQDataSource` Spark instantiates from options.
+
+Options are validated when Spark builds the data source and again when it
+asks for a reader or writer, so a bad option fails the query at start with
+a :class:`~gnsqlite.errors.ConfigError` naming it. Nothing here connects.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+)
+from pyspark.sql.types import StructType
+
+from .options import parse_sink_options, parse_source_options, split_options
+from .sink import NSQStreamWriter, NSQWriter, check_sink_schema
+from .source import SCHEMA, NSQStreamReader
+
+__all__ = ["NSQDataSource"]
+
+
+class NSQDataSource(DataSource):
+    """NSQ topics as a Spark streaming source and a batch/streaming sink (format ``nsq``)."""
+
+    def __init__(self, options: Any) -> None:
+        super().__init__(options)
+        split_options(dict(options), None)  # unknown keys fail now, on either side
+
+    @classmethod
+    def name(cls) -> str:
+        """The format name: ``spark.readStream.format("nsq")``."""
+        return "nsq"
+
+    def schema(self) -> str:
+        """The source's columns: id, body, timestamp, attempts, topic, nsqd."""
+        return SCHEMA
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        """The streaming source; validates the reading options."""
+        return NSQStreamReader(parse_source_options(dict(self.options)))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        """The batch sink; validates the writing options and the input columns."""
+        options = parse_sink_options(dict(self.options))
+        check_sink_schema(schema, options)
+        return NSQWriter(options)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        """The streaming sink; validates the writing options and the input columns."""
+        options = parse_sink_options(dict(self.options))
+        check_sink_schema(schema, options)
+        return NSQStreamWriter(options)

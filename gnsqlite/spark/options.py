@@ -1,0 +1,345 @@
+"""The options of the ``nsq`` Spark format: names, defaults, units, validation.
+
+Pure: no Spark, no gevent. Spark lower-cases option keys, so every name is
+matched case-insensitively, and underscores are ignored (``maxInFlight``,
+``maxinflight`` and ``max_in_flight`` are one option). Connection options
+(``heartbeatInterval``, ``tlsV1``, ``snappy``, ``authSecret`` ...) are the
+fields of :class:`~gnsqlite.config.ConnectionConfig` and are validated by
+:meth:`~gnsqlite.config.ConnectionConfig.from_mapping`.
+
+An unknown option, an option of the other side (``channel`` on a write), a
+missing required option or a bad value raises
+:class:`~gnsqlite.errors.ConfigError` naming the option: Spark reports it
+when the query starts. :func:`describe_options` lists every option with its
+default and unit (the README table is generated from it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..config import ConnectionConfig, ConsumerConfig
+from ..conn import format_address, parse_address
+from ..errors import ConfigError
+from ..protocol import check_channel_name, check_topic_name
+
+__all__ = [
+    "OPTIONS",
+    "SinkOptions",
+    "SourceOptions",
+    "Spec",
+    "describe_options",
+    "parse_sink_options",
+    "parse_source_options",
+    "split_options",
+]
+
+SOURCE = "source"
+SINK = "sink"
+BOTH = "both"
+
+#: Keys Spark itself puts in a data source's options; accepted and ignored.
+SPARK_KEYS = frozenset({"path", "checkpointlocation", "queryname"})
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One option: its spelling, side, type, default, lower bound, unit and meaning."""
+
+    name: str
+    side: str
+    kind: type
+    default: Any
+    lo: float | None
+    unit: str
+    doc: str
+
+
+def _spec(
+    name: str, side: str, kind: type, default: Any, lo: float | None, unit: str, doc: str
+) -> Spec:
+    return Spec(name, side, kind, default, lo, unit, doc)
+
+
+OPTIONS: tuple[Spec, ...] = (
+    _spec("topic", BOTH, str, None, None, "",
+          "Topic to read (required for reading); default topic of rows without a `topic`"
+          " column value when writing"),
+    _spec("nsqdTcpAddresses", BOTH, str, "", None, "",
+          "Comma-separated nsqd TCP addresses `host:4150` (writing: required)"),
+    _spec("lookupdHttpAddresses", SOURCE, str, "", None, "",
+          "Comma-separated nsqlookupd HTTP addresses `host:4161`; reading needs these or"
+          " nsqdTcpAddresses"),
+    _spec("channel", SOURCE, str, None, None, "", "Channel to read from (required)"),
+    _spec("maxMessagesPerBatch", SOURCE, int, 10000, 1, "messages",
+          "Most messages in one micro-batch (Spark's default read limit)"),
+    _spec("maxInFlight", SOURCE, int, 0, 0, "messages",
+          "RDY budget over all nsqd: messages held unfinished by the source; 0 means two"
+          " batches (2 x maxMessagesPerBatch)"),
+    _spec("numPartitions", SOURCE, int, 2, 1, "", "Spark partitions per micro-batch"),
+    _spec("maxAttempts", SOURCE, int, 0, 0, "",
+          "Finish (drop, with a WARNING) messages delivered more often than this;"
+          " 0 never drops"),
+    _spec("availableNowIdleTimeout", SOURCE, float, 2.0, 0.01, "s",
+          "Trigger.AvailableNow ends once no message arrived for this long"),
+    _spec("startTimeout", SOURCE, float, 30.0, 0.1, "s",
+          "How long the source waits for its first nsqd connection before failing"),
+    _spec("stopTimeout", SOURCE, float, 5.0, 0.0, "s",
+          "How long stopping the source waits for nsqd to take back unfinished messages"),
+    _spec("maxMessagesPerPublish", SINK, int, 1000, 1, "messages",
+          "Most messages in one MPUB (also bounded by maxBodySize)"),
+    _spec("maxBodySize", SINK, int, 5 * 1024 * 1024, 1024, "bytes",
+          "nsqd's --max-body-size: an MPUB body never exceeds it"),
+    _spec("maxMessageSize", SINK, int, 1024 * 1024, 1, "bytes",
+          "nsqd's --max-msg-size: a larger row fails the task"),
+    _spec("maxPendingPublishes", SINK, int, 4, 1, "",
+          "MPUBs a task keeps waiting for their OK at once"),
+    _spec("publishTimeout", SINK, float, 30.0, 0.1, "s",
+          "How long one publish may wait for nsqd's OK, retries included"),
+)
+
+_SPECS = {spec.name.lower(): spec for spec in OPTIONS}
+_CONSUMER_PASSTHROUGH = (
+    "lookupd_poll_interval",
+    "lookupd_poll_jitter",
+    "lookupd_request_timeout",
+    "low_rdy_idle_timeout",
+    "rdy_redistribute_interval",
+    "reconnect_interval",
+    "max_reconnect_interval",
+)
+_CONNECTION_FIELDS = tuple(n for n in ConnectionConfig.option_names() if n != "tls_context")
+
+
+def _norm(key: str) -> str:
+    return key.replace("_", "").replace("-", "").lower()
+
+
+def _camel(snake: str) -> str:
+    head, *rest = snake.split("_")
+    return head + "".join(part.capitalize() for part in rest)
+
+
+_BY_NORM: dict[str, tuple[str, str]] = {}  # normalized key -> (kind, canonical name)
+for _s in OPTIONS:
+    _BY_NORM[_norm(_s.name)] = ("own", _s.name)
+for _f in _CONNECTION_FIELDS:
+    _BY_NORM[_norm(_f)] = ("connection", _f)
+for _f in _CONSUMER_PASSTHROUGH:
+    _BY_NORM[_norm(_f)] = ("consumer", _f)
+
+
+def split_options(
+    options: Mapping[str, str], side: str | None
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """Split raw options into (own, connection, consumer) dicts keyed by canonical name.
+
+    Raises :class:`ConfigError` for an unknown key (suggesting the closest
+    name) or, with a ``side`` (``"source"``/``"sink"``), a key of the other
+    side. Without a side, only unknown keys fail.
+    """
+    own: dict[str, Any] = {}
+    connection: dict[str, Any] = {}
+    consumer: dict[str, Any] = {}
+    for key, value in options.items():
+        if key.lower() in SPARK_KEYS:
+            continue
+        found = _BY_NORM.get(_norm(key))
+        if found is None:
+            names = [s.name for s in OPTIONS] + [_camel(f) for f in _CONNECTION_FIELDS]
+            if side != SINK:
+                names += [_camel(f) for f in _CONSUMER_PASSTHROUGH]
+            close = difflib.get_close_matches(key, names, n=1, cutoff=0.5)
+            if not close:
+                lowered = {n.lower(): n for n in names}
+                hits = difflib.get_close_matches(key.lower(), lowered, n=1, cutoff=0.5)
+                close = [lowered[h] for h in hits]
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(f"unknown option {key!r} for the nsq {side or 'format'}{hint}")
+        kind, name = found
+        if kind == "own":
+            spec = _SPECS[name.lower()]
+            if side is not None and spec.side not in (side, BOTH):
+                verb = "reading" if spec.side == SOURCE else "writing"
+                raise ConfigError(
+                    f"option {key!r} is for {verb} only; remove it from this {side}"
+                )
+            own[name] = value
+        elif kind == "connection":
+            connection[name] = value
+        else:
+            if side == SINK:
+                raise ConfigError(f"option {key!r} is for reading only; remove it from this sink")
+            consumer[name] = value
+    return own, connection, consumer
+
+
+def _value(spec: Spec, raw: Any) -> Any:
+    if raw is None:
+        return spec.default
+    if spec.kind is str:
+        return str(raw).strip()
+    try:
+        value = spec.kind(str(raw).strip()) if isinstance(raw, str) else spec.kind(raw)
+    except (TypeError, ValueError):
+        raise ConfigError(
+            f"option {spec.name}={raw!r} is not {'an int' if spec.kind is int else 'a number'}"
+            f"{' of ' + spec.unit if spec.unit else ''}"
+        ) from None
+    if isinstance(raw, bool) or value != value or (spec.lo is not None and value < spec.lo):
+        unit = f" {spec.unit}" if spec.unit else ""
+        raise ConfigError(
+            f"option {spec.name}={raw!r} is out of range: use {spec.lo}{unit} or more"
+        )
+    return value
+
+
+def _resolve(own: Mapping[str, Any], side: str) -> dict[str, Any]:
+    return {
+        spec.name: _value(spec, own.get(spec.name))
+        for spec in OPTIONS
+        if spec.side in (side, BOTH)
+    }
+
+
+def _addresses(name: str, text: str) -> tuple[str, ...]:
+    out = []
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        try:
+            out.append(format_address(parse_address(item)))
+        except ValueError as exc:
+            raise ConfigError(f"option {name}: {exc}") from None
+    return tuple(dict.fromkeys(out))
+
+
+def _connection(values: Mapping[str, Any]) -> ConnectionConfig:
+    try:
+        return ConnectionConfig.from_mapping(values)
+    except ConfigError as exc:
+        raise ConfigError(f"connection option: {exc}") from None
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """The validated options of the streaming source (see :data:`OPTIONS`)."""
+
+    topic: str
+    channel: str
+    nsqd_tcp_addresses: tuple[str, ...]
+    lookupd_http_addresses: tuple[str, ...]
+    max_messages_per_batch: int
+    max_in_flight: int
+    num_partitions: int
+    max_attempts: int
+    available_now_idle_timeout: float
+    start_timeout: float
+    stop_timeout: float
+    connection: ConnectionConfig
+    consumer: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    """The validated options of the batch and streaming sink (see :data:`OPTIONS`)."""
+
+    topic: str | None
+    nsqd_tcp_addresses: tuple[str, ...]
+    max_messages_per_publish: int
+    max_body_size: int
+    max_message_size: int
+    max_pending_publishes: int
+    publish_timeout: float
+    connection: ConnectionConfig
+
+
+def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
+    """Validate the options of ``spark.readStream.format("nsq")``; raises ``ConfigError``."""
+    own, conn, consumer = split_options(options, SOURCE)
+    v = _resolve(own, SOURCE)
+    if not v["topic"]:
+        raise ConfigError("option 'topic' is required: .option('topic', 'name')")
+    if not v["channel"]:
+        raise ConfigError("option 'channel' is required for reading: .option('channel', 'name')")
+    try:
+        topic = check_topic_name(v["topic"])
+        channel = check_channel_name(v["channel"])
+    except ConfigError:
+        raise
+    except ValueError as exc:
+        raise ConfigError(f"option topic/channel: {exc}") from None
+    nsqd = _addresses("nsqdTcpAddresses", v["nsqdTcpAddresses"])
+    lookupd = _addresses("lookupdHttpAddresses", v["lookupdHttpAddresses"])
+    if not nsqd and not lookupd:
+        raise ConfigError(
+            "give option 'lookupdHttpAddresses' (host:4161,...) or 'nsqdTcpAddresses'"
+            " (host:4150,...)"
+        )
+    try:
+        checked = ConsumerConfig.from_mapping(consumer)
+    except ConfigError as exc:
+        raise ConfigError(f"consumer option: {exc}") from None
+    per_batch = v["maxMessagesPerBatch"]
+    return SourceOptions(
+        topic=topic,
+        channel=channel,
+        nsqd_tcp_addresses=nsqd,
+        lookupd_http_addresses=lookupd,
+        max_messages_per_batch=per_batch,
+        max_in_flight=v["maxInFlight"] or 2 * per_batch,
+        num_partitions=v["numPartitions"],
+        max_attempts=v["maxAttempts"],
+        available_now_idle_timeout=v["availableNowIdleTimeout"],
+        start_timeout=v["startTimeout"],
+        stop_timeout=v["stopTimeout"],
+        connection=_connection(conn),
+        consumer={name: getattr(checked, name) for name in consumer},
+    )
+
+
+def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
+    """Validate the options of ``df.write.format("nsq")``; raises ``ConfigError``."""
+    own, conn, _ = split_options(options, SINK)
+    v = _resolve(own, SINK)
+    topic = v["topic"] or None
+    if topic is not None:
+        try:
+            topic = check_topic_name(topic)
+        except ValueError as exc:
+            raise ConfigError(f"option topic: {exc}") from None
+    nsqd = _addresses("nsqdTcpAddresses", v["nsqdTcpAddresses"])
+    if not nsqd:
+        raise ConfigError("option 'nsqdTcpAddresses' is required for writing: 'host:4150,...'")
+    if "maxMessageSize" not in own:  # the default follows a lowered maxBodySize
+        v["maxMessageSize"] = min(v["maxMessageSize"], v["maxBodySize"] - 8)
+    if v["maxMessageSize"] > v["maxBodySize"] - 8:
+        raise ConfigError(
+            f"option maxMessageSize={v['maxMessageSize']} is above"
+            f" maxBodySize={v['maxBodySize']} minus 8 bytes of MPUB framing: lower it"
+        )
+    return SinkOptions(
+        topic=topic,
+        nsqd_tcp_addresses=nsqd,
+        max_messages_per_publish=v["maxMessagesPerPublish"],
+        max_body_size=v["maxBodySize"],
+        max_message_size=v["maxMessageSize"],
+        max_pending_publishes=v["maxPendingPublishes"],
+        publish_timeout=v["publishTimeout"],
+        connection=_connection(conn),
+    )
+
+
+def describe_options() -> str:
+    """A Markdown table of the connector's own options: name, side, default, unit, meaning."""
+    lines = ["| option | used by | default | unit | meaning |", "|---|---|---|---|---|"]
+    for s in OPTIONS:
+        default = "(none)" if s.default in (None, "") else str(s.default)
+        side = {"both": "read, write", "source": "read", "sink": "write"}[s.side]
+        lines.append(f"| `{s.name}` | {side} | {default} | {s.unit} | {s.doc} |")
+    return "\n".join(lines)

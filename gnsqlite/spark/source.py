@@ -1,0 +1,383 @@
+"""The streaming source: an NSQ channel read by Spark Structured Streaming.
+
+:class:`NSQStreamReader` lives in the Python process Spark starts on the
+driver for a query's source. Its :class:`~gnsqlite.consumer.Consumer` runs
+in a :class:`~gnsqlite.spark._hub.HubThread` (its own thread and gevent
+hub), so nsqd's heartbeats are answered and held messages are touched
+while Spark is busy. Every message is answered asynchronously: it stays in
+flight at nsqd until Spark commits the batch that carried it.
+
+The rows of a batch travel to the executors inside the batch's
+:class:`NSQPartition` objects; :meth:`NSQStreamReader.read` only unpacks
+them and opens no connection. See :mod:`gnsqlite.spark` for the guarantees.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import gevent
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+
+from ..consumer import Consumer
+from ..errors import NSQConnectionError
+from ..message import Message
+from ._hub import HubThread
+from .ledger import Ledger
+from .options import SourceOptions
+
+try:  # PySpark 4.2+: admission control and Trigger.AvailableNow
+    from pyspark.sql.streaming.datasource import (
+        ReadAllAvailable,
+        ReadLimit,
+        ReadMaxRows,
+        ReadMinRows,
+        SupportsTriggerAvailableNow,
+    )
+except ImportError:  # pragma: no cover - PySpark 4.0/4.1
+    ReadLimit = ReadAllAvailable = ReadMaxRows = ReadMinRows = None  # type: ignore[assignment,misc]
+    SupportsTriggerAvailableNow = object  # type: ignore[assignment,misc]
+
+__all__ = ["NSQPartition", "NSQStreamReader", "SCHEMA"]
+
+log = logging.getLogger(__name__)
+
+#: The source's columns.
+SCHEMA = (
+    "id string, body binary, timestamp timestamp, attempts int, topic string, nsqd string"
+)
+
+_UTC = datetime.timezone.utc
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=_UTC)
+Row = tuple[str, bytes, int, int, str]  # id, body, timestamp (ns), attempts, nsqd
+
+
+class NSQPartition(InputPartition):
+    """One Spark partition of a micro-batch: the messages themselves.
+
+    ``rows`` are ``(id, body, timestamp_ns, attempts, nsqd)``; ``topic``
+    is the source's topic. Pickled to the executors by Spark.
+    """
+
+    def __init__(self, index: int, topic: str, rows: list[Row]) -> None:
+        super().__init__(index)
+        self.index = index
+        self.topic = topic
+        self.rows = rows
+
+    def __repr__(self) -> str:
+        return f"<NSQPartition {self.index} of {self.topic}: {len(self.rows)} messages>"
+
+
+def _raise_system_exit(signum: int, frame: Any) -> None:
+    # Spark may signal twice; a second SystemExit would cut stop() short.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise SystemExit(128 + signum)
+
+
+def _exit_on_sigterm() -> None:
+    """Turn SIGTERM into ``SystemExit`` in the source's process, if nothing handles it.
+
+    Spark ends the process holding a query's source with SIGTERM when the
+    query stops; by default that kills Python on the spot, and the messages
+    the source holds would stay in flight at nsqd until ``msg_timeout``.
+    As ``SystemExit``, Spark's runner calls :meth:`NSQStreamReader.stop`,
+    which gives them back at once. A handler the application installed is
+    left alone; only the main thread can install one.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _raise_system_exit)
+
+
+def _timestamp(ns: int) -> datetime.datetime:
+    return _EPOCH + datetime.timedelta(microseconds=ns // 1000)
+
+
+class NSQStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
+    """The ``nsq`` streaming source; Spark calls it, users do not.
+
+    The constructor starts nothing: the hub thread and the consumer start
+    at Spark's first call (``initialOffset``/``latestOffset``/...), in the
+    process that holds the reader. Spark pickles this object to the
+    executors for :meth:`read`; only the options travel.
+    """
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self._session = f"{uuid.uuid4().hex[:16]}"
+        self._hub: HubThread | None = None
+        self._consumer: Consumer | None = None
+        self._ledger: Ledger[Message] | None = None
+        self._toucher: gevent.Greenlet[[], None] | None = None
+        self._last_arrival = 0.0  # time.monotonic() of the last message, in the hub thread
+        self._started_at = 0.0
+        self._cutoff_ns: int | None = None  # Trigger.AvailableNow: take messages up to this
+        self._pid = 0
+        self._stopped = False
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"options": self.options, "_session": self._session}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["options"])  # type: ignore[misc]
+        self._session = state["_session"]
+
+    def __repr__(self) -> str:
+        o = self.options
+        return f"<NSQStreamReader {o.topic}/{o.channel} session={self._session}>"
+
+    # -- lifecycle (Spark's thread) -------------------------------------------
+
+    def _ensure_started(self) -> HubThread:
+        if self._stopped:
+            raise NSQConnectionError(f"{self.options.topic}/{self.options.channel}",
+                                     "the nsq source was stopped")
+        if self._hub is not None and self._pid == os.getpid():
+            return self._hub
+        self._pid = os.getpid()
+        hub = HubThread(f"gnsqlite-source-{self.options.topic}")
+        hub.start()
+        self._hub = hub
+        hub.call(self._start_consumer)
+        _exit_on_sigterm()
+        return hub
+
+    def _start_consumer(self) -> None:
+        o = self.options
+        self._ledger = Ledger(self._session)
+        self._started_at = time.monotonic()
+        consumer = Consumer(
+            o.topic,
+            o.channel,
+            self._on_message,
+            nsqd_tcp_addresses=o.nsqd_tcp_addresses,
+            lookupd_http_addresses=o.lookupd_http_addresses,
+            connection_config=o.connection,
+            backoff=None,
+            max_in_flight=o.max_in_flight,
+            max_attempts=o.max_attempts,
+            concurrency=4,
+            **o.consumer,
+        )
+        self._consumer = consumer
+        consumer.start()
+        self._toucher = gevent.spawn(self._touch_loop)
+        log.info("%r: consuming with max_in_flight=%d", self, o.max_in_flight)
+
+    def stop(self) -> None:
+        """Spark ends the query: requeue every unfinished message, close, end the thread.
+
+        Messages of batches Spark has not committed to the source (at least
+        the last batch, see :mod:`gnsqlite.spark`) go back to nsqd with
+        ``REQ 0`` and are delivered again to the next run.
+        """
+        self._stopped = True
+        hub, self._hub = self._hub, None
+        if hub is None or not hub.running:
+            return
+        try:
+            hub.call(self._stop_consumer, timeout=self.options.stop_timeout + 10.0)
+        except Exception:
+            log.exception("%r: stopping failed; nsqd requeues what the closed connections held",
+                          self)
+        hub.stop()
+
+    def _stop_consumer(self) -> None:
+        if self._toucher is not None:
+            self._toucher.kill()
+        if self._consumer is not None:
+            # RDY 0 first: nsqd would hand a message requeued with REQ 0
+            # straight back to this connection while its RDY is open.
+            self._consumer.set_max_in_flight(0)
+        released = self._ledger.release() if self._ledger is not None else []
+        for message in released:
+            message.requeue(0.0, backoff=False)
+        if released:
+            log.info("%r: stopping; requeued %d unfinished messages", self, len(released))
+        if self._consumer is not None:
+            self._consumer.close(self.options.stop_timeout)
+
+    # -- hub-thread side ---------------------------------------------------------
+
+    def _on_message(self, message: Message) -> None:
+        message.enable_async()
+        self._last_arrival = time.monotonic()
+        if self._ledger is None or self._stopped:
+            message.requeue(0.0, backoff=False)
+            return
+        self._ledger.receive(message)
+
+    def _touch_loop(self) -> None:
+        """TOUCH held messages before nsqd's timeout, while Spark is busy or idle."""
+        while True:
+            timeout = self._msg_timeout()
+            gevent.sleep(max(0.2, timeout / 4))
+            if self._ledger is None:
+                continue
+            for message in self._ledger.held():
+                if not message.has_responded and message.time_left() < timeout / 2:
+                    message.touch()
+
+    def _msg_timeout(self) -> float:
+        consumer = self._consumer
+        if consumer is not None and consumer.connections:
+            return min(conn.msg_timeout for conn in consumer.connections)
+        return self.options.connection.msg_timeout or 60.0
+
+    def _connected(self) -> bool:
+        return self._consumer is not None and bool(self._consumer.connections)
+
+    def _wait_connected(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while not self._connected():
+            if time.monotonic() >= deadline:
+                return False
+            gevent.sleep(0.02)
+        return True
+
+    def _first_connection(self) -> None:
+        o = self.options
+        if self._wait_connected(o.start_timeout if o.nsqd_tcp_addresses else 0.0):
+            return
+        if o.nsqd_tcp_addresses and not o.lookupd_http_addresses:
+            raise NSQConnectionError(
+                ",".join(o.nsqd_tcp_addresses),
+                f"the nsq source could not subscribe to {o.topic}/{o.channel} within"
+                f" startTimeout={o.start_timeout} s; check nsqdTcpAddresses",
+            )
+
+    def _latest(self, start: Mapping[str, Any] | None, max_rows: int | None,
+                min_rows: int | None) -> dict[str, Any]:
+        ledger = self._ledger
+        assert ledger is not None
+        cutoff = self._cutoff_ns
+        if cutoff is not None:
+            self._wait_available_now(max_rows)
+            return ledger.latest(start, max_rows, lambda m: m.timestamp <= cutoff)
+        if min_rows is not None and len(ledger.buffered) < min_rows and not ledger.uncommitted:
+            return dict(start) if start is not None else ledger.offset()
+        return ledger.latest(start, max_rows)
+
+    def _wait_available_now(self, max_rows: int | None) -> None:
+        """Trigger.AvailableNow: wait until a batch is full or the topic went quiet."""
+        ledger = self._ledger
+        assert ledger is not None
+        o = self.options
+        if not self._connected():
+            self._wait_connected(o.start_timeout)
+        wanted = max_rows if max_rows is not None else o.max_messages_per_batch
+        while True:
+            # nsqd sends no more than the RDY budget (capped per connection by
+            # its max_rdy_count) minus what the source already holds.
+            conns = self._consumer.connections if self._consumer is not None else []
+            capacity = min(o.max_in_flight, sum(c.max_rdy_count for c in conns) or 1)
+            budget = max(1, capacity - ledger.uncommitted)
+            if len(ledger.buffered) >= min(wanted, budget):
+                return
+            quiet = time.monotonic() - max(self._last_arrival, self._started_at)
+            if quiet >= o.available_now_idle_timeout and self._connected():
+                return
+            if quiet >= o.start_timeout:
+                return
+            gevent.sleep(0.02)
+
+    def _partitions(self, start: Mapping[str, Any], end: Mapping[str, Any]) -> list[NSQPartition]:
+        ledger = self._ledger
+        assert ledger is not None
+        messages = ledger.batch(start, end)
+        if not messages:
+            return []
+        n = min(self.options.num_partitions, len(messages))
+        size = -(-len(messages) // n)
+        topic = self.options.topic
+        parts = []
+        for i in range(n):
+            chunk = messages[i * size : (i + 1) * size]
+            rows = [(m.id, m.body, m.timestamp, m.attempts, m.nsqd) for m in chunk]
+            parts.append(NSQPartition(i, topic, rows))
+        return parts
+
+    def _commit(self, end: Mapping[str, Any]) -> int:
+        ledger = self._ledger
+        assert ledger is not None
+        done = ledger.commit(end)
+        for message in done:
+            message.finish()
+        return len(done)
+
+    # -- Spark's API (Spark's thread) ----------------------------------------------
+
+    def initialOffset(self) -> dict[str, Any]:
+        """The offset a new query starts from: this session, nothing read yet."""
+        hub = self._ensure_started()
+        assert self._ledger is not None
+        hub.call(self._first_connection)
+        return self._ledger.initial_offset()
+
+    def getDefaultReadLimit(self) -> Any:
+        """``maxMessagesPerBatch`` as Spark's read limit."""
+        if ReadMaxRows is None:  # pragma: no cover - PySpark 4.0/4.1
+            return None
+        return ReadMaxRows(self.options.max_messages_per_batch)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Trigger.AvailableNow: read what nsqd received up to now, then end.
+
+        Messages whose nsqd timestamp is later than this call are held back
+        (and given back to nsqd when the query ends); the query ends once
+        no message arrived for ``availableNowIdleTimeout`` seconds.
+        """
+        self._cutoff_ns = time.time_ns()
+
+    def latestOffset(
+        self, start: dict[str, Any] | None = None, limit: Any = None
+    ) -> dict[str, Any]:
+        """Take the buffered messages (within ``limit``) into a new batch; blocks briefly."""
+        hub = self._ensure_started()
+        max_rows: int | None = self.options.max_messages_per_batch
+        min_rows: int | None = None
+        if ReadAllAvailable is not None and isinstance(limit, ReadAllAvailable):
+            max_rows = None
+        elif ReadMaxRows is not None and isinstance(limit, ReadMaxRows):
+            max_rows = limit.max_rows
+        elif ReadMinRows is not None and isinstance(limit, ReadMinRows):
+            max_rows, min_rows = None, limit.min_rows
+        return hub.call(self._latest, start, max_rows, min_rows)
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        """The offset that would cover every message held now (for query progress)."""
+        ledger = self._ledger
+        if ledger is None:
+            return None
+        return {"session": ledger.session, "seq": ledger.seq + len(ledger.buffered),
+                "tick": ledger.tick}
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        """The batch from ``start`` to ``end``, split into ``numPartitions`` partitions."""
+        hub = self._ensure_started()
+        return hub.call(self._partitions, start, end)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Spark committed every batch up to ``end``: FIN their messages at nsqd."""
+        hub = self._ensure_started()
+        finished = hub.call(self._commit, end)
+        if finished:
+            log.debug("%r: committed %s, finished %d messages", self, end, finished)
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        """Yield the rows of ``partition`` (runs on an executor; opens nothing)."""
+        if not isinstance(partition, NSQPartition):
+            raise TypeError(f"the nsq source cannot read {partition!r}: not an NSQPartition")
+        topic = partition.topic
+        for mid, body, ts, attempts, nsqd in partition.rows:
+            yield (mid, body, _timestamp(ts), attempts, topic, nsqd)

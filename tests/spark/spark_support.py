@@ -1,0 +1,59 @@
+"""Helpers of the Spark connector tests: publish, consume back, read nsqd's stats."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gnsqlite.consumer import Consumer
+from gnsqlite.http import NsqdHTTPClient
+from gnsqlite.message import Message
+from gnsqlite.testing import NsqdServer, wait_until
+
+
+def publish(server: NsqdServer, bodies: list[bytes], topic: str) -> None:
+    """MPUB ``bodies`` to ``topic`` over nsqd's HTTP API, 1,000 at a time."""
+    client = NsqdHTTPClient(server.http_address, timeout=10.0)
+    for start in range(0, len(bodies), 1000):
+        client.mpub(topic, bodies[start : start + 1000])
+
+
+def consume(server: NsqdServer, topic: str, count: int, timeout: float = 60.0) -> list[bytes]:
+    """Consume ``count`` messages of ``topic`` on a fresh channel; returns their bodies."""
+    got: list[bytes] = []
+
+    def handle(message: Message) -> None:
+        got.append(message.body)
+
+    consumer = Consumer(topic, "check", handle, nsqd_tcp_addresses=[server.tcp_address],
+                        max_in_flight=2500)
+    consumer.start()
+    try:
+        wait_until(lambda: len(got) >= count, timeout=timeout,
+                   message=f"{count} messages consumed from {topic} (got {len(got)})")
+    finally:
+        consumer.close(5.0)
+    return got
+
+
+def channel_stats(server: NsqdServer, topic: str, channel: str) -> dict[str, Any]:
+    """nsqd's stats of one channel, or ``{}`` if it does not exist."""
+    for t in server.stats().get("topics", []):
+        if t["topic_name"] == topic:
+            for c in t.get("channels", []):
+                if c["channel_name"] == channel:
+                    return dict(c)
+    return {}
+
+
+def drained(server: NsqdServer, topic: str, channel: str) -> bool:
+    """True when the channel exists and holds nothing: no depth, in flight or deferred."""
+    c = channel_stats(server, topic, channel)
+    return bool(c) and c["depth"] == 0 and c["in_flight_count"] == 0 and c["deferred_count"] == 0
+
+
+def topic_count(server: NsqdServer, topic: str) -> int:
+    """How many messages ``topic`` received, by nsqd's stats (0 if it does not exist)."""
+    for t in server.stats().get("topics", []):
+        if t["topic_name"] == topic:
+            return int(t["message_count"])
+    return 0
