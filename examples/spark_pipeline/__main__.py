@@ -21,6 +21,7 @@ import argparse
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -70,6 +71,12 @@ def main() -> int:
         print("pipeline: timed out", flush=True)
         status = 1
     finally:
+        # The printer can see the last summary before Spark has committed the
+        # batch that published it: let the running trigger end before stopping,
+        # rather than interrupting its write.
+        deadline = time.monotonic() + 30
+        while query.status.get("isTriggerActive") and time.monotonic() < deadline:
+            time.sleep(0.1)
         query.stop()
         for proc in (generator, printer):
             if proc.poll() is None:
