@@ -589,22 +589,27 @@ class Connection:
 
     def ready(self, count: int) -> None:
         """RDY ``count``. Does not block."""
+        self._check_open()  # before the protocol refuses a closed state
         self.send(self.protocol.rdy(count))
 
     def finish(self, message_id: bytes | str) -> None:
         """FIN a message. Does not block."""
+        self._check_open()
         self.send(self.protocol.fin(message_id))
 
     def requeue(self, message_id: bytes | str, delay: float = 0.0) -> None:
         """REQ a message, redelivered after ``delay`` seconds. Does not block."""
+        self._check_open()
         self.send(self.protocol.req(message_id, delay))
 
     def touch(self, message_id: bytes | str) -> None:
         """TOUCH a message to reset its timeout. Does not block."""
+        self._check_open()
         self.send(self.protocol.touch(message_id))
 
     def nop(self) -> None:
         """NOP. Does not block."""
+        self._check_open()
         self.send(self.protocol.nop())
 
     def start_close(self) -> None:

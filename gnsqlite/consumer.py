@@ -50,7 +50,7 @@ from .flow import Backoff, Pause, Probe, RdyPlanner, Resume, make_backoff_strate
 from .message import Message, RequeueMessage
 from .protocol import Message as WireMessage
 from .protocol import check_channel_name, check_topic_name
-from .timers import TimerWheel
+from .timers import Timer, TimerWheel
 
 __all__ = ["Consumer", "Handler", "GiveUpHook"]
 
@@ -178,10 +178,13 @@ class Consumer:
         self._links: dict[str, _Link] = {}
         self._connecting: set[str] = set()
         self._reconnect_failures: dict[str, int] = {}
+        self._reconnect_timers: dict[str, Timer] = {}  # one pending retry per address
         self._queue: gevent.queue.Queue[Message | None] = gevent.queue.Queue()
         self._workers = gevent.pool.Pool()
         self._idle_workers = 0
-        self._running: set[Message] = set()
+        self._running: dict[Any, Message] = {}  # worker greenlet -> its message
+        self._unanswered: set[Message] = set()  # received, not yet finished or requeued
+        self._poll_timer: Timer | None = None
         self._tasks = gevent.pool.Group()
         self._wheel: TimerWheel | None = None
         self._poller: LookupdPoller | None = None
@@ -265,7 +268,8 @@ class Consumer:
         but not started, lets running handlers (and async messages) finish
         and answer until the timeout, requeues what is still unanswered,
         then closes the connections. Afterwards no greenlet or timer of the
-        consumer remains.
+        consumer remains. Called from a handler, it does not wait for that
+        handler, whose message is requeued (its worker ends when it returns).
         """
         if self._closing:
             self._stopped.wait(timeout)
@@ -276,22 +280,33 @@ class Consumer:
             self._wheel.cancel_owner(self)
         self._tasks.kill(block=True)
         links = list(self._links.values())
+        # Through the planner, so no later answer or lost connection tops RDY up again.
+        self._send_rdy(self._planner.pause())
+        # close() may be called from a handler: its worker is not waited for,
+        # and its message cannot be finished before the connections close.
+        current = gevent.getcurrent()
+        mine = self._running.get(current)
+        if mine is not None and not mine.has_responded:
+            mine.requeue(0.0, backoff=False)
         for link in links:
-            self._quietly(link.conn.ready, 0)
             self._quietly(link.conn.start_close)
         self._requeue_queued()
-        for _ in range(len(self._workers)):
+        workers = [g for g in self._workers if g is not current]
+        for _ in workers:
             self._queue.put(None)
-        self._workers.join(timeout=max(0.0, deadline - time.monotonic()))
+        gevent.joinall(workers, timeout=max(0.0, deadline - time.monotonic()))
         if self._in_flight() > 0:
             self._drained.clear()
             if self._in_flight() > 0:
                 self._drained.wait(max(0.0, deadline - time.monotonic()))
-        self._workers.kill(block=True)
-        for message in list(self._running):
+        gevent.killall([g for g in self._workers if g is not current], block=True)
+        # Unanswered messages, async ones included: requeued rather than left
+        # to time out in nsqd (which keeps them in flight after we leave).
+        for message in list(self._running.values()) + list(self._unanswered):
             if not message.has_responded:
                 message.requeue(0.0, backoff=False)
         self._running.clear()
+        self._unanswered.clear()
         self._requeue_queued()
         for link in links:
             link.conn.close(max(0.1, deadline - time.monotonic()))
@@ -321,9 +336,8 @@ class Consumer:
             raise ConfigError(f"max_in_flight={max_in_flight!r} must be an int")
         if max_in_flight < 0:
             raise ConfigError(f"max_in_flight={max_in_flight!r} is out of range: use 0 or more")
-        if self._backoff is not None and self._backoff.active:
-            self._planner.max_in_flight = max_in_flight  # applied when backoff ends
-            return
+        # In backoff the planner keeps its mode (RDY 0, or the one probe) and
+        # applies the new budget when the flow resumes.
         self._send_rdy(self._planner.set_max_in_flight(max_in_flight))
 
     def is_starved(self) -> bool:
@@ -352,6 +366,7 @@ class Consumer:
             link = self._links.get(name)
             if link is not None:
                 self._quietly(link.conn.ready, count)
+        self._update_starved()  # a new last RDY can start or end starvation
 
     def _redistribute(self) -> None:
         self._send_rdy(self._planner.redistribute(time.monotonic()))
@@ -401,12 +416,21 @@ class Consumer:
             if not discovered:
                 self._schedule_reconnect(address)
             return
+        except BaseException:  # GreenletExit from close(): leave no connection behind
+            self._connecting.discard(address)
+            conn.close(0)
+            raise
         self._connecting.discard(address)
         if self._closing:
             conn.close()
             return
         self._reconnect_failures.pop(address, None)
         self._links[conn.name] = _Link(address, conn, discovered)
+        if conn.closed:
+            # It ended after SUB's OK but before this greenlet resumed: its
+            # on_close found no link, so handle the loss now.
+            self._on_close(conn, conn.error or NSQConnectionError(conn.name, "lost on subscribe"))
+            return
         log.info("%s: subscribed on %s", self, conn.name)
         self._send_rdy(self._planner.add(conn.name, conn.max_rdy_count, time.monotonic()))
 
@@ -415,6 +439,8 @@ class Consumer:
         if link is None or link.conn is not conn:
             return
         del self._links[conn.name]
+        # Its unanswered messages can no longer be answered: nsqd redelivers them.
+        self._unanswered = {m for m in self._unanswered if m.connection is not conn}
         self._send_rdy(self._planner.remove(conn.name))
         self._update_starved()
         if self._in_flight() == 0:
@@ -422,7 +448,7 @@ class Consumer:
         if self._closing or error is None:
             return
         log.warning("%s: lost %s: %s", self, conn.name, error)
-        if not link.discovered:
+        if not link.discovered or link.address in self.nsqd_tcp_addresses:
             self._schedule_reconnect(link.address)
         # A discovered nsqd is connected again only if a later poll lists it.
 
@@ -432,10 +458,17 @@ class Consumer:
         failures = self._reconnect_failures.get(address, 0) + 1
         self._reconnect_failures[address] = failures
         cfg = self.config
-        ceiling = min(cfg.max_reconnect_interval, cfg.reconnect_interval * 2 ** (failures - 1))
+        # The exponent is bounded: 2 ** 1024 no longer converts to a float.
+        growth = 2.0 ** min(failures - 1, 64)
+        ceiling = min(cfg.max_reconnect_interval, cfg.reconnect_interval * growth)
         delay = ceiling * self._rng.uniform(0.5, 1.0)
         log.info("%s: reconnecting to %s in %.2f s", self, address, delay)
-        self._wheel.call_later(delay, self._spawn_connect, address, False, owner=self)
+        pending = self._reconnect_timers.pop(address, None)
+        if pending is not None:
+            pending.cancel()  # an earlier retry (connect_to_nsqd tried at once): one chain
+        self._reconnect_timers[address] = self._wheel.call_later(
+            delay, self._spawn_connect, address, False, owner=self
+        )
 
     def _check_alive(self) -> None:
         now = time.monotonic()
@@ -466,7 +499,9 @@ class Consumer:
         if self._wheel is not None and not self._closing:
             cfg = self.config
             jitter = self._rng.uniform(0.0, cfg.lookupd_poll_jitter) * cfg.lookupd_poll_interval
-            self._wheel.call_later(
+            if self._poll_timer is not None:
+                self._poll_timer.cancel()  # an extra poll (query_lookupd) replaces the next one
+            self._poll_timer = self._wheel.call_later(
                 cfg.lookupd_poll_interval + jitter, self._tasks.spawn, self._poll, owner=self
             )
 
@@ -514,6 +549,7 @@ class Consumer:
         if self._closing:
             message.requeue(0.0, backoff=False)
             return
+        self._unanswered.add(message)
         for observer in self._observers:
             try:
                 observer(message)
@@ -546,11 +582,14 @@ class Consumer:
             if self._closing:
                 message.requeue(0.0, backoff=False)
                 continue
-            self._running.add(message)
+            me = gevent.getcurrent()
+            self._running[me] = message
             try:
                 self._process(message)
             finally:
-                self._running.discard(message)
+                self._running.pop(me, None)
+            if self._closing:
+                return  # close() requeues what is still queued
 
     def _process(self, message: Message) -> None:
         conn = message.connection
@@ -565,9 +604,14 @@ class Consumer:
             self.handle(message)
         except RequeueMessage as request:
             message.requeue(request.delay, request.backoff)
-        except Exception:
+        except (Exception, gevent.Timeout):
+            # A gevent.Timeout escaping the handler is the handler's own (it
+            # ran out of time): a failure like any other.
             log.exception("%s: handler failed on %s; requeueing it", self, message)
             message.requeue(None, backoff=True)
+        except BaseException:  # GreenletExit, KeyboardInterrupt: answer, then unwind
+            message.requeue(0.0, backoff=False)
+            raise
         else:
             if not message.is_async:
                 message.finish()
@@ -575,10 +619,13 @@ class Consumer:
     def _give_up(self, message: Message) -> None:
         try:
             self.on_giving_up(message)
-        except Exception:
+        except (Exception, gevent.Timeout):
             log.exception("%s: on_giving_up failed on %s; requeueing it", self, message)
             message.requeue(None, backoff=False)
             return
+        except BaseException:
+            message.requeue(0.0, backoff=False)
+            raise
         message.finish()
 
     def requeue_delay(self, attempts: int) -> float:
@@ -597,6 +644,7 @@ class Consumer:
         if action == "touch":
             self._quietly(conn.touch, message.wire_id)
             return
+        self._unanswered.discard(message)
         counts = link is not None and not self._closing and self._backoff is not None
         if action == "finish":
             self._quietly(conn.finish, message.wire_id)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from .errors import NoConnectionsError, NSQError
+from .errors import NoConnectionsError
 from .http import LookupdClient
 
 __all__ = ["LookupdPoller"]
@@ -42,7 +42,7 @@ class LookupdPoller:
         for client in self.clients:
             try:
                 found.update(client.producer_addresses(self.topic))
-            except (NSQError, ValueError, KeyError) as exc:
+            except Exception as exc:  # any failure, a malformed answer too, skips this lookupd
                 errors[client.address] = exc
                 log.warning("lookupd %s failed for topic %r: %s", client.address, self.topic, exc)
         if errors and len(errors) == len(self.clients):

@@ -79,7 +79,7 @@ class Timer:
         if not self.active:
             return False
         if self.interval is None:
-            self.active = False
+            self._queue.discard(self)
         self.callback(*self.args)
         return True
 
@@ -166,9 +166,9 @@ class TimerQueue:
             if not timer.active:
                 continue
             due.append(timer)
-            if timer.interval is None:
-                self._forget(timer)  # still active until fired or cancelled
-            else:
+            # A one-shot stays its owner's until fired, so cancel_owner() still
+            # reaches it between this pop and the runner greenlet firing it.
+            if timer.interval is not None:
                 timer.deadline += timer.interval
                 if timer.deadline <= now:
                     timer.deadline = now + timer.interval

@@ -139,6 +139,7 @@ class Backoff:
         self.state = self.NORMAL
         self.window_until: float | None = None
         self.max_level = self._max_level()
+        self._capped = False  # the last window reached max_duration
 
     def _max_level(self) -> int:
         base = getattr(self.strategy, "base", None)
@@ -152,7 +153,11 @@ class Backoff:
         return self.state != self.NORMAL
 
     def _pause(self, now: float) -> Pause:
-        duration = min(self.max_duration, max(0.0, self.strategy.duration(self.level)))
+        wanted = max(0.0, self.strategy.duration(self.level))
+        # A strategy without ``base`` (any user object) is capped here: once
+        # its windows reach max_duration, a further failure does not raise the level.
+        self._capped = wanted >= self.max_duration
+        duration = min(self.max_duration, wanted)
         self.state = self.WINDOW
         self.window_until = now + duration
         return Pause(duration)
@@ -161,7 +166,8 @@ class Backoff:
         """A message failed (requeued with backoff); returns what to do, if anything."""
         if self.state == self.WINDOW:
             return None
-        self.level = min(self.level + 1, self.max_level)
+        if not (self._capped and self.level > 0):
+            self.level = min(self.level + 1, self.max_level)
         return self._pause(now)
 
     def success(self, now: float) -> Action | None:

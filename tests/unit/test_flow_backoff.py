@@ -76,3 +76,26 @@ def test_strategy_option() -> None:
         make_backoff_strategy("sometimes")
     with pytest.raises(ConfigError, match="base"):
         ExponentialBackoff(base=0)
+
+
+def test_a_custom_strategy_stops_rising_at_the_cap_too() -> None:
+    class Doubling:  # no ``base``: the cap must come from its windows
+        def duration(self, level: int) -> float:
+            return float(2 ** (level - 1))
+
+    b = Backoff(Doubling(), max_duration=8.0)
+    now = 0.0
+    for _ in range(30):  # a long outage: every probe fails
+        action = b.failure(now)
+        assert isinstance(action, Pause)
+        now += action.duration
+        b.window_ended(now)
+    assert b.level == 4  # 8 s reached at level 4: no higher
+    successes = 0
+    while b.active:
+        successes += 1
+        action = b.success(now)
+        if isinstance(action, Pause):
+            now += action.duration
+            b.window_ended(now)
+    assert successes == 4  # recovery is as quick as with the built-in strategy

@@ -86,3 +86,27 @@ def test_a_failing_callback_is_logged_and_does_not_stop_the_wheel(
     assert done.wait(2.0)
     assert "boom" in caplog.text
     wheel.cancel_owner(owner)
+
+
+def test_cancel_owner_reaches_a_timer_already_due_but_not_yet_fired() -> None:
+    q = TimerQueue()
+    calls: list[str] = []
+    q.schedule(1.0, calls.append, ("late",), owner="o")
+    due = q.pop_due(1.0)  # the wheel hands these to a runner greenlet ...
+    assert q.owned_by("o") == due
+    assert q.cancel_owner("o") == 1  # ... and the owner closes before it runs
+    for t in due:
+        t.fire()
+    assert calls == []
+    assert q.owned_by("o") == []
+    assert len(q) == 0
+
+
+def test_a_fired_one_shot_timer_is_forgotten() -> None:
+    q = TimerQueue()
+    calls: list[int] = []
+    q.schedule(1.0, calls.append, (1,), owner="o")
+    assert [t.fire() for t in q.pop_due(1.0)] == [True]
+    assert calls == [1]
+    assert q.owned_by("o") == []
+    assert len(q) == 0
