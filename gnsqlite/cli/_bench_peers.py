@@ -18,12 +18,9 @@ import gevent
 import gevent.event
 
 from ..testing.waiting import wait_until
+from .bench import BATCH, CONCURRENCY, time_publishes
 
 __all__ = ["PUBLISH", "CONSUME", "available"]
-
-CONCURRENCY = 50
-BATCH = 100
-
 
 def available() -> list[str]:
     """The peers that are installed (``"pynsq"`` and/or ``"gnsq"``)."""
@@ -48,27 +45,9 @@ def _gnsq_producer(address: str) -> Any:
 def _gnsq_publish(address: str, topic: str, body: bytes, count: int, mode: str) -> float:
     producer = _gnsq_producer(address)
     try:
-        producer.publish(topic, body)
-        start = time.perf_counter()
-        if mode == "sequential":
-            for _ in range(count):
-                producer.publish(topic, body)
-        elif mode == "pipelined":
-
-            def publisher() -> None:
-                for _ in range(count // CONCURRENCY):
-                    producer.publish(topic, body)
-
-            jobs = [gevent.spawn(publisher) for _ in range(CONCURRENCY)]
-            gevent.joinall(jobs, raise_error=True)
-        else:
-            batch = [body] * BATCH
-            for _ in range(count // BATCH):
-                producer.multipublish(topic, batch)
-        return time.perf_counter() - start
+        return time_publishes(producer.publish, producer.multipublish, topic, body, count, mode)
     finally:
         producer.close()
-        producer.join(5)
 
 
 def gnsq_consume(address: str, topic: str, count: int, max_in_flight: int) -> float:

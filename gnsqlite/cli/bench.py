@@ -26,7 +26,14 @@ from ..consumer import Consumer
 from ..producer import Producer
 from ._common import CommandError, Parser, check_reachable, normalize_address, run, stop_on_signals
 
-__all__ = ["build_parser", "consume_rate", "main", "publish_rate", "queue_messages"]
+__all__ = [
+    "build_parser",
+    "consume_rate",
+    "main",
+    "publish_rate",
+    "queue_messages",
+    "time_publishes",
+]
 
 CONCURRENCY = 50
 BATCH = 100
@@ -68,27 +75,44 @@ def build_parser() -> Parser:
 # -- gnsqlite's workloads -----------------------------------------------------------------
 
 
+def time_publishes(
+    publish: Callable[[str, bytes], Any],
+    multi_publish: Callable[[str, list[bytes]], Any],
+    topic: str,
+    body: bytes,
+    count: int,
+    mode: str,
+) -> float:
+    """Seconds to publish ``count`` messages in ``mode`` with blocking calls; blocks.
+
+    The one definition of the publish workloads, shared by gnsqlite's and
+    gnsq's runs: ``publish(topic, body)`` and ``multi_publish(topic, bodies)``
+    each block until nsqd answers.
+    """
+    publish(topic, body)  # warm up: connection and topic exist
+    start = time.perf_counter()
+    if mode == "sequential":
+        for _ in range(count):
+            publish(topic, body)
+    elif mode == "pipelined":
+
+        def publisher() -> None:
+            for _ in range(count // CONCURRENCY):
+                publish(topic, body)
+
+        jobs = [gevent.spawn(publisher) for _ in range(CONCURRENCY)]
+        gevent.joinall(jobs, raise_error=True)
+    else:
+        batch = [body] * BATCH
+        for _ in range(count // BATCH):
+            multi_publish(topic, batch)
+    return time.perf_counter() - start
+
+
 def publish_rate(address: str, topic: str, body: bytes, count: int, mode: str) -> float:
     """Seconds gnsqlite's Producer takes to publish ``count`` messages in ``mode``; blocks."""
     with Producer(address) as producer:
-        producer.publish(topic, body)  # warm up: connection and topic exist
-        start = time.perf_counter()
-        if mode == "sequential":
-            for _ in range(count):
-                producer.publish(topic, body)
-        elif mode == "pipelined":
-
-            def publisher() -> None:
-                for _ in range(count // CONCURRENCY):
-                    producer.publish(topic, body)
-
-            jobs = [gevent.spawn(publisher) for _ in range(CONCURRENCY)]
-            gevent.joinall(jobs, raise_error=True)
-        else:
-            batch = [body] * BATCH
-            for _ in range(count // BATCH):
-                producer.multi_publish(topic, batch)
-        return time.perf_counter() - start
+        return time_publishes(producer.publish, producer.multi_publish, topic, body, count, mode)
 
 
 def queue_messages(address: str, topic: str, body: bytes, count: int) -> None:
