@@ -186,8 +186,9 @@ class LookupdServer(_Server):
         startup_timeout: float = 15.0,
         stop_timeout: float = 5.0,
     ) -> None:
-        super().__init__(nsq_bin_dir() if bin_dir is None else (bin_dir or None),
-                         startup_timeout, stop_timeout)
+        super().__init__(
+            nsq_bin_dir() if bin_dir is None else (bin_dir or None), startup_timeout, stop_timeout
+        )
 
     def argv(self) -> list[str]:
         """The command line :meth:`start` runs."""
@@ -231,8 +232,9 @@ class NsqdServer(_Server):
         stop_timeout: float = 5.0,
         **options: Any,
     ) -> None:
-        super().__init__(nsq_bin_dir() if bin_dir is None else (bin_dir or None),
-                         startup_timeout, stop_timeout)
+        super().__init__(
+            nsq_bin_dir() if bin_dir is None else (bin_dir or None), startup_timeout, stop_timeout
+        )
         self.lookupd = lookupd
         self.options = dict(options)
         self.data_path = data_path
@@ -272,6 +274,27 @@ class NsqdServer(_Server):
     def stats(self, topic: str | None = None, channel: str | None = None) -> dict[str, Any]:
         """``/stats?format=json`` (v1.x shape), optionally filtered; blocks up to 5 s."""
         return self.http.stats(topic=topic, channel=channel)
+
+    def topic_stats(self, topic: str) -> dict[str, Any]:
+        """The ``/stats`` entry of ``topic``, or ``{}`` when nsqd has no such topic."""
+        for entry in self.stats().get("topics") or []:
+            if entry["topic_name"] == topic:
+                return dict(entry)
+        return {}
+
+    def channel_stats(self, topic: str, channel: str) -> dict[str, Any]:
+        """The ``/stats`` entry of ``channel`` of ``topic``, or ``{}`` when it does not exist."""
+        for entry in self.topic_stats(topic).get("channels") or []:
+            if entry["channel_name"] == channel:
+                return dict(entry)
+        return {}
+
+    def channel_drained(self, topic: str, channel: str) -> bool:
+        """True when the channel exists and holds nothing: no depth, in flight or deferred."""
+        c = self.channel_stats(topic, channel)
+        return (
+            bool(c) and c["depth"] == 0 and c["in_flight_count"] == 0 and c["deferred_count"] == 0
+        )
 
     def close(self) -> None:
         """Stop the process and delete the temporary data directory."""

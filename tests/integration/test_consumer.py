@@ -38,17 +38,11 @@ def publish(server: NsqdServer, bodies: list[bytes], topic: str = TOPIC) -> None
 
 
 def channel_stats(server: NsqdServer, topic: str = TOPIC, channel: str = CHANNEL) -> dict[str, Any]:
-    for t in server.stats().get("topics", []):
-        if t["topic_name"] == topic:
-            for c in t.get("channels", []):
-                if c["channel_name"] == channel:
-                    return dict(c)
-    return {}
+    return server.channel_stats(topic, channel)
 
 
 def drained(server: NsqdServer, topic: str = TOPIC, channel: str = CHANNEL) -> bool:
-    c = channel_stats(server, topic, channel)
-    return bool(c) and c["depth"] == 0 and c["in_flight_count"] == 0 and c["deferred_count"] == 0
+    return server.channel_drained(topic, channel)
 
 
 def live_greenlets() -> set[int]:

@@ -18,24 +18,15 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def channel_stats(server: NsqdServer, topic: str, channel: str) -> dict[str, Any]:
-    for t in server.stats().get("topics", []):
-        if t["topic_name"] == topic:
-            for c in t.get("channels", []):
-                if c["channel_name"] == channel:
-                    return dict(c)
-    return {}
+    return server.channel_stats(topic, channel)
 
 
 def topic_stats(server: NsqdServer, topic: str) -> dict[str, Any]:
-    for t in server.stats().get("topics", []):
-        if t["topic_name"] == topic:
-            return dict(t)
-    return {}
+    return server.topic_stats(topic)
 
 
 def drained(server: NsqdServer, topic: str, channel: str) -> bool:
-    c = channel_stats(server, topic, channel)
-    return bool(c) and c["depth"] == 0 and c["in_flight_count"] == 0 and c["deferred_count"] == 0
+    return server.channel_drained(topic, channel)
 
 
 class Program:

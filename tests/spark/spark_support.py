@@ -37,23 +37,14 @@ def consume(server: NsqdServer, topic: str, count: int, timeout: float = 60.0) -
 
 def channel_stats(server: NsqdServer, topic: str, channel: str) -> dict[str, Any]:
     """nsqd's stats of one channel, or ``{}`` if it does not exist."""
-    for t in server.stats().get("topics", []):
-        if t["topic_name"] == topic:
-            for c in t.get("channels", []):
-                if c["channel_name"] == channel:
-                    return dict(c)
-    return {}
+    return server.channel_stats(topic, channel)
 
 
 def drained(server: NsqdServer, topic: str, channel: str) -> bool:
     """True when the channel exists and holds nothing: no depth, in flight or deferred."""
-    c = channel_stats(server, topic, channel)
-    return bool(c) and c["depth"] == 0 and c["in_flight_count"] == 0 and c["deferred_count"] == 0
+    return server.channel_drained(topic, channel)
 
 
 def topic_count(server: NsqdServer, topic: str) -> int:
     """How many messages ``topic`` received, by nsqd's stats (0 if it does not exist)."""
-    for t in server.stats().get("topics", []):
-        if t["topic_name"] == topic:
-            return int(t["message_count"])
-    return 0
+    return int(server.topic_stats(topic).get("message_count", 0))

@@ -16,7 +16,15 @@ import gevent.socket
 import gevent.ssl
 import pytest
 
-from gnsqlite.testing import AuthServer, TLSFiles, WaitTimeout, grant, make_tls_files, wait_until
+from gnsqlite.testing import (
+    AuthServer,
+    NsqdServer,
+    TLSFiles,
+    WaitTimeout,
+    grant,
+    make_tls_files,
+    wait_until,
+)
 
 
 def _get(url: str) -> tuple[int, Any]:
@@ -146,3 +154,16 @@ with AuthServer(lambda ip, tls, secret: grant(identity=secret)) as server:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=True
     )
     assert json.loads(out.stdout)["identity"] == "zed"
+
+
+def test_stats_helpers_find_one_topic_and_channel(nsqd: NsqdServer) -> None:
+    assert nsqd.topic_stats("helpers") == {}
+    assert nsqd.channel_stats("helpers", "c") == {}
+    assert not nsqd.channel_drained("helpers", "c")  # absent is not drained
+    nsqd.http.create_topic("helpers")
+    nsqd.http.create_channel("helpers", "c")
+    assert nsqd.channel_drained("helpers", "c")
+    nsqd.http.pub("helpers", b"x")
+    assert nsqd.topic_stats("helpers")["message_count"] == 1
+    assert nsqd.channel_stats("helpers", "c")["depth"] == 1
+    assert not nsqd.channel_drained("helpers", "c")
