@@ -362,6 +362,11 @@ class Consumer:
         return sum(f.in_flight for f in self._planner.conns.values())
 
     def _send_rdy(self, commands: list[tuple[str, int]]) -> None:
+        """Send the planner's RDY commands, then bring ``starved`` up to date.
+
+        Every change of the planner goes through here (RDY counts and in-flight
+        counts alike), so this is the one place the Event follows them.
+        """
         for name, count in commands:
             link = self._links.get(name)
             if link is not None:
@@ -384,7 +389,6 @@ class Consumer:
         else:
             log.info("%s: backoff over, resuming the full flow", self)
             self._send_rdy(self._planner.resume())
-        self._update_starved()
 
     def _window_ended(self) -> None:
         if self._backoff is not None:
@@ -442,7 +446,6 @@ class Consumer:
         # Its unanswered messages can no longer be answered: nsqd redelivers them.
         self._unanswered = {m for m in self._unanswered if m.connection is not conn}
         self._send_rdy(self._planner.remove(conn.name))
-        self._update_starved()
         if self._in_flight() == 0:
             self._drained.set()
         if self._closing or error is None:
@@ -542,10 +545,7 @@ class Consumer:
             return
         link.received += 1
         link.last_message_time = time.time()
-        commands = self._planner.message_received(conn.name, time.monotonic())
-        if commands:
-            self._send_rdy(commands)
-        self._update_starved()
+        self._send_rdy(self._planner.message_received(conn.name, time.monotonic()))
         if self._closing:
             message.requeue(0.0, backoff=False)
             return
@@ -661,10 +661,7 @@ class Consumer:
                 link.requeued += 1
         if link is None:
             return
-        commands = self._planner.message_done(conn.name)
-        if commands:
-            self._send_rdy(commands)
-        self._update_starved()
+        self._send_rdy(self._planner.message_done(conn.name))
         if self._closing:
             if self._in_flight() == 0:
                 self._drained.set()
