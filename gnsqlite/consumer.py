@@ -302,7 +302,7 @@ class Consumer:
         gevent.killall([g for g in self._workers if g is not current], block=True)
         # Unanswered messages, async ones included: requeued rather than left
         # to time out in nsqd (which keeps them in flight after we leave).
-        for message in list(self._running.values()) + list(self._unanswered):
+        for message in list(self._unanswered):  # running handlers' messages included
             if not message.has_responded:
                 message.requeue(0.0, backoff=False)
         self._running.clear()
