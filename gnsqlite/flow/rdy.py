@@ -242,14 +242,11 @@ class RdyPlanner:
             if f.last_rdy > 0 and now - f.idle_since() > self.low_rdy_idle_timeout:
                 self._send(f, 0, out)
                 freed.append(f)
-        candidates = [f for f in self.conns.values() if f.last_rdy == 0 and f not in freed]
-        candidates += freed  # the ones just idled get it back only if no one else can
+        others = [f for f in self.conns.values() if f.last_rdy == 0 and f not in freed]
         budget = self._budget()
-        chosen: list[ConnFlow] = []
-        others = [f for f in candidates if f not in freed]
-        pool = others if len(others) >= budget else candidates
-        chosen = self.rng.sample(pool, min(budget, len(pool)))
-        for f in chosen:
+        # The ones just idled get it back only if no one else can take it.
+        pool = others if len(others) >= budget else others + freed
+        for f in self.rng.sample(pool, min(budget, len(pool))):
             # A connection handed the RDY starts a fresh idle clock.
             f.last_message_at = now
             self._send(f, 1, out)
