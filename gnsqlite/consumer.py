@@ -46,7 +46,7 @@ from .config import ConnectionConfig, ConsumerConfig
 from .conn import Connection, format_address, parse_address
 from .discovery import LookupdPoller
 from .errors import ConfigError, NSQConnectionError, NSQError, ServerError
-from .flow import Backoff, Pause, Probe, RdyPlanner, Resume, make_backoff_strategy
+from .flow import Backoff, Pause, Probe, RdyPlanner, Reconnect, Resume, make_backoff_strategy
 from .message import Message, RequeueMessage
 from .protocol import Message as WireMessage
 from .protocol import check_channel_name, check_topic_name
@@ -59,6 +59,8 @@ log = logging.getLogger(__name__)
 Handler = Callable[[Message], Any]
 GiveUpHook = Callable[[Message], Any]
 _PREVIEW = 64
+#: The reconnect policy's key for lookupd polls (an address always has a ':').
+_LOOKUPD = "lookupd"
 
 
 def log_giving_up(message: Message) -> None:
@@ -116,7 +118,8 @@ class Consumer:
     ``duration(level)``), ``max_backoff_duration``,
     ``lookupd_poll_interval``, ``lookupd_poll_jitter`` (fraction of the
     interval), ``low_rdy_idle_timeout``, ``rdy_redistribute_interval``,
-    ``reconnect_interval``/``max_reconnect_interval`` (static nsqd only),
+    ``reconnect_interval``/``max_reconnect_interval`` (static nsqd, and lookupd
+    polls after every lookupd failed),
     ``on_giving_up(message)``. Other keywords are connection options
     (``heartbeat_interval``, ``tls_v1``, ``snappy``, ``auth_secret`` ...), or
     pass ``connection_config``.
@@ -177,7 +180,9 @@ class Consumer:
         )
         self._links: dict[str, _Link] = {}
         self._connecting: set[str] = set()
-        self._reconnect_failures: dict[str, int] = {}
+        self._reconnect = Reconnect(
+            self.config.reconnect_interval, self.config.max_reconnect_interval, self._rng
+        )
         self._reconnect_timers: dict[str, Timer] = {}  # one pending retry per address
         self._queue: gevent.queue.Queue[Message | None] = gevent.queue.Queue()
         self._workers = gevent.pool.Pool()
@@ -428,7 +433,7 @@ class Consumer:
         if self._closing:
             conn.close()
             return
-        self._reconnect_failures.pop(address, None)
+        self._reconnect.succeeded(address)
         self._links[conn.name] = _Link(address, conn, discovered)
         if conn.closed:
             # It ended after SUB's OK but before this greenlet resumed: its
@@ -458,13 +463,7 @@ class Consumer:
     def _schedule_reconnect(self, address: str) -> None:
         if self._closing or self._wheel is None:
             return
-        failures = self._reconnect_failures.get(address, 0) + 1
-        self._reconnect_failures[address] = failures
-        cfg = self.config
-        # The exponent is bounded: 2 ** 1024 no longer converts to a float.
-        growth = 2.0 ** min(failures - 1, 64)
-        ceiling = min(cfg.max_reconnect_interval, cfg.reconnect_interval * growth)
-        delay = ceiling * self._rng.uniform(0.5, 1.0)
+        delay = self._reconnect.failed(address)
         log.info("%s: reconnecting to %s in %.2f s", self, address, delay)
         pending = self._reconnect_timers.pop(address, None)
         if pending is not None:
@@ -487,11 +486,18 @@ class Consumer:
         """One lookupd poll (in a greenlet of the consumer), then the next is scheduled."""
         if self._poller is None or self._closing:
             return
+        cfg = self.config
+        delay = cfg.lookupd_poll_interval * (1.0 + self._rng.uniform(0.0, cfg.lookupd_poll_jitter))
         try:
             found = self._poller.poll()
         except NSQError as exc:
-            log.warning("%s: lookupd poll failed: %s", self, exc)
+            # Every lookupd failed: ask again on the reconnect policy, never
+            # later than the regular poll would.
+            delay = min(delay, self._reconnect.failed(_LOOKUPD))
+            log.warning("%s: lookupd poll failed: %s; polling again in %.2f s", self, exc, delay)
             found = set()
+        else:
+            self._reconnect.succeeded(_LOOKUPD)
         for address in sorted(found):
             try:
                 name = format_address(parse_address(address))
@@ -500,12 +506,10 @@ class Consumer:
                 continue
             self._spawn_connect(name, discovered=True)
         if self._wheel is not None and not self._closing:
-            cfg = self.config
-            jitter = self._rng.uniform(0.0, cfg.lookupd_poll_jitter) * cfg.lookupd_poll_interval
             if self._poll_timer is not None:
                 self._poll_timer.cancel()  # an extra poll (query_lookupd) replaces the next one
             self._poll_timer = self._wheel.call_later(
-                cfg.lookupd_poll_interval + jitter, self._tasks.spawn, self._poll, owner=self
+                delay, self._tasks.spawn, self._poll, owner=self
             )
 
     def connect_to_nsqd(self, address: str) -> None:

@@ -34,7 +34,6 @@ heartbeat intervals is treated as dead and reconnected.
 from __future__ import annotations
 
 import logging
-import random
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -58,6 +57,7 @@ from .errors import (
     PubFailedError,
     ServerError,
 )
+from .flow import Reconnect
 from .protocol import as_body, check_topic_name, to_milliseconds
 from .timers import TimerWheel
 
@@ -143,18 +143,13 @@ class Producer:
         if config is not None and options:
             raise ConfigError("pass connection options either as config= or as keywords, not both")
         self.config = config if config is not None else ConnectionConfig.from_mapping(options)
-        for name, value in (("timeout", timeout), ("reconnect_interval", reconnect_interval)):
-            if not value > 0:
-                raise ConfigError(f"{name}={value!r} is out of range: use more than 0 seconds")
+        if not timeout > 0:
+            raise ConfigError(f"timeout={timeout!r} is out of range: use more than 0 seconds")
         sizes = (("max_message_size", max_message_size), ("max_body_size", max_body_size))
         for name, size in sizes:
             if not size > 0:
                 raise ConfigError(f"{name}={size!r} is out of range: use more than 0 bytes")
-        if max_reconnect_interval < reconnect_interval:
-            raise ConfigError(
-                f"max_reconnect_interval={max_reconnect_interval!r} is below"
-                f" reconnect_interval={reconnect_interval!r}"
-            )
+        self._reconnect = Reconnect(reconnect_interval, max_reconnect_interval)
         self.addresses: tuple[str, ...] = tuple(dict.fromkeys(addresses))
         self.timeout = timeout
         self.max_message_size = max_message_size
@@ -162,14 +157,12 @@ class Producer:
         self.reconnect_interval = reconnect_interval
         self.max_reconnect_interval = max_reconnect_interval
         self._conns: dict[str, Connection] = {}
-        self._failures: dict[str, int] = {}
         self._last_error: dict[str, BaseException] = {}
         self._healthy: list[Connection] = []
         self._next = 0
         self._waiting: list[_Attempt] = []
         self._group = gevent.pool.Group()
         self._wheel: TimerWheel | None = None
-        self._rng = random.Random()
         self._started = False
         self._closed = False
         self._connected = gevent.event.Event()
@@ -247,7 +240,7 @@ class Producer:
         except Exception as exc:
             self._last_error[address] = exc
             # Warn once per outage; the retries that follow are debug noise.
-            level = logging.DEBUG if self._failures.get(address, 0) else logging.WARNING
+            level = logging.DEBUG if self._reconnect.failures(address) else logging.WARNING
             log.log(level, "producer: cannot connect: %s", exc)
             self._schedule_reconnect(address)
             return
@@ -255,7 +248,7 @@ class Producer:
             conn.close()
             return
         log.debug("producer: connected to %s", address)
-        self._failures[address] = 0
+        self._reconnect.succeeded(address)
         self._last_error.pop(address, None)
         self._conns[address] = conn
         self._healthy.append(conn)
@@ -281,15 +274,7 @@ class Producer:
     def _schedule_reconnect(self, address: str, immediate: bool = False) -> None:
         if self._closed or self._wheel is None:
             return
-        if immediate:
-            delay = 0.0
-        else:
-            failures = self._failures.get(address, 0) + 1
-            self._failures[address] = failures
-            ceiling = min(
-                self.max_reconnect_interval, self.reconnect_interval * 2 ** (failures - 1)
-            )
-            delay = ceiling * self._rng.uniform(0.5, 1.0)  # jitter spreads reconnect storms
+        delay = 0.0 if immediate else self._reconnect.failed(address)
         log.debug("producer: reconnecting to %s in %.2f s", address, delay)
         self._wheel.call_later(delay, self._group.spawn, self._connect, address, owner=self)
 

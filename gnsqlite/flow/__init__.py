@@ -1,4 +1,4 @@
-"""Pure flow-control policies: RDY distribution and backoff.
+"""Pure flow-control policies: RDY distribution, backoff and reconnect delays.
 
 Nothing here reads a clock, sleeps, logs or touches a socket: every method
 takes ``now`` (float seconds, any monotonic origin) where time matters and
@@ -19,6 +19,7 @@ from .backoff import (
     make_backoff_strategy,
 )
 from .rdy import ConnFlow, RdyPlanner
+from .reconnect import Reconnect, reconnect_ceiling
 
 __all__ = [
     "Backoff",
@@ -29,6 +30,8 @@ __all__ = [
     "Pause",
     "Probe",
     "RdyPlanner",
+    "Reconnect",
     "Resume",
     "make_backoff_strategy",
+    "reconnect_ceiling",
 ]

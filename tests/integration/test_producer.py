@@ -14,9 +14,17 @@ import pytest
 from recording_proxy import RecordingProxy
 from test_conn import Subscriber
 
-from gnsqlite.errors import BadMessageError, InvalidNameError, NoConnectionsError
+import gnsqlite.producer
+from gnsqlite.conn import Connection
+from gnsqlite.errors import (
+    BadMessageError,
+    BrokenConnectionError,
+    InvalidNameError,
+    NoConnectionsError,
+)
 from gnsqlite.producer import Producer
 from gnsqlite.testing.waiting import wait_until
+from gnsqlite.timers import TimerQueue
 
 
 @pytest.fixture
@@ -192,3 +200,65 @@ def test_every_nsqd_down_raises_naming_each(nsqd_factory: Any) -> None:
     finally:
         producer.close()
     assert producer.join(1)
+
+
+class _FakeClockWheel:
+    """The producer's timers on a fake clock: the test decides when they are due."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.queue = TimerQueue()
+        self.delays: list[float] = []
+
+    def call_later(self, delay: float, callback: Any, *args: Any, owner: object) -> Any:
+        self.delays.append(delay)
+        return self.queue.schedule(self.now + delay, callback, args, owner=owner)
+
+    def cancel_owner(self, owner: object) -> int:
+        return self.queue.cancel_owner(owner)
+
+    def advance(self) -> None:
+        """Move the clock to the next deadline and run what is due there."""
+        deadline = self.queue.next_deadline()
+        assert deadline is not None, "nothing is scheduled"
+        self.now = deadline
+        for timer in self.queue.pop_due(self.now):
+            timer.fire()
+
+
+def test_a_producer_reconnects_after_5000_failed_attempts(
+    nsqd: Any, subscribers: list[Subscriber], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Before the fix, failure 1025 overflowed the backoff formula inside the
+    # reconnect greenlet and the address was never tried again.
+    failures = 5000
+    attempts = []
+
+    class Refusing(Connection):
+        def connect(self) -> dict[str, Any]:
+            attempts.append(self.name)
+            if len(attempts) <= failures:
+                raise BrokenConnectionError(self.name, "connect failed: refused (scripted)")
+            return super().connect()
+
+    wheel = _FakeClockWheel()
+    monkeypatch.setattr(gnsqlite.producer, "Connection", Refusing)
+    monkeypatch.setattr(gnsqlite.producer.TimerWheel, "for_hub", lambda: wheel)
+    producer = Producer(nsqd.tcp_address, reconnect_interval=1.0, max_reconnect_interval=60.0)
+    try:
+        producer.start()
+        while len(attempts) <= failures:
+            wheel.advance()
+            producer._group.join()  # the reconnect attempt the timer spawned
+        assert len(attempts) == failures + 1
+        assert len(producer.connections) == 1
+        delays = wheel.delays
+        assert len(delays) == failures
+        assert all(30.0 <= d <= 60.0 for d in delays[7:])  # capped, never overflowing
+        assert wheel.now > 30.0 * (failures - 7)  # about three days of outage on the fake clock
+        sub = Subscriber(nsqd.tcp_address, "outage")
+        subscribers.append(sub)
+        producer.publish("outage", b"back")
+        assert sub.wait_for(1) == [b"back"]
+    finally:
+        producer.close()
