@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
 
-from .config import ConnectionConfig, ConsumerConfig
+from .config import ConnectionConfig, ConsumerConfig, ProducerConfig
 from .errors import (
     ConfigError,
     InvalidNameError,
@@ -51,6 +51,7 @@ __all__ = [
     "RequeueMessage",
     "ConnectionConfig",
     "ConsumerConfig",
+    "ProducerConfig",
     "ConfigError",
     "InvalidNameError",
     "NSQConnectionError",

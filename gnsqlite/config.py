@@ -3,7 +3,8 @@
 :class:`ConnectionConfig` holds what a connection negotiates with nsqd
 (``heartbeat_interval``, ``snappy``, ``msg_timeout`` ...);
 :class:`ConsumerConfig` holds what drives a consumer (``max_in_flight``,
-``max_attempts``, ``requeue_delay`` ...). Both validate every field, and the
+``max_attempts``, ``requeue_delay`` ...), :class:`ProducerConfig` what drives a
+producer (``timeout``, size limits, reconnects). Each validates every field, and the
 rules across fields, when built: a bad value raises
 :class:`~gnsqlite.errors.ConfigError` naming the option, the value and the
 allowed range.
@@ -12,7 +13,7 @@ Durations are float seconds everywhere in this module; they become
 milliseconds only in :meth:`ConnectionConfig.identify_body`, for the wire.
 ``None`` turns a feature off where nsqd allows that (nsqd's ``-1``).
 
-Both classes can be built from a mapping of strings, for the command line and
+Every class can be built from a mapping of strings, for the command line and
 the Spark connector: ``ConnectionConfig.from_mapping({"snappy": "true"})``.
 """
 
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
@@ -28,7 +29,14 @@ from . import __version__
 from .errors import ConfigError
 from .protocol.commands import to_milliseconds
 
-__all__ = ["ConnectionConfig", "ConsumerConfig", "DEFAULT_USER_AGENT", "option"]
+__all__ = [
+    "ConnectionConfig",
+    "ConsumerConfig",
+    "ProducerConfig",
+    "DEFAULT_USER_AGENT",
+    "option",
+    "split_options",
+]
 
 DEFAULT_USER_AGENT = f"gnsqlite/{__version__}"
 
@@ -93,6 +101,33 @@ def _check_field(name: str, value: Any, meta: Mapping[str, Any]) -> None:
         raise ConfigError(f"{name}={value!r} is out of range: use {_describe_range(meta)}")
 
 
+def _unknown_option(key: str, names: Iterable[str], owner: str) -> ConfigError:
+    """The error for an option no config class knows, with the closest name as a hint."""
+    close = difflib.get_close_matches(key.lower(), [n.lower() for n in names], n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return ConfigError(f"unknown option {key!r} for {owner}{hint}")
+
+
+def split_options(
+    options: Mapping[str, Any], classes: Sequence[type[_Validated]], owner: str
+) -> list[dict[str, Any]]:
+    """Sort keyword ``options`` by the config class that declares each, in ``classes`` order.
+
+    An option none of them declares raises :class:`ConfigError` naming it,
+    ``owner`` (``"Consumer"``) and the closest option.
+    """
+    names = [cls.option_names() for cls in classes]
+    out: list[dict[str, Any]] = [{} for _ in classes]
+    for key in sorted(options):
+        for i, declared in enumerate(names):
+            if key in declared:
+                out[i][key] = options[key]
+                break
+        else:
+            raise _unknown_option(key, [n for group in names for n in group], owner)
+    return out
+
+
 def _kind_name(kinds: tuple[type, ...]) -> str:
     return " or ".join(k.__name__ for k in kinds)
 
@@ -125,10 +160,19 @@ def _parse(name: str, text: str, meta: Mapping[str, Any]) -> Any:
 class _Validated:
     """Common machinery: per-field checks, cross-field rules, parsing."""
 
+    #: Pairs of options where the first may not be above the second.
+    _ORDERED: ClassVar[tuple[tuple[str, str], ...]] = ()
+
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             if f.metadata:
                 _check_field(f.name, getattr(self, f.name), f.metadata)
+        for low, high in self._ORDERED:
+            if getattr(self, low) > getattr(self, high):
+                raise ConfigError(
+                    f"{low}={getattr(self, low)!r} is above {high}={getattr(self, high)!r}:"
+                    f" raise {high} or lower {low}"
+                )
         self._check_rules()
 
     def _check_rules(self) -> None:
@@ -153,9 +197,7 @@ class _Validated:
             f = by_lower.get(key.lower())
             if f is None:
                 if strict:
-                    close = difflib.get_close_matches(key.lower(), by_lower, n=1)
-                    hint = f"; did you mean {close[0]!r}?" if close else ""
-                    raise ConfigError(f"unknown option {key!r} for {cls.__name__}{hint}")
+                    raise _unknown_option(key, by_lower, cls.__name__)
                 continue
             if isinstance(value, str) and f.metadata and f.metadata["kind"] is not str:
                 value = _parse(f.name, value, f.metadata)
@@ -262,15 +304,26 @@ class ConsumerConfig(_Validated):
     reconnect_interval: float = option(1.0, float, lo=0.001, unit="s")
     max_reconnect_interval: float = option(60.0, float, lo=0.001, unit="s")
 
-    _RULES: ClassVar[tuple[tuple[str, str], ...]] = (
+    _ORDERED: ClassVar[tuple[tuple[str, str], ...]] = (
         ("requeue_delay", "max_requeue_delay"),
         ("reconnect_interval", "max_reconnect_interval"),
     )
 
-    def _check_rules(self) -> None:
-        for low, high in self._RULES:
-            if getattr(self, low) > getattr(self, high):
-                raise ConfigError(
-                    f"{low}={getattr(self, low)!r} is above {high}={getattr(self, high)!r}:"
-                    f" raise {high} or lower {low}"
-                )
+
+@dataclass(frozen=True, kw_only=True)
+class ProducerConfig(_Validated):
+    """What drives a producer: its call timeout, size limits and reconnects.
+
+    Durations are seconds, sizes bytes. ``max_message_size`` and
+    ``max_body_size`` mirror nsqd's ``--max-msg-size`` and ``--max-body-size``.
+    """
+
+    timeout: float = option(5.0, float, lo=0.001, unit="s")
+    max_message_size: int = option(1024 * 1024, int, lo=1, unit="bytes")
+    max_body_size: int = option(5 * 1024 * 1024, int, lo=1, unit="bytes")
+    reconnect_interval: float = option(1.0, float, lo=0.001, unit="s")
+    max_reconnect_interval: float = option(60.0, float, lo=0.001, unit="s")
+
+    _ORDERED: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("reconnect_interval", "max_reconnect_interval"),
+    )

@@ -58,6 +58,7 @@ from .errors import (
     RemoteProtocolError,
     ServerError,
 )
+from .net import format_address, parse_address, set_nodelay
 from .protocol import (
     DEFAULT_MAX_RDY_COUNT,
     Authenticated,
@@ -97,25 +98,6 @@ class Waiter(Protocol):
     def set_exception(self, exception: BaseException) -> None:
         """nsqd refused the request, or the connection ended before the answer."""
         ...
-
-
-def parse_address(address: str | tuple[str, int]) -> tuple[str, int]:
-    """``"host:port"`` or ``(host, port)`` as a ``(host, port)`` tuple.
-
-    Raises ``ValueError`` for anything else.
-    """
-    if isinstance(address, tuple):
-        host, port = address
-        return str(host), int(port)
-    host, sep, port_text = address.rpartition(":")
-    if not sep or not host or not port_text.isdigit():
-        raise ValueError(f"an nsqd address is 'host:port', not {address!r}")
-    return host.strip("[]"), int(port_text)
-
-
-def format_address(address: tuple[str, int]) -> str:
-    """``(host, port)`` as ``"host:port"``."""
-    return f"{address[0]}:{address[1]}"
 
 
 def _default_client_id() -> str:
@@ -279,7 +261,7 @@ class Connection:
 
     def _handshake(self) -> None:
         sock = gevent.socket.create_connection(self.address)
-        sock.setsockopt(_stdlib_socket.IPPROTO_TCP, _stdlib_socket.TCP_NODELAY, 1)
+        set_nodelay(sock)
         self._sock = sock
         hostname = self.config.hostname or _stdlib_socket.gethostname()
         body = self.config.identify_body(_default_client_id(), hostname)

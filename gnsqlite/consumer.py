@@ -30,7 +30,6 @@ was answered is redelivered by nsqd.
 
 from __future__ import annotations
 
-import difflib
 import logging
 import random
 import time
@@ -42,12 +41,13 @@ import gevent.event
 import gevent.pool
 import gevent.queue
 
-from .config import ConnectionConfig, ConsumerConfig
-from .conn import Connection, format_address, parse_address
+from .config import ConnectionConfig, ConsumerConfig, split_options
+from .conn import Connection
 from .discovery import LookupdPoller
 from .errors import ConfigError, NSQConnectionError, NSQError, ServerError
 from .flow import Backoff, Pause, Probe, RdyPlanner, Reconnect, Resume, make_backoff_strategy
 from .message import Message, RequeueMessage
+from .net import normalize_address, normalize_addresses
 from .protocol import Message as WireMessage
 from .protocol import check_channel_name, check_topic_name
 from .timers import Timer, TimerWheel
@@ -143,23 +143,18 @@ class Consumer:
         self.topic = check_topic_name(topic)
         self.channel = check_channel_name(channel)
         self._handler = handler
-        self.nsqd_tcp_addresses = _addresses("nsqd_tcp_addresses", nsqd_tcp_addresses)
-        self.lookupd_http_addresses = _addresses("lookupd_http_addresses", lookupd_http_addresses)
+        self.nsqd_tcp_addresses = normalize_addresses("nsqd_tcp_addresses", nsqd_tcp_addresses)
+        self.lookupd_http_addresses = normalize_addresses(
+            "lookupd_http_addresses", lookupd_http_addresses
+        )
         if not self.nsqd_tcp_addresses and not self.lookupd_http_addresses:
             raise ConfigError(
                 "give at least one address: nsqd_tcp_addresses=['host:4150'] or"
                 " lookupd_http_addresses=['host:4161']"
             )
-        consumer_names = set(ConsumerConfig.option_names())
-        conn_names = set(ConnectionConfig.option_names())
-        consumer_opts = {k: v for k, v in options.items() if k in consumer_names}
-        conn_opts = {k: v for k, v in options.items() if k in conn_names}
-        unknown = set(options) - consumer_names - conn_names
-        if unknown:
-            name = sorted(unknown)[0]
-            close = difflib.get_close_matches(name, consumer_names | conn_names, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise ConfigError(f"unknown option {name!r} for Consumer{hint}")
+        consumer_opts, conn_opts = split_options(
+            options, (ConsumerConfig, ConnectionConfig), "Consumer"
+        )
         if connection_config is not None and conn_opts:
             raise ConfigError("pass connection options as connection_config= or keywords, not both")
         self.config = ConsumerConfig(**consumer_opts)
@@ -500,7 +495,7 @@ class Consumer:
             self._reconnect.succeeded(_LOOKUPD)
         for address in sorted(found):
             try:
-                name = format_address(parse_address(address))
+                name = normalize_address(address)
             except ValueError:
                 log.warning("%s: lookupd listed a bad address %r", self, address)
                 continue
@@ -518,7 +513,7 @@ class Consumer:
         Does not block: the connection is made in the background and, like
         every static address, reconnected with backoff if it fails.
         """
-        name = _addresses("address", address)[0]
+        name = normalize_addresses("address", address)[0]
         if name not in self.nsqd_tcp_addresses:
             self.nsqd_tcp_addresses = (*self.nsqd_tcp_addresses, name)
         if self._started:
@@ -719,14 +714,3 @@ class Consumer:
             "handlers_running": len(self._running),
             "queued": self._queue.qsize(),
         }
-
-
-def _addresses(name: str, value: str | Iterable[str]) -> tuple[str, ...]:
-    items = [value] if isinstance(value, str) else list(value)
-    out = []
-    for item in items:
-        try:
-            out.append(format_address(parse_address(item)))
-        except (ValueError, TypeError) as exc:
-            raise ConfigError(f"{name}: {exc}") from None
-    return tuple(dict.fromkeys(out))

@@ -29,7 +29,6 @@ from __future__ import annotations
 import http.client
 import json
 import logging
-import socket
 from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import urlencode
@@ -37,7 +36,6 @@ from urllib.parse import urlencode
 import gevent
 import gevent.socket
 
-from .conn import parse_address
 from .errors import (
     BrokenConnectionError,
     ConfigError,
@@ -45,6 +43,7 @@ from .errors import (
     NSQTimeoutError,
     RemoteProtocolError,
 )
+from .net import parse_address, set_nodelay
 from .protocol import as_body, check_channel_name, check_topic_name, to_milliseconds
 
 __all__ = ["HTTPError", "NsqdHTTPClient", "LookupdClient", "http_request"]
@@ -78,7 +77,7 @@ class _GeventHTTPConnection(http.client.HTTPConnection):
 
     def connect(self) -> None:
         self.sock = gevent.socket.create_connection((self.host, self.port), self.timeout)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        set_nodelay(self.sock)
 
 
 def http_request(

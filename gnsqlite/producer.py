@@ -42,8 +42,8 @@ import gevent
 import gevent.event
 import gevent.pool
 
-from .config import ConnectionConfig
-from .conn import Connection, format_address, parse_address
+from .config import ConnectionConfig, ProducerConfig
+from .conn import Connection
 from .errors import (
     ConfigError,
     ConnectionClosedError,
@@ -58,6 +58,7 @@ from .errors import (
     ServerError,
 )
 from .flow import Reconnect
+from .net import normalize_addresses
 from .protocol import as_body, check_topic_name, to_milliseconds
 from .timers import TimerWheel
 
@@ -66,8 +67,8 @@ __all__ = ["Producer"]
 log = logging.getLogger(__name__)
 
 #: nsqd's defaults for --max-msg-size and --max-body-size, in bytes.
-DEFAULT_MAX_MESSAGE_SIZE = 1024 * 1024
-DEFAULT_MAX_BODY_SIZE = 5 * 1024 * 1024
+DEFAULT_MAX_MESSAGE_SIZE: int = ProducerConfig.max_message_size
+DEFAULT_MAX_BODY_SIZE: int = ProducerConfig.max_body_size
 _RETRYABLE = (NSQConnectionError, PubFailedError, MPubFailedError, DPubFailedError)
 
 Command = Callable[[Connection], bytes]
@@ -132,30 +133,27 @@ class Producer:
         max_reconnect_interval: float = 60.0,
         **options: Any,
     ) -> None:
-        if isinstance(nsqd_tcp_addresses, str):
-            nsqd_tcp_addresses = [nsqd_tcp_addresses]
-        try:
-            addresses = [format_address(parse_address(a)) for a in nsqd_tcp_addresses]
-        except ValueError as exc:
-            raise ConfigError(f"nsqd_tcp_addresses: {exc}") from None
+        addresses = normalize_addresses("nsqd_tcp_addresses", nsqd_tcp_addresses)
         if not addresses:
             raise ConfigError("nsqd_tcp_addresses is empty: give at least one 'host:port'")
         if config is not None and options:
             raise ConfigError("pass connection options either as config= or as keywords, not both")
         self.config = config if config is not None else ConnectionConfig.from_mapping(options)
-        if not timeout > 0:
-            raise ConfigError(f"timeout={timeout!r} is out of range: use more than 0 seconds")
-        sizes = (("max_message_size", max_message_size), ("max_body_size", max_body_size))
-        for name, size in sizes:
-            if not size > 0:
-                raise ConfigError(f"{name}={size!r} is out of range: use more than 0 bytes")
-        self._reconnect = Reconnect(reconnect_interval, max_reconnect_interval)
-        self.addresses: tuple[str, ...] = tuple(dict.fromkeys(addresses))
-        self.timeout = timeout
-        self.max_message_size = max_message_size
-        self.max_body_size = max_body_size
-        self.reconnect_interval = reconnect_interval
-        self.max_reconnect_interval = max_reconnect_interval
+        #: The producer's own options, validated together.
+        self.producer_config = settings = ProducerConfig(
+            timeout=timeout,
+            max_message_size=max_message_size,
+            max_body_size=max_body_size,
+            reconnect_interval=reconnect_interval,
+            max_reconnect_interval=max_reconnect_interval,
+        )
+        self._reconnect = Reconnect(settings.reconnect_interval, settings.max_reconnect_interval)
+        self.addresses: tuple[str, ...] = addresses
+        self.timeout = settings.timeout
+        self.max_message_size = settings.max_message_size
+        self.max_body_size = settings.max_body_size
+        self.reconnect_interval = settings.reconnect_interval
+        self.max_reconnect_interval = settings.max_reconnect_interval
         self._conns: dict[str, Connection] = {}
         self._last_error: dict[str, BaseException] = {}
         self._healthy: list[Connection] = []

@@ -22,7 +22,6 @@ import contextlib
 import itertools
 import json
 import logging
-import socket as _stdlib_socket
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -453,9 +452,3 @@ class ClientSession:
                 for key, value in rdn:
                     if key == "commonName":
                         self.common_name = value
-
-
-def set_nodelay(sock: Any) -> None:
-    """Disable Nagle on an accepted socket (small frames go out at once)."""
-    with contextlib.suppress(OSError):
-        sock.setsockopt(_stdlib_socket.IPPROTO_TCP, _stdlib_socket.TCP_NODELAY, 1)

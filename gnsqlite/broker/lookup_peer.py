@@ -28,9 +28,9 @@ import gevent.event
 import gevent.queue
 import gevent.socket
 
-from ..conn import parse_address
 from ..errors import BrokenConnectionError, NSQTimeoutError, RemoteProtocolError
 from ..http import http_request
+from ..net import parse_address
 from ..protocol import identify
 
 __all__ = ["BrokerLike", "LookupPeer", "LookupPeers", "attach", "register_commands"]

@@ -44,7 +44,7 @@ import gevent.pywsgi
 import gevent.server
 import gevent.socket
 
-from ..conn import format_address, parse_address
+from ..net import format_address, parse_address
 from ..protocol import valid_channel_name, valid_topic_name
 from .options import parse_duration
 

@@ -25,11 +25,11 @@ import gevent.pywsgi
 import gevent.server
 import gevent.ssl
 
-from ..conn import format_address, parse_address
+from ..net import format_address, parse_address, set_nodelay
 from ..protocol.names import is_ephemeral
 from ..protocol.server import IdentifyLimits
 from . import persist
-from .client import ClientSession, set_nodelay
+from .client import ClientSession
 from .http_api import HttpApi
 from .options import BrokerOptions
 from .queues import BrokerMessage, Channel, Topic

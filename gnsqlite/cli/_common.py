@@ -19,8 +19,9 @@ import gevent
 import gevent.event
 import gevent.socket
 
-from ..conn import format_address, parse_address
+from .. import net
 from ..errors import NSQError
+from ..net import parse_address
 
 __all__ = [
     "EXIT_ERROR",
@@ -75,7 +76,7 @@ def configure_logging(verbose: bool = False) -> None:
 def normalize_address(address: str, what: str) -> str:
     """``"host:port"`` in canonical form; :class:`CommandError` (usage) when malformed."""
     try:
-        return format_address(parse_address(address))
+        return net.normalize_address(address)
     except (ValueError, TypeError) as exc:
         raise CommandError(f"bad {what} address {address!r}: {exc}", EXIT_USAGE) from None
 

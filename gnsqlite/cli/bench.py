@@ -23,6 +23,7 @@ import gevent
 import gevent.event
 
 from ..consumer import Consumer
+from ..net import parse_address
 from ..producer import Producer
 from ._common import CommandError, Parser, check_reachable, normalize_address, run, stop_on_signals
 
@@ -117,8 +118,7 @@ def publish_rate(address: str, topic: str, body: bytes, count: int, mode: str) -
 
 def queue_messages(address: str, topic: str, body: bytes, count: int) -> None:
     """MPUB ``count`` copies of ``body`` over a plain socket, 1,000 at a time; blocks."""
-    host, port = address.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=30) as sock:
+    with socket.create_connection(parse_address(address), timeout=30) as sock:
         sock.sendall(b"  V2")
         left = count
         while left:

@@ -24,8 +24,6 @@ import math
 import random
 from collections.abc import Hashable
 
-from ..errors import ConfigError
-
 __all__ = ["Reconnect", "reconnect_ceiling"]
 
 
@@ -50,22 +48,15 @@ class Reconnect:
     """Per-key failure counts and the delay before the next attempt, in seconds.
 
     ``interval`` (more than 0) is the first ceiling, ``max_interval`` (at
-    least ``interval``) the largest; ``rng`` draws the jitter (seed it in
-    tests).
+    least ``interval``) the largest; the config classes
+    (:class:`~gnsqlite.config.ConsumerConfig`,
+    :class:`~gnsqlite.config.ProducerConfig`) check both before they get
+    here. ``rng`` draws the jitter (seed it in tests).
     """
 
     def __init__(
         self, interval: float, max_interval: float, rng: random.Random | None = None
     ) -> None:
-        if not interval > 0:
-            raise ConfigError(
-                f"reconnect_interval={interval!r} is out of range: use more than 0 seconds"
-            )
-        if not max_interval >= interval:
-            raise ConfigError(
-                f"max_reconnect_interval={max_interval!r} is below"
-                f" reconnect_interval={interval!r}: raise it"
-            )
         self.interval = float(interval)
         self.max_interval = float(max_interval)
         self.rng = rng if rng is not None else random.Random()

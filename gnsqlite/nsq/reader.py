@@ -23,10 +23,10 @@ from urllib.parse import urlsplit
 
 import gevent.event
 
-from ..conn import format_address, parse_address
 from ..consumer import Consumer
 from ..errors import ConfigError
 from ..message import Message as _Delivered
+from ..net import normalize_address
 from ..timers import TimerWheel
 from . import runner
 from .conns import ConnectionView
@@ -234,7 +234,7 @@ class Reader:
 
         pynsq returns the new connection; this returns ``None`` (see :attr:`conns`).
         """
-        self.consumer.connect_to_nsqd(format_address(parse_address((host, port))))
+        self.consumer.connect_to_nsqd(normalize_address((host, port)))
 
     def query_lookupd(self) -> None:
         """Ask lookupd for the topic's nsqd now, in the background. Does not block."""

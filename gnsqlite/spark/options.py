@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import ConnectionConfig, ConsumerConfig
-from ..conn import format_address, parse_address
 from ..errors import ConfigError
+from ..net import normalize_addresses
 from ..protocol import check_channel_name, check_topic_name
 
 __all__ = [
@@ -207,16 +207,8 @@ def _resolve(own: Mapping[str, Any], side: str) -> dict[str, Any]:
 
 
 def _addresses(name: str, text: str) -> tuple[str, ...]:
-    out = []
-    for item in text.split(","):
-        item = item.strip()
-        if not item:
-            continue
-        try:
-            out.append(format_address(parse_address(item)))
-        except ValueError as exc:
-            raise ConfigError(f"option {name}: {exc}") from None
-    return tuple(dict.fromkeys(out))
+    items = [item.strip() for item in text.split(",")]
+    return normalize_addresses(f"option {name}", [item for item in items if item])
 
 
 def _connection(values: Mapping[str, Any]) -> ConnectionConfig:

@@ -9,6 +9,7 @@ import pytest
 
 from gnsqlite.errors import ConfigError
 from gnsqlite.flow import Reconnect, reconnect_ceiling
+from gnsqlite.producer import Producer
 
 
 def test_the_ceiling_doubles_from_the_interval_up_to_the_cap() -> None:
@@ -49,11 +50,17 @@ def test_failures_are_counted_per_key_and_a_success_starts_again() -> None:
 
 
 @pytest.mark.parametrize(
-    ("interval", "cap", "match"),
-    [(0.0, 1.0, "reconnect_interval=0.0"), (2.0, 1.0, "max_reconnect_interval=1.0 is below")],
+    ("options", "match"),
+    [
+        ({"reconnect_interval": 0.0}, "reconnect_interval=0.0 is out of range"),
+        (
+            {"reconnect_interval": 2.0, "max_reconnect_interval": 1.0},
+            "reconnect_interval=2.0 is above",
+        ),
+        ({"timeout": -1}, "timeout=-1 is out of range"),
+        ({"max_body_size": 0}, "max_body_size=0 is out of range"),
+    ],
 )
-def test_bad_intervals_are_refused_with_the_option_named(
-    interval: float, cap: float, match: str
-) -> None:
+def test_a_producer_refuses_bad_options_naming_them(options: dict[str, float], match: str) -> None:
     with pytest.raises(ConfigError, match=match):
-        Reconnect(interval, cap)
+        Producer("127.0.0.1:4150", **options)
