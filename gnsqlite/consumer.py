@@ -632,41 +632,71 @@ class Consumer:
         cfg = self.config
         return min(cfg.requeue_delay * max(1, attempts), cfg.max_requeue_delay)
 
-    def respond(self, message: Message, action: str, delay: float | None, backoff: bool) -> None:
-        """Send a message's FIN, REQ or TOUCH (called by :class:`~gnsqlite.message.Message`)."""
-        conn = message.connection
-        if not isinstance(conn, Connection):
-            raise TypeError(f"{message!r} did not come from a gnsqlite Connection")
-        link = self._links.get(conn.name)
-        if link is not None and link.conn is not conn:
-            link = None
-        if action == "touch":
-            self._quietly(conn.touch, message.wire_id)
-            return
-        self._unanswered.discard(message)
-        counts = link is not None and not self._closing and self._backoff is not None
-        if action == "finish":
-            self._quietly(conn.finish, message.wire_id)
-            if link is not None:
-                link.finished += 1
-        else:
-            if counts and backoff and self._backoff is not None:
-                # RDY 0 goes out before the REQ, so nsqd cannot hand the
-                # failed message straight back inside the backoff window.
-                self._apply_backoff(self._backoff.failure(time.monotonic()))
-            delay = self.requeue_delay(message.attempts) if delay is None else delay
-            self._quietly(conn.requeue, message.wire_id, delay)
-            if link is not None:
-                link.requeued += 1
+    # -- answers: one path each for FIN, REQ and TOUCH (the Message's Responder) --
+
+    def on_finish(self, message: Message) -> None:
+        """FIN ``message`` and count a success; called by :meth:`Message.finish`. Does not block."""
+        conn, link = self._answering(message)
+        self._quietly(conn.finish, message.wire_id)
         if link is None:
             return
+        link.finished += 1
+        if self._message_done(conn) and self._backoff is not None:
+            self._apply_backoff(self._backoff.success(time.monotonic()))
+
+    def on_requeue(self, message: Message, delay: float | None, backoff: bool) -> None:
+        """REQ ``message`` after ``delay`` seconds (``None``: :meth:`requeue_delay`).
+
+        With ``backoff``, the failure counts toward the consumer's backoff
+        first. Called by :meth:`Message.requeue`. Does not block.
+        """
+        conn, link = self._answering(message)
+        if backoff and link is not None and self._backoff is not None and not self._closing:
+            # RDY 0 goes out before the REQ, so nsqd cannot hand the
+            # failed message straight back inside the backoff window.
+            self._apply_backoff(self._backoff.failure(time.monotonic()))
+        delay = self.requeue_delay(message.attempts) if delay is None else delay
+        self._quietly(conn.requeue, message.wire_id, delay)
+        if link is not None:
+            link.requeued += 1
+            self._message_done(conn)
+
+    def on_touch(self, message: Message) -> None:
+        """TOUCH ``message``; called by :meth:`Message.touch`. Does not block."""
+        self._quietly(_connection_of(message).touch, message.wire_id)
+
+    def respond(self, message: Message, action: str, delay: float | None, backoff: bool) -> None:
+        """``action`` ``"finish"``, ``"requeue"`` or ``"touch"``: the matching ``on_*`` method.
+
+        Kept for callers of the older single-method responder interface.
+        """
+        if action == "finish":
+            self.on_finish(message)
+        elif action == "requeue":
+            self.on_requeue(message, delay, backoff)
+        elif action == "touch":
+            self.on_touch(message)
+        else:
+            raise ValueError(f"action={action!r}: use 'finish', 'requeue' or 'touch'")
+
+    def _answering(self, message: Message) -> tuple[Connection, _Link | None]:
+        """A FIN or REQ is about to go out: the message is no longer unanswered.
+
+        Returns its connection and, while that is still subscribed, its link.
+        """
+        conn = _connection_of(message)
+        self._unanswered.discard(message)
+        link = self._links.get(conn.name)
+        return conn, link if link is not None and link.conn is conn else None
+
+    def _message_done(self, conn: Connection) -> bool:
+        """The planner's count drops (RDY may top up); ``False`` once closing."""
         self._send_rdy(self._planner.message_done(conn.name))
         if self._closing:
             if self._in_flight() == 0:
                 self._drained.set()
-            return
-        if counts and action == "finish" and self._backoff is not None:
-            self._apply_backoff(self._backoff.success(time.monotonic()))
+            return False
+        return True
 
     def _quietly(self, send: Callable[..., None], *args: Any) -> None:
         try:
@@ -714,3 +744,10 @@ class Consumer:
             "handlers_running": len(self._running),
             "queued": self._queue.qsize(),
         }
+
+
+def _connection_of(message: Message) -> Connection:
+    conn = message.connection
+    if not isinstance(conn, Connection):
+        raise TypeError(f"{message!r} did not come from a gnsqlite Connection")
+    return conn

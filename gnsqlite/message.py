@@ -20,11 +20,37 @@ __all__ = ["Message", "RequeueMessage", "Responder"]
 
 
 class Responder(Protocol):
-    """What a :class:`Message` reports its answer to (the Consumer)."""
+    """What a :class:`Message` reports its answer to (the Consumer): one method per answer."""
 
-    def respond(self, message: Message, action: str, delay: float | None, backoff: bool) -> None:
-        """Send FIN (``"finish"``), REQ (``"requeue"``) or TOUCH (``"touch"``)."""
+    def on_finish(self, message: Message) -> None:
+        """Send FIN for ``message``."""
         ...
+
+    def on_requeue(self, message: Message, delay: float | None, backoff: bool) -> None:
+        """Send REQ for ``message``, delivered again after ``delay`` seconds."""
+        ...
+
+    def on_touch(self, message: Message) -> None:
+        """Send TOUCH for ``message``."""
+        ...
+
+
+class _SingleMethodResponder:
+    """Adapts an older responder with one ``respond(message, action, delay, backoff)``."""
+
+    __slots__ = ("respond",)
+
+    def __init__(self, respond: Any) -> None:
+        self.respond = respond
+
+    def on_finish(self, message: Message) -> None:
+        self.respond(message, "finish", None, False)
+
+    def on_requeue(self, message: Message, delay: float | None, backoff: bool) -> None:
+        self.respond(message, "requeue", delay, backoff)
+
+    def on_touch(self, message: Message) -> None:
+        self.respond(message, "touch", None, False)
 
 
 class RequeueMessage(Exception):
@@ -84,6 +110,8 @@ class Message:
         self.nsqd = nsqd
         self.msg_timeout = msg_timeout
         self.connection = connection
+        if not hasattr(responder, "on_finish") and hasattr(responder, "respond"):
+            responder = _SingleMethodResponder(responder.respond)
         self._responder = responder
         self._responded = False
         self._async = False
@@ -120,7 +148,7 @@ class Message:
         if self._responded:
             return False
         self._responded = True
-        self._responder.respond(self, "finish", None, False)
+        self._responder.on_finish(self)
         return True
 
     def requeue(self, delay: float | None = None, backoff: bool = True) -> bool:
@@ -132,7 +160,7 @@ class Message:
         if self._responded:
             return False
         self._responded = True
-        self._responder.respond(self, "requeue", delay, backoff)
+        self._responder.on_requeue(self, delay, backoff)
         return True
 
     def touch(self) -> bool:
@@ -143,5 +171,5 @@ class Message:
         if self._responded:
             return False
         self._deadline = time.monotonic() + self.msg_timeout
-        self._responder.respond(self, "touch", None, False)
+        self._responder.on_touch(self)
         return True

@@ -1,0 +1,51 @@
+"""A Message reports each answer once, on its own path of the responder."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gnsqlite.message import Message
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+
+    def on_finish(self, message: Message) -> None:
+        self.calls.append(("finish", message.id))
+
+    def on_requeue(self, message: Message, delay: float | None, backoff: bool) -> None:
+        self.calls.append(("requeue", message.id, delay, backoff))
+
+    def on_touch(self, message: Message) -> None:
+        self.calls.append(("touch", message.id))
+
+
+def make(responder: Any, n: int = 0) -> Message:
+    return Message(f"{n:016d}", b"x", 0, 1, "127.0.0.1:4150", responder, 60.0)
+
+
+def test_each_answer_takes_its_own_path_and_only_the_first_counts() -> None:
+    r = Recorder()
+    a, b = make(r, 1), make(r, 2)
+    assert a.touch() and a.finish()
+    assert not a.finish() and not a.requeue() and not a.touch()
+    assert b.requeue(2.5, backoff=False)
+    assert not b.finish()
+    assert r.calls == [
+        ("touch", "0000000000000001"),
+        ("finish", "0000000000000001"),
+        ("requeue", "0000000000000002", 2.5, False),
+    ]
+
+
+def test_a_responder_with_the_older_single_respond_method_still_works() -> None:
+    calls: list[tuple[Any, ...]] = []
+
+    class Old:
+        def respond(self, message: Message, action: str, delay: Any, backoff: bool) -> None:
+            calls.append((action, delay, backoff))
+
+    m, n = make(Old(), 1), make(Old(), 2)
+    assert m.touch() and m.finish() and n.requeue()
+    assert calls == [("touch", None, False), ("finish", None, False), ("requeue", None, True)]
