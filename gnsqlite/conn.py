@@ -37,8 +37,7 @@ import logging
 import socket as _stdlib_socket
 import ssl as _stdlib_ssl
 import time
-from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
 import gevent
@@ -75,7 +74,7 @@ from .protocol import (
     Upgraded,
 )
 
-__all__ = ["Connection", "Waiter", "parse_address", "format_address"]
+__all__ = ["Connection", "Waiter", "format_address", "map_io_errors", "parse_address"]
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +97,24 @@ class Waiter(Protocol):
     def set_exception(self, exception: BaseException) -> None:
         """nsqd refused the request, or the connection ended before the answer."""
         ...
+
+
+@contextlib.contextmanager
+def map_io_errors(name: str, what: str, *kinds: type[Exception]) -> Iterator[None]:
+    """Translate an I/O failure, once, at the edge (httpcore's ``map_exceptions``).
+
+    An exception of ``kinds`` (default ``OSError``, ``ssl.SSLError`` included)
+    leaves the block as :class:`~gnsqlite.errors.BrokenConnectionError`
+    ``"<name>: <what>: <the error>"`` with the original as ``__cause__``. The
+    library's own errors pass unchanged (some of them are ``OSError`` too).
+    """
+    caught = kinds or (OSError,)
+    try:
+        yield
+    except NSQError:
+        raise
+    except caught as exc:
+        raise BrokenConnectionError(name, f"{what}: {exc}") from exc
 
 
 def _default_client_id() -> str:
@@ -140,7 +157,6 @@ class Connection:
         self.last_received = 0.0  # time.monotonic() of the last bytes read
         self._sock: Any = None
         self._codec: Codec | None = None
-        self._waiters: deque[Waiter] = deque()
         self._outbox: list[bytes] = []
         self._wakeup = gevent.event.Event()
         self._close_wait = gevent.event.Event()
@@ -204,7 +220,7 @@ class Connection:
     @property
     def pending(self) -> int:
         """Requests written whose answer has not arrived yet."""
-        return len(self._waiters)
+        return self.protocol.awaited_answers
 
     # -- handshake ---------------------------------------------------------
 
@@ -227,7 +243,8 @@ class Connection:
         deadline = gevent.Timeout(timeout)
         deadline.start()
         try:
-            self._handshake()
+            with map_io_errors(self.name, "connect failed", OSError, ValueError):
+                self._handshake()
             return self.features
         except gevent.Timeout as exc:
             if exc is not deadline:  # the caller's own timeout: leave no socket behind
@@ -246,13 +263,9 @@ class Connection:
         except ServerError as exc:
             self._end(exc)
             raise type(exc)(f"{exc.text} (from {self.name})", code=exc.code) from exc
-        except NSQError as exc:
+        except NSQError as exc:  # BrokenConnectionError from map_io_errors included
             self._end(exc)
             raise
-        except (OSError, ValueError) as exc:
-            error = BrokenConnectionError(self.name, f"connect failed: {exc}")
-            self._end(error)
-            raise error from exc
         except BaseException:  # GreenletExit, KeyboardInterrupt: leave no socket behind
             self._end(ConnectionClosedError(self.name, "connect was interrupted"))
             raise
@@ -376,7 +389,7 @@ class Connection:
         self.protocol.receive_data(data)
 
     def _recv_or_die(self, limit: float | None) -> bytes:
-        """The next bytes; ``TimeoutError`` after ``limit`` seconds of silence."""
+        """The next bytes; :class:`BrokenConnectionError` after ``limit`` seconds of silence."""
         if limit is None:
             return self._recv()
         timer = gevent.Timeout.start_new(limit)
@@ -385,7 +398,11 @@ class Connection:
         except gevent.Timeout as exc:
             if exc is not timer:
                 raise
-            raise TimeoutError(f"nothing received for {limit} s") from None
+            raise BrokenConnectionError(
+                self.name,
+                f"nothing heard for two heartbeat intervals"
+                f" ({self.config.heartbeat_interval} s each): the connection is dead",
+            ) from None
         finally:
             timer.close()
 
@@ -395,27 +412,18 @@ class Connection:
         # Two heartbeat intervals without a byte mean the connection is dead.
         limit = None if interval is None else 2 * interval
         try:
-            while True:
-                data = self._recv_or_die(limit)
-                self.last_received = time.monotonic()
-                self._feed(data)
-                for event in self.protocol.events():
-                    self._route(event)
-                nop = self.protocol.data_to_send()
-                if nop:
-                    self._queue(nop)
-        except NSQError as exc:  # before OSError: NSQConnectionError is a ConnectionError
+            with map_io_errors(self.name, "read failed"):
+                while True:
+                    data = self._recv_or_die(limit)
+                    self.last_received = time.monotonic()
+                    self._feed(data)
+                    for event in self.protocol.events():
+                        self._route(event)
+                    nop = self.protocol.data_to_send()
+                    if nop:
+                        self._queue(nop)
+        except NSQError as exc:  # a network failure too, mapped at the edge
             error = exc
-        except TimeoutError as exc:
-            error = BrokenConnectionError(
-                self.name,
-                f"nothing heard for two heartbeat intervals"
-                f" ({self.config.heartbeat_interval} s each): the connection is dead",
-            )
-            error.__cause__ = exc
-        except OSError as exc:  # ssl.SSLError included
-            error = BrokenConnectionError(self.name, f"read failed: {exc}")
-            error.__cause__ = exc
         except gevent.GreenletExit:
             return
         except Exception as exc:  # a bug; end the connection rather than hang it
@@ -437,32 +445,24 @@ class Connection:
             if self.on_message is not None:
                 self._call(self.on_message, event.message)
         elif isinstance(event, Response):
-            self._resolve(event.data, None)
+            if event.waiter is not None:
+                event.waiter.set(event.data)
         elif isinstance(event, ErrorReceived):
-            if event.command is not None or event.error.fatal:
-                if event.command is not None and event.command != "CLS":
-                    self._resolve(b"", event.error)
-                if event.error.fatal:
-                    raise event.error
-            elif self.on_error is not None:
-                self._call(self.on_error, event.error)
-            else:
-                log.warning("%s: %s", self.name, event.error)
+            if event.waiter is not None:
+                event.waiter.set_exception(event.error)
+            if event.error.fatal:
+                raise event.error
+            if event.command is None:  # E_FIN_FAILED and the like: no request's answer
+                if self.on_error is not None:
+                    self._call(self.on_error, event.error)
+                else:
+                    log.warning("%s: %s", self.name, event.error)
         elif isinstance(event, CloseWait):
             self._close_wait.set()
         elif isinstance(event, Heartbeat):
             log.debug("%s: heartbeat", self.name)
         elif isinstance(event, Upgraded):  # pragma: no cover - only during the handshake
             raise RemoteProtocolError(f"unexpected upgrade confirmation {event.kind!r}")
-
-    def _resolve(self, data: bytes, error: Exception | None) -> None:
-        if not self._waiters:
-            return
-        waiter = self._waiters.popleft()
-        if error is not None:
-            waiter.set_exception(error)
-        else:
-            waiter.set(data)
 
     # -- writing -----------------------------------------------------------
 
@@ -476,32 +476,26 @@ class Connection:
     def _write_loop(self) -> None:
         outbox = self._outbox
         try:
-            while True:
-                self._wakeup.wait()
-                self._wakeup.clear()
-                if outbox:
-                    data = b"".join(outbox)
-                    outbox.clear()
-                    self._sock.sendall(self._encode(data))
-                if self._draining and not outbox:
-                    return
-        except NSQError as exc:  # an encoding failure; not expected
+            with map_io_errors(self.name, "write failed"):
+                while True:
+                    self._wakeup.wait()
+                    self._wakeup.clear()
+                    if outbox:
+                        data = b"".join(outbox)
+                        outbox.clear()
+                        self._sock.sendall(self._encode(data))
+                    if self._draining and not outbox:
+                        return
+        except NSQError as exc:  # a network failure, mapped at the edge, or an encoding one
             if not self._closed:
                 self._end(exc)
-        except OSError as exc:  # ssl.SSLError included
-            if not self._closed:
-                error = BrokenConnectionError(self.name, f"write failed: {exc}")
-                error.__cause__ = exc
-                self._end(error)
         except gevent.GreenletExit:
             return
 
     def _check_open(self) -> None:
         if self._closed:
             if self._error is not None:
-                raise BrokenConnectionError(
-                    self.name, f"connection lost: {self._error}"
-                ) from self._error
+                raise self._lost(self._error)
             raise ConnectionClosedError(self.name, "the connection is closed")
         if self._reader is None:
             raise ConnectionClosedError(self.name, "the connection is not connected yet")
@@ -515,7 +509,7 @@ class Connection:
 
     def _request(self, data: bytes) -> gevent.event.AsyncResult[bytes]:
         waiter: gevent.event.AsyncResult[bytes] = gevent.event.AsyncResult()
-        self._waiters.append(waiter)
+        self.protocol.await_answer(waiter)
         self._queue(data)
         return waiter
 
@@ -529,7 +523,7 @@ class Connection:
         ``AsyncResult``; a producer passes its own waiter to skip a hop.
         """
         self._check_open()
-        self._waiters.append(waiter)
+        self.protocol.await_answer(waiter)
         self._queue(data)
 
     def publish(self, topic: str, body: bytes | str) -> gevent.event.AsyncResult[bytes]:
@@ -671,7 +665,7 @@ class Connection:
             return
         self._closed = True
         self._error = error
-        self.protocol.connection_lost()
+        waiters = self.protocol.connection_lost()
         if error is not None:
             text = str(error)
             if not text.startswith(self.name):
@@ -686,13 +680,11 @@ class Connection:
         for greenlet in (self._reader, self._writer):
             if greenlet is not None and greenlet is not current:
                 greenlet.kill(block=False)
-        waiters, self._waiters = self._waiters, deque()
         failure: Exception
         if error is None:
             failure = ConnectionClosedError(self.name, "the connection was closed")
         elif isinstance(error, (ServerError, ProtocolError, NSQTimeoutError)):
-            failure = BrokenConnectionError(self.name, f"connection lost: {error}")
-            failure.__cause__ = error
+            failure = self._lost(error)
         else:
             failure = error
         for waiter in waiters:
@@ -707,6 +699,12 @@ class Connection:
                 sock.close()
         if self.on_close is not None and self._reader is not None:
             self._call(self.on_close, error)
+
+    def _lost(self, error: Exception) -> BrokenConnectionError:
+        """The error for requests the connection can no longer serve, caused by ``error``."""
+        failure = BrokenConnectionError(self.name, f"connection lost: {error}")
+        failure.__cause__ = error
+        return failure
 
     def join(self, timeout: float | None = None) -> bool:
         """Block until the connection's greenlets have ended; ``True`` if they have."""

@@ -60,7 +60,11 @@ from .frames import (
     decode_message,
 )
 
-__all__ = ["ClientState", "ClientConnection", "DEFAULT_MAX_RDY_COUNT"]
+__all__ = ["ClientState", "ClientConnection", "DEFAULT_MAX_RDY_COUNT", "ANSWERED_COMMANDS"]
+
+#: The requests whose answer goes back to the caller (the handshake's and
+#: CLS's answers are the machine's own business).
+ANSWERED_COMMANDS = frozenset({"SUB", "PUB", "MPUB", "DPUB"})
 
 #: What to assume when nsqd does not negotiate (the guide's figure).
 DEFAULT_MAX_RDY_COUNT = 2500
@@ -90,14 +94,32 @@ _PUBLISH_STATES = (ClientState.SUBSCRIBED, ClientState.READY, ClientState.SUBSCR
 _RESPOND_STATES = (ClientState.SUBSCRIBED, ClientState.CLOSING, ClientState.SUBSCRIBING)
 
 
+class _Pending:
+    """A request sent and not yet answered: its name, and who wants the answer."""
+
+    __slots__ = ("command", "waiter")
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+        self.waiter: Any = None
+
+
 class ClientConnection:
-    """One client connection's protocol state; see the module docstring."""
+    """One client connection's protocol state; see the module docstring.
+
+    It keeps the one queue of requests waiting for nsqd's answer, in the
+    order they were sent. The I/O layer attaches a *waiter* (any object) to
+    a request whose answer its caller wants (:meth:`await_answer`); the
+    :class:`Response` or :class:`ErrorReceived` that answers it carries that
+    waiter back, and :meth:`connection_lost` hands back the waiters nsqd
+    never answered.
+    """
 
     def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
         self.state = ClientState.INIT
         self.features: dict[str, Any] = {}
         self._decoder = FrameDecoder(max_frame_size)
-        self._pending: deque[str] = deque()
+        self._pending: deque[_Pending] = deque()
         self._outbox: list[bytes] = []
         self._requested: dict[str, Any] = {}
         self._upgrades: deque[str] = deque()
@@ -115,7 +137,7 @@ class ClientConnection:
         self._require((ClientState.INIT,), "IDENTIFY")
         self._requested = dict(identify)
         self.state = ClientState.IDENTIFYING
-        self._pending.append("IDENTIFY")
+        self._pending.append(_Pending("IDENTIFY"))
         return commands.MAGIC_V2 + commands.identify(identify)
 
     def auth(self, secret: bytes | str) -> bytes:
@@ -124,7 +146,7 @@ class ClientConnection:
             raise LocalProtocolError("nsqd did not ask for AUTH; a client must not send it")
         self._require((ClientState.AUTH_REQUIRED,), "AUTH")
         self.state = ClientState.AUTHENTICATING
-        self._pending.append("AUTH")
+        self._pending.append(_Pending("AUTH"))
         return commands.auth(secret)
 
     def sub(self, topic: str, channel: str) -> bytes:
@@ -134,28 +156,28 @@ class ClientConnection:
         self._require((ClientState.READY,), "SUB")
         data = commands.sub(topic, channel)
         self.state = ClientState.SUBSCRIBING
-        self._pending.append("SUB")
+        self._pending.append(_Pending("SUB"))
         return data
 
     def pub(self, topic: str, body: bytes | str) -> bytes:
         """PUB one message; the answer is a :class:`Response` for ``"PUB"``."""
         self._require(_PUBLISH_STATES, "PUB")
         data = commands.pub(topic, body)
-        self._pending.append("PUB")
+        self._pending.append(_Pending("PUB"))
         return data
 
     def mpub(self, topic: str, bodies: Iterable[bytes | str]) -> bytes:
         """MPUB a batch; the answer is a :class:`Response` for ``"MPUB"``."""
         self._require(_PUBLISH_STATES, "MPUB")
         data = commands.mpub(topic, bodies)
-        self._pending.append("MPUB")
+        self._pending.append(_Pending("MPUB"))
         return data
 
     def dpub(self, topic: str, delay: float, body: bytes | str) -> bytes:
         """DPUB one message deferred by ``delay`` seconds."""
         self._require(_PUBLISH_STATES, "DPUB")
         data = commands.dpub(topic, delay, body)
-        self._pending.append("DPUB")
+        self._pending.append(_Pending("DPUB"))
         return data
 
     def rdy(self, count: int) -> bytes:
@@ -182,7 +204,7 @@ class ClientConnection:
         """CLS: ask nsqd to stop sending; it answers with :class:`CloseWait`."""
         self._require((ClientState.SUBSCRIBED,), "CLS")
         self.state = ClientState.CLOSING
-        self._pending.append("CLS")
+        self._pending.append(_Pending("CLS"))
         return commands.cls()
 
     def nop(self) -> bytes:
@@ -199,9 +221,29 @@ class ClientConnection:
         self._outbox.clear()
         return data
 
-    def connection_lost(self) -> None:
-        """The transport is gone; every further command raises."""
+    def await_answer(self, waiter: Any) -> None:
+        """Attach ``waiter`` to the request just built; its answer event will carry it.
+
+        Only a request in :data:`ANSWERED_COMMANDS` (SUB, PUB, MPUB, DPUB)
+        takes a waiter, once. Raises :class:`LocalProtocolError` otherwise.
+        """
+        last = self._pending[-1] if self._pending else None
+        if last is None or last.command not in ANSWERED_COMMANDS or last.waiter is not None:
+            what = "none" if last is None else last.command
+            raise LocalProtocolError(
+                f"cannot attach a waiter (the last request is {what}): attach one right"
+                " after building SUB, PUB, MPUB or DPUB"
+            )
+        last.waiter = waiter
+
+    def connection_lost(self) -> list[Any]:
+        """The transport is gone; every further command raises.
+
+        Returns the waiters of the requests nsqd never answered, in order.
+        """
         self.state = ClientState.CLOSED
+        pending, self._pending = self._pending, deque()
+        return [p.waiter for p in pending if p.waiter is not None]
 
     # -- upgrades ----------------------------------------------------------
 
@@ -221,7 +263,7 @@ class ClientConnection:
         if self.state is not ClientState.UPGRADING:
             raise LocalProtocolError(f"no upgrade is pending in state {self.state.value!r}")
         self.state = ClientState.AWAITING_UPGRADE_OK
-        self._pending.append("UPGRADE")
+        self._pending.append(_Pending("UPGRADE"))
 
     # -- receiving ---------------------------------------------------------
 
@@ -263,15 +305,19 @@ class ClientConnection:
             error = error_from_frame(data)
             if error.code in _NON_FATAL_CODES:
                 return ErrorReceived(error, None)
-            command = self._pending.popleft() if self._pending else None
+            if not self._pending:
+                self.state = ClientState.CLOSED
+                return ErrorReceived(error, None)
+            pending = self._pending.popleft()
             self.state = ClientState.CLOSED
-            return ErrorReceived(error, command)
+            return ErrorReceived(error, pending.command, pending.waiter)
         if data == HEARTBEAT:
             self._outbox.append(commands.nop())
             return Heartbeat()
         if not self._pending:
             raise RemoteProtocolError(f"nsqd sent a response nobody asked for: {data[:64]!r}")
-        command = self._pending.popleft()
+        pending = self._pending.popleft()
+        command = pending.command
         if command == "IDENTIFY":
             return self._identified(data)
         if command == "UPGRADE":
@@ -288,7 +334,7 @@ class ClientConnection:
             # answered with FIN, REQ or TOUCH until the socket is closed.
             self.close_wait_received = True
             return CloseWait()
-        return Response(data, command)
+        return Response(data, command, pending.waiter)
 
     @staticmethod
     def _expect_ok(data: bytes, command: str) -> None:
@@ -351,6 +397,11 @@ class ClientConnection:
     def auth_required(self) -> bool:
         """Whether nsqd asked for AUTH in its IDENTIFY reply."""
         return self._auth_required
+
+    @property
+    def awaited_answers(self) -> int:
+        """Requests sent with a waiter attached whose answer has not arrived yet."""
+        return sum(1 for p in self._pending if p.waiter is not None)
 
     @property
     def pending_requests(self) -> int:

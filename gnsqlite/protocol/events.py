@@ -63,18 +63,25 @@ class Authenticated(Event):
 
 @dataclass(frozen=True, slots=True)
 class Response(Event):
-    """A response frame that answers ``command`` (usually ``b"OK"``)."""
+    """A response frame that answers ``command`` (usually ``b"OK"``).
+
+    ``waiter`` is what :meth:`ClientConnection.await_answer` attached to
+    that request (``None``: the caller waits for nothing).
+    """
 
     data: bytes
     command: str
+    waiter: Any = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
 class ErrorReceived(Event):
-    """An error frame; ``command`` is the request it answers, if any."""
+    """An error frame; ``command`` is the request it answers, if any, and
+    ``waiter`` what was attached to that request (see :class:`Response`)."""
 
     error: ServerError
     command: str | None
+    waiter: Any = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)

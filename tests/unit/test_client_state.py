@@ -248,3 +248,39 @@ def test_upgrade_ok_must_be_ok() -> None:
 def test_upgrade_started_without_pending_upgrade() -> None:
     with pytest.raises(LocalProtocolError, match="no upgrade is pending"):
         ClientConnection().upgrade_started()
+
+
+def test_one_queue_of_pending_answers_carries_each_requests_waiter() -> None:
+    conn = subscribed()
+    conn.pub("t", b"1")
+    conn.await_answer("first")
+    conn.pub("t", b"2")  # nobody waits for this one
+    conn.mpub("t", [b"3"])
+    conn.await_answer("third")
+    assert (conn.pending_requests, conn.awaited_answers) == (3, 2)
+    conn.receive_data(response(b"OK") * 2)
+    events = conn.events()
+    assert [(e.command, e.waiter) for e in events if isinstance(e, Response)] == [
+        ("PUB", "first"),
+        ("PUB", None),
+    ]
+    conn.cls()  # CLS's answer is the machine's own: it takes no waiter
+    with pytest.raises(LocalProtocolError, match="last request is CLS"):
+        conn.await_answer("cls")
+    assert conn.connection_lost() == ["third"]  # never answered: handed back once
+    assert conn.connection_lost() == []
+
+
+def test_a_refused_request_hands_its_waiter_the_error() -> None:
+    conn = identified({})
+    with pytest.raises(LocalProtocolError, match="last request is none"):
+        conn.await_answer("nobody")
+    conn.pub("t", b"1")
+    conn.await_answer("w")
+    with pytest.raises(LocalProtocolError, match="last request is PUB"):
+        conn.await_answer("twice")
+    conn.receive_data(error(b"E_BAD_TOPIC PUB topic name is not valid"))
+    (event,) = conn.events()
+    assert isinstance(event, ErrorReceived)
+    assert (event.command, event.waiter) == ("PUB", "w")
+    assert isinstance(event.error, BadTopicError)
