@@ -78,17 +78,15 @@ def log_giving_up(message: Message) -> None:
 
 
 class _Link:
-    """One subscribed connection and its counters."""
+    """One subscribed connection: what the consumer alone knows of it.
 
-    __slots__ = (
-        "address",
-        "conn",
-        "discovered",
-        "finished",
-        "last_message_time",
-        "received",
-        "requeued",
-    )
+    Its flow (RDY, in-flight count, when the last message came) is the
+    planner's :class:`~gnsqlite.flow.ConnFlow` of the same name, and nowhere
+    else; ``unanswered`` holds the messages behind that in-flight count, so
+    that close() can requeue them and a lost connection drops them at once.
+    """
+
+    __slots__ = ("address", "conn", "discovered", "finished", "received", "requeued", "unanswered")
 
     def __init__(self, address: str, conn: Connection, discovered: bool) -> None:
         self.address = address
@@ -97,7 +95,7 @@ class _Link:
         self.received = 0
         self.finished = 0
         self.requeued = 0
-        self.last_message_time: float | None = None  # time.time()
+        self.unanswered: set[Message] = set()  # received, not yet finished or requeued
 
 
 class Consumer:
@@ -182,8 +180,7 @@ class Consumer:
         self._queue: gevent.queue.Queue[Message | None] = gevent.queue.Queue()
         self._workers = gevent.pool.Pool()
         self._idle_workers = 0
-        self._running: dict[Any, Message] = {}  # worker greenlet -> its message
-        self._unanswered: set[Message] = set()  # received, not yet finished or requeued
+        self._running: dict[Any, Message] = {}  # worker greenlet -> the message it handles
         self._poll_timer: Timer | None = None
         self._tasks = gevent.pool.Group()
         self._wheel: TimerWheel | None = None
@@ -302,11 +299,11 @@ class Consumer:
         gevent.killall([g for g in self._workers if g is not current], block=True)
         # Unanswered messages, async ones included: requeued rather than left
         # to time out in nsqd (which keeps them in flight after we leave).
-        for message in list(self._unanswered):  # running handlers' messages included
-            if not message.has_responded:
-                message.requeue(0.0, backoff=False)
+        for link in list(self._links.values()):  # running handlers' messages included
+            for message in list(link.unanswered):
+                if not message.has_responded:
+                    message.requeue(0.0, backoff=False)
         self._running.clear()
-        self._unanswered.clear()
         self._requeue_queued()
         for link in links:
             link.conn.close(max(0.1, deadline - time.monotonic()))
@@ -443,8 +440,8 @@ class Consumer:
         if link is None or link.conn is not conn:
             return
         del self._links[conn.name]
-        # Its unanswered messages can no longer be answered: nsqd redelivers them.
-        self._unanswered = {m for m in self._unanswered if m.connection is not conn}
+        # Its unanswered messages, gone with the link, can no longer be
+        # answered: nsqd redelivers them.
         self._send_rdy(self._planner.remove(conn.name))
         if self._in_flight() == 0:
             self._drained.set()
@@ -543,12 +540,11 @@ class Consumer:
             message.requeue(0.0, backoff=False)  # not counted, so respond() counts nothing
             return
         link.received += 1
-        link.last_message_time = time.time()
         self._send_rdy(self._planner.message_received(conn.name, time.monotonic()))
         if self._closing:
             message.requeue(0.0, backoff=False)
             return
-        self._unanswered.add(message)
+        link.unanswered.add(message)
         for observer in self._observers:
             try:
                 observer(message)
@@ -685,9 +681,11 @@ class Consumer:
         Returns its connection and, while that is still subscribed, its link.
         """
         conn = _connection_of(message)
-        self._unanswered.discard(message)
         link = self._links.get(conn.name)
-        return conn, link if link is not None and link.conn is conn else None
+        if link is None or link.conn is not conn:
+            return conn, None
+        link.unanswered.discard(message)
+        return conn, link
 
     def _message_done(self, conn: Connection) -> bool:
         """The planner's count drops (RDY may top up); ``False`` once closing."""
@@ -712,10 +710,16 @@ class Consumer:
         return [link.conn for link in self._links.values()]
 
     def stats(self) -> dict[str, Any]:
-        """Per-connection and total counters, backoff state and starvation."""
+        """Per-connection and total counters, backoff state and starvation.
+
+        ``last_message_time`` is wall-clock seconds (``time.time()``), or ``None``.
+        """
+        now = time.monotonic()
+        wall_offset = time.time() - now  # the planner's monotonic times as wall-clock
         conns = []
         for name, link in self._links.items():
             flow = self._planner.conns.get(name)
+            last = flow.last_message_at if flow else None
             conns.append(
                 {
                     "address": name,
@@ -725,14 +729,13 @@ class Consumer:
                     "received": link.received,
                     "finished": link.finished,
                     "requeued": link.requeued,
-                    "last_message_time": link.last_message_time,
+                    "last_message_time": None if last is None else last + wall_offset,
                 }
             )
         totals = {
             key: sum(c[key] for c in conns)  # type: ignore[misc]
             for key in ("rdy", "last_rdy", "in_flight", "received", "finished", "requeued")
         }
-        now = time.monotonic()
         return {
             "topic": self.topic,
             "channel": self.channel,

@@ -48,7 +48,8 @@ class ConnFlow:
     last_rdy: int = 0  # the RDY count last sent
     in_flight: int = 0
     warmed: bool = False  # received a message since it connected
-    last_message_at: float | None = None
+    last_message_at: float | None = None  # when the last message arrived
+    rdy_handed_at: float | None = None  # when redistribute() last gave it the scarce RDY
 
     @property
     def starved(self) -> bool:
@@ -56,8 +57,12 @@ class ConnFlow:
         return self.in_flight > 0 and self.in_flight >= self.last_rdy * STARVATION_RATIO
 
     def idle_since(self) -> float:
-        """When this connection last received a message (or connected)."""
-        return self.last_message_at if self.last_message_at is not None else self.connected_at
+        """The start of its idle clock: its last message, connection or RDY hand-over."""
+        return max(
+            t
+            for t in (self.connected_at, self.last_message_at, self.rdy_handed_at)
+            if t is not None
+        )
 
 
 class RdyPlanner:
@@ -248,6 +253,6 @@ class RdyPlanner:
         pool = others if len(others) >= budget else others + freed
         for f in self.rng.sample(pool, min(budget, len(pool))):
             # A connection handed the RDY starts a fresh idle clock.
-            f.last_message_at = now
+            f.rdy_handed_at = now
             self._send(f, 1, out)
         return out

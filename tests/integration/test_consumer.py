@@ -9,6 +9,7 @@ from __future__ import annotations
 import collections
 import gc
 import logging
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -97,6 +98,7 @@ def test_messages_are_handled_and_finished(nsqd: NsqdServer, consumers: list[Con
     consumer.add_message_observer(lambda m: observed.append(m.body))
     consumer.add_message_observer(lambda m: 1 / 0)  # a broken observer changes nothing
     consumers.append(consumer)
+    before = time.time()
     consumer.start()
     wait_until(lambda: len(seen) == 200, timeout=20)
     assert sorted(seen) == sorted(b"m%d" % i for i in range(200))
@@ -106,6 +108,8 @@ def test_messages_are_handled_and_finished(nsqd: NsqdServer, consumers: list[Con
     assert stats["totals"]["finished"] == 200
     assert stats["totals"]["received"] == 200
     assert stats["connections"][0]["address"] == consumer.connections[0].name
+    last = stats["connections"][0]["last_message_time"]  # wall-clock seconds
+    assert before - 0.5 <= last <= time.time() + 0.5
 
 
 def test_ten_thousand_across_three_brokers_within_max_in_flight(

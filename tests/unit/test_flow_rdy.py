@@ -89,6 +89,19 @@ def test_scarce_rdy_rotates_from_idle_connections_to_all_of_them() -> None:
     assert holders_seen == {"a", "b", "c"}
 
 
+def test_handing_over_scarce_rdy_restarts_the_idle_clock_not_the_last_message() -> None:
+    p = planner(1, idle=5.0)
+    p.add("a", 2500, now=0.0)
+    p.message_received("a", now=1.0)
+    p.message_done("a")
+    p.add("b", 2500, now=2.0)
+    assert p.redistribute(7.0) == [("a", 0), ("b", 1)]
+    b = p.conns["b"]
+    assert (b.last_message_at, b.idle_since()) == (None, 7.0)
+    assert p.conns["a"].last_message_at == 1.0
+    assert p.redistribute(11.0) == []  # b's clock started at the hand-over
+
+
 def test_a_busy_connection_keeps_its_scarce_rdy() -> None:
     p = planner(1, idle=5.0)
     for name in "abc":
