@@ -191,6 +191,8 @@ class Consumer:
         self._drained = gevent.event.Event()
         #: Set while :meth:`is_starved` is true: a batching handler waits on it.
         self.starved = gevent.event.Event()
+        #: Set while at least one connection is subscribed (:attr:`connections`).
+        self.connected = gevent.event.Event()
         self._observers: list[Callable[[Message], None]] = []
 
     def __repr__(self) -> str:
@@ -308,6 +310,7 @@ class Consumer:
         for link in links:
             link.conn.close(max(0.1, deadline - time.monotonic()))
         self._links.clear()
+        self.connected.clear()
         self.starved.clear()
         self._stopped.set()
 
@@ -433,6 +436,7 @@ class Consumer:
             self._on_close(conn, conn.error or NSQConnectionError(conn.name, "lost on subscribe"))
             return
         log.info("%s: subscribed on %s", self, conn.name)
+        self.connected.set()
         self._send_rdy(self._planner.add(conn.name, conn.max_rdy_count, time.monotonic()))
 
     def _on_close(self, conn: Connection, error: Exception | None) -> None:
@@ -440,6 +444,8 @@ class Consumer:
         if link is None or link.conn is not conn:
             return
         del self._links[conn.name]
+        if not self._links:
+            self.connected.clear()
         # Its unanswered messages, gone with the link, can no longer be
         # answered: nsqd redelivers them.
         self._send_rdy(self._planner.remove(conn.name))
@@ -450,7 +456,10 @@ class Consumer:
         log.warning("%s: lost %s: %s", self, conn.name, error)
         if not link.discovered or link.address in self.nsqd_tcp_addresses:
             self._schedule_reconnect(link.address)
-        # A discovered nsqd is connected again only if a later poll lists it.
+        else:
+            # A discovered nsqd is connected again only if lookupd lists it:
+            # ask now (as go-nsq does) rather than at the next scheduled poll.
+            self.query_lookupd()
 
     def _schedule_reconnect(self, address: str) -> None:
         if self._closing or self._wheel is None:

@@ -25,6 +25,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import gevent
+import gevent.event
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
 from ..consumer import Consumer
@@ -120,6 +121,7 @@ class NSQStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
         self._ledger: Ledger[Message] | None = None
         self._toucher: gevent.Greenlet[[], None] | None = None
         self._last_arrival = 0.0  # time.monotonic() of the last message, in the hub thread
+        self._arrival: gevent.event.Event | None = None  # set by each message, in the hub
         self._started_at = 0.0
         self._cutoff_ns: int | None = None  # Trigger.AvailableNow: take messages up to this
         self._pid = 0
@@ -155,6 +157,7 @@ class NSQStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
     def _start_consumer(self) -> None:
         o = self.options
         self._ledger = Ledger(self._session)
+        self._arrival = gevent.event.Event()
         self._started_at = time.monotonic()
         consumer = Consumer(
             o.topic,
@@ -212,6 +215,8 @@ class NSQStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
     def _on_message(self, message: Message) -> None:
         message.enable_async()
         self._last_arrival = time.monotonic()
+        if self._arrival is not None:
+            self._arrival.set()
         if self._ledger is None or self._stopped:
             message.requeue(0.0, backoff=False)
             return
@@ -238,12 +243,10 @@ class NSQStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
         return self._consumer is not None and bool(self._consumer.connections)
 
     def _wait_connected(self, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while not self._connected():
-            if time.monotonic() >= deadline:
-                return False
-            gevent.sleep(0.02)
-        return True
+        """Wait (in the hub) for a subscribed connection; ``True`` if one came in ``timeout`` s."""
+        if self._consumer is None:
+            return False
+        return bool(self._consumer.connected.wait(timeout))
 
     def _first_connection(self) -> None:
         o = self.options
@@ -269,9 +272,14 @@ class NSQStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
         return ledger.latest(start, max_rows)
 
     def _wait_available_now(self, max_rows: int | None) -> None:
-        """Trigger.AvailableNow: wait until a batch is full or the topic went quiet."""
+        """Trigger.AvailableNow: wait until a batch is full or the topic went quiet.
+
+        Sleeps on the arrival Event (set by every message) until the quiet
+        time is up; each arrival wakes it to check the batch again.
+        """
         ledger = self._ledger
-        assert ledger is not None
+        arrival = self._arrival
+        assert ledger is not None and arrival is not None
         o = self.options
         if not self._connected():
             self._wait_connected(o.start_timeout)
@@ -289,7 +297,25 @@ class NSQStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
                 return
             if quiet >= o.start_timeout:
                 return
-            gevent.sleep(0.02)
+            if not self._connected():
+                # Nothing can arrive before a connection: wait for one (or the end).
+                self._wait_connected(o.start_timeout - quiet)
+                continue
+            arrival.clear()
+            arrival.wait(min(o.available_now_idle_timeout, o.start_timeout) - quiet)
+
+    def _initial_offset(self) -> dict[str, Any]:
+        ledger = self._ledger
+        assert ledger is not None
+        self._first_connection()
+        return ledger.initial_offset()
+
+    def _report_latest(self) -> dict[str, Any] | None:
+        ledger = self._ledger
+        if ledger is None:
+            return None
+        return {"session": ledger.session, "seq": ledger.seq + len(ledger.buffered),
+                "tick": ledger.tick}
 
     def _partitions(self, start: Mapping[str, Any], end: Mapping[str, Any]) -> list[NSQPartition]:
         ledger = self._ledger
@@ -320,9 +346,7 @@ class NSQStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
     def initialOffset(self) -> dict[str, Any]:
         """The offset a new query starts from: this session, nothing read yet."""
         hub = self._ensure_started()
-        assert self._ledger is not None
-        hub.call(self._first_connection)
-        return self._ledger.initial_offset()
+        return hub.call(self._initial_offset)
 
     def getDefaultReadLimit(self) -> Any:
         """``maxMessagesPerBatch`` as Spark's read limit."""
@@ -356,11 +380,10 @@ class NSQStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         """The offset that would cover every message held now (for query progress)."""
-        ledger = self._ledger
-        if ledger is None:
+        hub = self._hub
+        if hub is None or not hub.running or self._pid != os.getpid():
             return None
-        return {"session": ledger.session, "seq": ledger.seq + len(ledger.buffered),
-                "tick": ledger.tick}
+        return hub.call(self._report_latest)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         """The batch from ``start`` to ``end``, split into ``numPartitions`` partitions."""

@@ -99,7 +99,9 @@ def test_messages_are_handled_and_finished(nsqd: NsqdServer, consumers: list[Con
     consumer.add_message_observer(lambda m: 1 / 0)  # a broken observer changes nothing
     consumers.append(consumer)
     before = time.time()
+    assert not consumer.connected.is_set()
     consumer.start()
+    assert consumer.connected.wait(10)  # set once a connection is subscribed
     wait_until(lambda: len(seen) == 200, timeout=20)
     assert sorted(seen) == sorted(b"m%d" % i for i in range(200))
     assert sorted(observed) == sorted(seen)
@@ -110,6 +112,8 @@ def test_messages_are_handled_and_finished(nsqd: NsqdServer, consumers: list[Con
     assert stats["connections"][0]["address"] == consumer.connections[0].name
     last = stats["connections"][0]["last_message_time"]  # wall-clock seconds
     assert before - 0.5 <= last <= time.time() + 0.5
+    consumer.close()
+    assert not consumer.connected.is_set()
 
 
 def test_ten_thousand_across_three_brokers_within_max_in_flight(

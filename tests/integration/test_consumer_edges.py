@@ -11,6 +11,7 @@ import contextlib
 import itertools
 import json
 import logging
+import socket
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -543,3 +544,27 @@ def test_connect_to_nsqd_again_does_not_multiply_the_retries(
         assert min(gaps) >= 0.15, gaps  # one retry chain: 0.2-0.4 s apart
     finally:
         server.stop()
+
+
+def test_a_dropped_nsqd_found_through_lookupd_is_rediscovered_at_once(
+    nsq_cluster: Any, consumers: list[Consumer]
+) -> None:
+    server = nsq_cluster.nsqds[0]
+    publish(server, [b"one"])
+    seen: list[bytes] = []
+    consumer = Consumer(
+        TOPIC,
+        CHANNEL,
+        lambda m: seen.append(m.body),
+        lookupd_http_addresses=[nsq_cluster.lookupd.http_address],
+        lookupd_poll_interval=600.0,  # the next scheduled poll is far away
+    )
+    consumers.append(consumer)
+    consumer.start()
+    wait_until(lambda: seen == [b"one"], timeout=10)
+    (first,) = consumer.connections
+    first._sock.shutdown(socket.SHUT_RDWR)  # the network drops it; nsqd stays listed
+    wait_until(lambda: first.closed, timeout=5)
+    wait_until(lambda: [c for c in consumer.connections if c is not first], timeout=5)
+    publish(server, [b"two"])
+    wait_until(lambda: seen == [b"one", b"two"], timeout=10)

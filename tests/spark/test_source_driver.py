@@ -1,0 +1,56 @@
+"""The source's driver side without a SparkSession: Spark's calls, made from a plain thread."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, ClassVar
+
+import pytest
+from spark_support import drained, publish
+
+from gnsqlite.spark.ledger import Ledger
+from gnsqlite.testing import NsqdServer
+
+pytest.importorskip("pyspark", reason="the spark extra (PySpark) is not installed")
+
+TOPIC = "driver"
+CHANNEL = "spark"
+
+
+class RecordingLedger(Ledger[Any]):
+    """Notes every thread that touches the ledger (it is not thread-safe)."""
+
+    threads: ClassVar[set[int]] = set()
+
+    def __getattribute__(self, name: str) -> Any:
+        RecordingLedger.threads.add(threading.get_ident())
+        return super().__getattribute__(name)
+
+
+def test_spark_calls_reach_the_ledger_only_through_the_hub_thread(
+    nsqd: NsqdServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gnsqlite.spark.source as source
+    from gnsqlite.spark.options import parse_source_options
+
+    monkeypatch.setattr(source, "Ledger", RecordingLedger)
+    RecordingLedger.threads = set()
+    publish(nsqd, [b"a", b"b", b"c"], TOPIC)
+    options = parse_source_options(
+        {"nsqdTcpAddresses": nsqd.tcp_address, "topic": TOPIC, "channel": CHANNEL,
+         "availableNowIdleTimeout": "0.5", "maxInFlight": "100"}
+    )  # fmt: skip
+    reader = source.NSQStreamReader(options)
+    try:
+        start = reader.initialOffset()
+        reader.prepareForTriggerAvailableNow()
+        end = reader.latestOffset(start)  # waits on arrivals, then on the quiet time
+        assert reader.reportLatestOffset() == end
+        parts = reader.partitions(start, end)
+        assert sorted(row[1] for part in parts for row in part.rows) == [b"a", b"b", b"c"]
+        reader.commit(end)
+    finally:
+        reader.stop()
+    assert drained(nsqd, TOPIC, CHANNEL)
+    assert threading.get_ident() not in RecordingLedger.threads
+    assert len(RecordingLedger.threads) == 1  # the hub thread
