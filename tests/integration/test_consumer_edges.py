@@ -359,24 +359,36 @@ def test_query_lookupd_does_not_multiply_the_polls(consumers: list[Consumer]) ->
         lookupd.stop()
 
 
-def test_a_static_nsqd_first_reached_through_lookupd_still_reconnects(
-    nsq_cluster: Any, consumers: list[Consumer]
-) -> None:
-    server = nsq_cluster.nsqds[0]
-    publish(server, [b"one"])
+def consume_one_through_lookupd(
+    nsq_cluster: Any, consumers: list[Consumer], **options: Any
+) -> tuple[Consumer, list[bytes]]:
+    """A consumer that found the cluster's first nsqd through lookupd and got b"one" from it."""
+    publish(nsq_cluster.nsqds[0], [b"one"])
     seen: list[bytes] = []
     consumer = Consumer(
         TOPIC,
         CHANNEL,
         lambda m: seen.append(m.body),
         lookupd_http_addresses=[nsq_cluster.lookupd.http_address],
-        lookupd_poll_interval=0.2,
-        reconnect_interval=0.1,
-        max_reconnect_interval=0.5,
+        **options,
     )
     consumers.append(consumer)
     consumer.start()
     wait_until(lambda: seen == [b"one"], timeout=10)
+    return consumer, seen
+
+
+def test_a_static_nsqd_first_reached_through_lookupd_still_reconnects(
+    nsq_cluster: Any, consumers: list[Consumer]
+) -> None:
+    server = nsq_cluster.nsqds[0]
+    consumer, seen = consume_one_through_lookupd(
+        nsq_cluster,
+        consumers,
+        lookupd_poll_interval=0.2,
+        reconnect_interval=0.1,
+        max_reconnect_interval=0.5,
+    )
     consumer.connect_to_nsqd(server.tcp_address)  # now a static address too
     nsq_cluster.lookupd.stop()  # discovery can no longer bring it back
     server.restart()
@@ -550,18 +562,10 @@ def test_a_dropped_nsqd_found_through_lookupd_is_rediscovered_at_once(
     nsq_cluster: Any, consumers: list[Consumer]
 ) -> None:
     server = nsq_cluster.nsqds[0]
-    publish(server, [b"one"])
-    seen: list[bytes] = []
-    consumer = Consumer(
-        TOPIC,
-        CHANNEL,
-        lambda m: seen.append(m.body),
-        lookupd_http_addresses=[nsq_cluster.lookupd.http_address],
-        lookupd_poll_interval=600.0,  # the next scheduled poll is far away
+    # The next scheduled poll is far away.
+    consumer, seen = consume_one_through_lookupd(
+        nsq_cluster, consumers, lookupd_poll_interval=600.0
     )
-    consumers.append(consumer)
-    consumer.start()
-    wait_until(lambda: seen == [b"one"], timeout=10)
     (first,) = consumer.connections
     first._sock.shutdown(socket.SHUT_RDWR)  # the network drops it; nsqd stays listed
     wait_until(lambda: first.closed, timeout=5)
