@@ -61,6 +61,7 @@ from ..protocol.server import (
 )
 from .auth import AuthError, AuthState, query
 from .queues import BrokerMessage, Channel, NotInFlight
+from .wire import empty_flush_writes, flush_writes
 
 if TYPE_CHECKING:
     from .nsqd import Broker
@@ -70,6 +71,10 @@ __all__ = ["ClientSession"]
 log = logging.getLogger(__name__)
 
 _RECV_SIZE = 256 * 1024
+#: A mark in the output queue of a compressed connection, compared by identity
+#: (no frame is this object): nsqd flushes here, after every frame but a
+#: message and whenever its message pump wakes unable to send messages.
+_FLUSH = b"<flush>"
 _ids = itertools.count(1)
 
 
@@ -199,6 +204,7 @@ class ClientSession:
         if now >= self.next_heartbeat:
             self.next_heartbeat = now + interval
             self._send(response_frame(HEARTBEAT))
+            self._pump_woken()
 
     # -- reading -----------------------------------------------------------
 
@@ -235,7 +241,10 @@ class ClientSession:
     # -- writing -----------------------------------------------------------
 
     def _send(self, frame: bytes) -> None:
+        """Queue a response or error frame (nsqd flushes after each of them)."""
         self._out.append(frame)
+        if self._codec is not None:
+            self._out.append(_FLUSH)
         self._wake.set()
 
     def send_message(self, message: BrokerMessage) -> None:
@@ -244,6 +253,22 @@ class ClientSession:
             message_frame(message.id, message.body, message.timestamp, message.attempts)
         )
         self._wake.set()
+
+    def _pump_woken(self) -> None:
+        """Mark where nsqd's message pump wakes: unable to take messages, it flushes.
+
+        Only deflate shows it on the wire (an empty sync block, see
+        :mod:`.wire`); the other streams write nothing for an empty flush.
+        """
+        if self.deflate and not self._ready_for_messages():
+            self._out.append(_FLUSH)
+            self._wake.set()
+
+    def _ready_for_messages(self) -> bool:
+        channel = self.channel
+        if channel is None or channel.paused:
+            return False
+        return self.ready_count > 0 and self.in_flight_count < self.ready_count
 
     def _write_loop(self) -> None:
         try:
@@ -258,13 +283,31 @@ class ClientSession:
             self.sock.close()
 
     def _flush_locked(self) -> None:
-        if not self._out:
+        out = self._out
+        if not out:
             return
-        data = b"".join(self._out)
-        self._out.clear()
-        if self._codec is not None:
-            data = self._codec.encode(data)
-        self.sock.sendall(data)
+        codec = self._codec
+        if codec is None:
+            data = b"".join(out)
+            out.clear()
+            self.sock.sendall(data)
+            return
+        # a compressed stream leaves in the write calls nsqd makes (see .wire)
+        writes: list[bytes] = []
+        pending: list[bytes] = []
+        for item in out:
+            if item is not _FLUSH:
+                pending.append(item)
+            elif pending:
+                writes += flush_writes(codec, b"".join(pending))
+                pending.clear()
+            else:
+                writes += empty_flush_writes(codec)
+        out.clear()
+        if pending:
+            writes += flush_writes(codec, b"".join(pending))
+        for data in writes:
+            self.sock.sendall(data)
 
     # -- helpers -----------------------------------------------------------
 
@@ -320,6 +363,7 @@ class ClientSession:
             channel.finish(self, command.message_id, time.monotonic())
         except NotInFlight as exc:
             raise self._in_flight_error("E_FIN_FAILED", "FIN", command.message_id, exc) from None
+        self._pump_woken()
 
     def _req(self, command: Req) -> None:
         channel = self.channel
@@ -329,6 +373,7 @@ class ClientSession:
             channel.requeue(self, command.message_id, command.delay_ms / 1000, time.monotonic())
         except NotInFlight as exc:
             raise self._in_flight_error("E_REQ_FAILED", "REQ", command.message_id, exc) from None
+        self._pump_woken()
 
     def _touch(self, command: Touch) -> None:
         channel = self.channel
@@ -345,6 +390,7 @@ class ClientSession:
         self.ready_count = command.ready_count
         if self.channel is not None:
             self.channel.pump(time.monotonic())
+        self._pump_woken()
 
     def _nop(self, command: Nop) -> None:
         pass
@@ -361,6 +407,7 @@ class ClientSession:
         self.channel = channel
         self.parser.state = STATE_SUBSCRIBED
         self._send(response_frame(OK))
+        self._pump_woken()
 
     def _pub(self, command: Pub) -> None:
         self._check_auth("PUB", command.topic, "")
@@ -428,9 +475,11 @@ class ClientSession:
                 self._codec = make_codec("snappy" if neg.snappy else "deflate", neg.deflate_level)
                 self.snappy = neg.snappy
                 self.deflate = neg.deflate
-                self.sock.sendall(self._codec.encode(response_frame(OK)))
+                for data in flush_writes(self._codec, response_frame(OK)):
+                    self.sock.sendall(data)
                 if rest:
                     self.parser.feed(self._codec.decode(rest))
+        self._pump_woken()  # nsqd's identify event: the pump wakes, unsubscribed
 
     def _upgrade_tls(self) -> None:
         context = self.broker.tls_context
