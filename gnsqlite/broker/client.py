@@ -25,7 +25,7 @@ import logging
 import socket as _stdlib_socket
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import gevent
 import gevent.event
@@ -61,10 +61,8 @@ from ..protocol.server import (
 )
 from .auth import AuthError, AuthState, query
 from .queues import BrokerMessage, Channel, NotInFlight
+from .state import BrokerState
 from .wire import empty_flush_writes, flush_writes
-
-if TYPE_CHECKING:
-    from .nsqd import Broker
 
 __all__ = ["ClientSession"]
 
@@ -81,7 +79,7 @@ _ids = itertools.count(1)
 class ClientSession:
     """The state and greenlets of one client connection (owned by the broker)."""
 
-    def __init__(self, broker: Broker, sock: Any, address: tuple[str, int]) -> None:
+    def __init__(self, broker: BrokerState, sock: Any, address: tuple[str, int]) -> None:
         opts = broker.options
         self.broker = broker
         self.sock = sock
