@@ -17,6 +17,8 @@ from gnsqlite.broker import parse_duration
 from gnsqlite.broker.__main__ import options_from_args
 from gnsqlite.errors import ConfigError
 
+pytestmark = pytest.mark.embedded_only
+
 
 @pytest.mark.parametrize(
     ("text", "seconds"),

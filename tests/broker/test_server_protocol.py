@@ -33,6 +33,8 @@ from gnsqlite.protocol.server import (
     split_mpub,
 )
 
+pytestmark = pytest.mark.embedded_only
+
 ID = b"0123456789abcdef"
 
 

@@ -10,6 +10,8 @@ from nsqd_raw import RawClient
 
 from gnsqlite.broker import Broker
 
+pytestmark = pytest.mark.embedded_only
+
 
 def raw(broker: Broker, **kw: object) -> RawClient:
     assert broker.tcp_address is not None

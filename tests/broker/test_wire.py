@@ -26,6 +26,8 @@ from gnsqlite.codecs import DeflateCodec, SnappyCodec, make_codec
 from gnsqlite.protocol.frames import HEARTBEAT, OK
 from gnsqlite.protocol.server import response_frame
 
+pytestmark = pytest.mark.embedded_only
+
 # nsqd v1.3.0, snappy: the writes after the plain IDENTIFY response
 NSQD_SNAPPY_FIRST_OK = [
     b"\xff\x06\x00\x00sNaPpY\x01\x0e\x00\x00&\x98+\xcf",  # stream identifier + chunk header

@@ -10,7 +10,11 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 import gnsqlite.broker
+
+pytestmark = pytest.mark.no_server
 
 PACKAGE = "gnsqlite.broker"
 BROKER_DIR = Path(gnsqlite.broker.__file__).parent
