@@ -28,6 +28,7 @@ diff for each script that answers differently, without writing anything::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import json
 import os
@@ -39,7 +40,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import gevent
@@ -448,10 +449,9 @@ def _http(address: str, method: str, path: str, body: bytes) -> tuple[int, dict[
     data = (request + "\r\n").encode() + body
     chunks = []
     with gevent.Timeout(READ_TIMEOUT), gevent.socket.create_connection((host, int(port))) as sock:
-        try:
+        # the server may answer (and close) before reading the whole body
+        with contextlib.suppress(OSError):
             sock.sendall(data)
-        except OSError:
-            pass  # the server may answer (and close) before reading the whole body
         while True:
             try:
                 chunk = sock.recv(65536)
@@ -497,7 +497,9 @@ def play(script: Script, setup: Setup) -> list[dict[str, Any]]:
     return out
 
 
-def _play_step(step: Step, setup: Setup, conns: dict[str, Conn], norm: Normaliser) -> dict[str, Any]:
+def _play_step(
+    step: Step, setup: Setup, conns: dict[str, Conn], norm: Normaliser
+) -> dict[str, Any]:
     if isinstance(step, Connect):
         conn = conns[step.conn] = Conn(("127.0.0.1", setup.nsqd.tcp_port))
         if step.magic:
@@ -526,7 +528,10 @@ def _play_step(step: Step, setup: Setup, conns: dict[str, Conn], norm: Normalise
             if step.needle.encode() in payload:
                 return {"wait": f"{step.server} {step.path} has {step.needle}"}
             gevent.sleep(0.05)
-        return {"wait": f"{step.server} {step.path} has {step.needle}", "failed": norm.body(payload)}
+        return {
+            "wait": f"{step.server} {step.path} has {step.needle}",
+            "failed": norm.body(payload),
+        }
     conn = conns[step.conn]
     prefix = f"{step.conn}: " if step.conn != "c" else ""
     if isinstance(step, Send):
@@ -559,8 +564,12 @@ def recording_path(script: Script) -> str:
 
 def dump(script: Script, transcript: list[dict[str, Any]]) -> str:
     """The committed text of a recording."""
-    doc = {"script": script.name, "doc": script.doc, "setup": script.setup,
-           "transcript": transcript}
+    doc = {
+        "script": script.name,
+        "doc": script.doc,
+        "setup": script.setup,
+        "transcript": transcript,
+    }
     return json.dumps(doc, indent=1, ensure_ascii=False) + "\n"
 
 
@@ -576,8 +585,10 @@ def diff(expected: str, actual: str, name: str) -> str:
     """A unified diff of a recording and a replay."""
     return "".join(
         difflib.unified_diff(
-            expected.splitlines(True), actual.splitlines(True),
-            f"recorded/{name}.json", f"replayed/{name}.json",
+            expected.splitlines(True),
+            actual.splitlines(True),
+            f"recorded/{name}.json",
+            f"replayed/{name}.json",
         )
     )
 

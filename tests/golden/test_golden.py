@@ -45,5 +45,8 @@ def test_replay_matches_recording(servers: Servers, script: Script) -> None:
     )
     actual = dump(script, play(script, servers.get(script.setup)))
     if actual != expected:
-        pytest.fail(f"{script.name} answers differently from the recording:\n"
-                    + diff(expected, actual, script.name), pytrace=False)
+        pytest.fail(
+            f"{script.name} answers differently from the recording:\n"
+            + diff(expected, actual, script.name),
+            pytrace=False,
+        )
