@@ -224,7 +224,7 @@ def _invalid(text: str) -> ServerError:
 
 def _message_id(raw: bytes) -> bytes:
     if len(raw) != MESSAGE_ID_LENGTH:
-        raise _invalid("Invalid Message ID")
+        raise _invalid("invalid message ID")  # nsqd v1.3.0's text, lower case
     return raw
 
 

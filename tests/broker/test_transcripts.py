@@ -292,7 +292,7 @@ def test_fin_with_malformed_id_is_fatal(broker: Broker) -> None:
     with raw(broker) as c:
         c.sub("t", "ch")
         c.command(b"FIN short")
-        assert c.error() == b"E_INVALID Invalid Message ID"
+        assert c.error() == b"E_INVALID invalid message ID"
         c.assert_closed()
 
 
