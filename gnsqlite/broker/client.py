@@ -357,6 +357,18 @@ class ClientSession:
 
     def _sub(self, command: Sub) -> None:
         self._check_auth("SUB", command.topic, command.channel)
+        limit = self.broker.options.max_channel_consumers
+        if limit:
+            # like nsqd: the channel is created, then the client refused (fatal)
+            found = self.broker.get_topic(command.topic).get_channel(
+                command.channel, time.monotonic()
+            )
+            if len(found.subscribers) >= limit:
+                raise client_error(
+                    "E_SUB_FAILED",
+                    f"SUB failed consumers for {command.topic}:{command.channel}"
+                    f" exceeds limit of {limit}",
+                )
         channel = self.broker._subscribe(self, command.topic, command.channel)
         self.channel = channel
         self.parser.state = STATE_SUBSCRIBED
