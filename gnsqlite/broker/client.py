@@ -57,7 +57,6 @@ from ..protocol.server import (
     message_frame,
     negotiate_identify,
     response_frame,
-    split_mpub,
 )
 from .auth import AuthError, AuthState, query
 from .queues import BrokerMessage, Channel, NotInFlight
@@ -384,10 +383,8 @@ class ClientSession:
         self.broker.get_topic(command.topic)
 
     def _mpub(self, command: Mpub) -> None:
-        opts = self.broker.options
-        bodies = split_mpub(command.body, opts.max_msg_size, opts.max_body_size)
-        self.broker.publish(command.topic, bodies)
-        self._published(command.topic, len(bodies))
+        self.broker.publish(command.topic, command.bodies)
+        self._published(command.topic, len(command.bodies))
 
     def _dpub(self, command: Dpub) -> None:
         self._check_auth("DPUB", command.topic, "")
