@@ -288,12 +288,13 @@ class Normaliser:
                 return {k: _type_name(v) for k, v in sorted(value.items())}
             return _type_name(value)
         if isinstance(value, dict):
-            out = {k: self.json(v, k) for k, v in value.items()}
-            if isinstance(out.get("topics"), list) and isinstance(out.get("tombstones"), list):
-                pairs = sorted(zip(out["topics"], out["tombstones"], strict=False), key=str)
-                out["topics"] = [p[0] for p in pairs]
-                out["tombstones"] = [p[1] for p in pairs]
-            return out
+            value = dict(value)
+            if isinstance(value.get("topics"), list) and isinstance(value.get("tombstones"), list):
+                # lookupd's /nodes: parallel lists in Go map order; sort them together
+                pairs = sorted(zip(value["topics"], value["tombstones"], strict=True))
+                value["topics"] = [p[0] for p in pairs]
+                value["tombstones"] = [p[1] for p in pairs]
+            return {k: self.json(v, k) for k, v in value.items()}
         if isinstance(value, list):
             items = [self.json(v) for v in value]
             if key in ("topics", "channels", "producers", "clients") and all(
