@@ -57,7 +57,6 @@ from ..protocol.server import (
     message_frame,
     negotiate_identify,
     response_frame,
-    split_mpub,
 )
 from .auth import AuthError, AuthState, query
 from .queues import BrokerMessage, Channel, NotInFlight
@@ -401,6 +400,18 @@ class ClientSession:
 
     def _sub(self, command: Sub) -> None:
         self._check_auth("SUB", command.topic, command.channel)
+        limit = self.broker.options.max_channel_consumers
+        if limit:
+            # like nsqd: the channel is created, then the client refused (fatal)
+            found = self.broker.get_topic(command.topic).get_channel(
+                command.channel, time.monotonic()
+            )
+            if len(found.subscribers) >= limit:
+                raise client_error(
+                    "E_SUB_FAILED",
+                    f"SUB failed consumers for {command.topic}:{command.channel}"
+                    f" exceeds limit of {limit}",
+                )
         channel = self.broker._subscribe(self, command.topic, command.channel)
         self.channel = channel
         self.parser.state = STATE_SUBSCRIBED
@@ -417,10 +428,8 @@ class ClientSession:
         self.broker.get_topic(command.topic)
 
     def _mpub(self, command: Mpub) -> None:
-        opts = self.broker.options
-        bodies = split_mpub(command.body, opts.max_msg_size, opts.max_body_size)
-        self.broker.publish(command.topic, bodies)
-        self._published(command.topic, len(bodies))
+        self.broker.publish(command.topic, command.bodies)
+        self._published(command.topic, len(command.bodies))
 
     def _dpub(self, command: Dpub) -> None:
         self._check_auth("DPUB", command.topic, "")

@@ -242,9 +242,7 @@ class HttpApi:
         if binary:
             try:
                 # nsqd reads the messages off the request body and ignores what follows
-                bodies = split_mpub(
-                    body, opts.max_msg_size, opts.max_body_size, allow_trailing=True
-                )
+                bodies = split_mpub(body, opts.max_msg_size, opts.max_body_size)
             except ServerError as err:
                 raise HttpError(413, err.code[2:]) from None
         else:
