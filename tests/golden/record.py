@@ -15,7 +15,7 @@ socket writes that carried them.
 Record the transcripts from the real NSQ binaries (rewrites
 ``tests/golden/recordings/*.json``)::
 
-    PYTHONPATH=$PWD python tests/golden/record.py --nsqd-bin /work/shared/nsq/bin
+    PYTHONPATH=$PWD python tests/golden/record.py --nsqd-bin ../shared/nsq/bin
 
 Replay them against the embedded broker (or ``--nsqd-bin DIR``) and print a
 diff for each script that answers differently, without writing anything::
