@@ -24,7 +24,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import gevent
 import gevent.event
@@ -56,26 +56,28 @@ from ..protocol.server import (
     message_frame,
     negotiate_identify,
     response_frame,
-    split_mpub,
 )
 from .auth import AuthError, AuthState, query
 from .queues import BrokerMessage, Channel, NotInFlight
-
-if TYPE_CHECKING:
-    from .nsqd import Broker
+from .state import BrokerState
+from .wire import empty_flush_writes, flush_writes
 
 __all__ = ["ClientSession"]
 
 log = logging.getLogger(__name__)
 
 _RECV_SIZE = 256 * 1024
+#: A mark in the output queue of a compressed connection, compared by identity
+#: (no frame is this object): nsqd flushes here, after every frame but a
+#: message and whenever its message pump wakes unable to send messages.
+_FLUSH = b"<flush>"
 _ids = itertools.count(1)
 
 
 class ClientSession:
     """The state and greenlets of one client connection (owned by the broker)."""
 
-    def __init__(self, broker: Broker, sock: Any, address: tuple[str, int]) -> None:
+    def __init__(self, broker: BrokerState, sock: Any, address: tuple[str, int]) -> None:
         opts = broker.options
         self.broker = broker
         self.sock = sock
@@ -198,6 +200,7 @@ class ClientSession:
         if now >= self.next_heartbeat:
             self.next_heartbeat = now + interval
             self._send(response_frame(HEARTBEAT))
+            self._pump_woken()
 
     # -- reading -----------------------------------------------------------
 
@@ -234,7 +237,10 @@ class ClientSession:
     # -- writing -----------------------------------------------------------
 
     def _send(self, frame: bytes) -> None:
+        """Queue a response or error frame (nsqd flushes after each of them)."""
         self._out.append(frame)
+        if self._codec is not None:
+            self._out.append(_FLUSH)
         self._wake.set()
 
     def send_message(self, message: BrokerMessage) -> None:
@@ -243,6 +249,22 @@ class ClientSession:
             message_frame(message.id, message.body, message.timestamp, message.attempts)
         )
         self._wake.set()
+
+    def _pump_woken(self) -> None:
+        """Mark where nsqd's message pump wakes: unable to take messages, it flushes.
+
+        Only deflate shows it on the wire (an empty sync block, see
+        :mod:`.wire`); the other streams write nothing for an empty flush.
+        """
+        if self.deflate and not self._ready_for_messages():
+            self._out.append(_FLUSH)
+            self._wake.set()
+
+    def _ready_for_messages(self) -> bool:
+        channel = self.channel
+        if channel is None or channel.paused:
+            return False
+        return self.ready_count > 0 and self.in_flight_count < self.ready_count
 
     def _write_loop(self) -> None:
         try:
@@ -257,13 +279,31 @@ class ClientSession:
             self.sock.close()
 
     def _flush_locked(self) -> None:
-        if not self._out:
+        out = self._out
+        if not out:
             return
-        data = b"".join(self._out)
-        self._out.clear()
-        if self._codec is not None:
-            data = self._codec.encode(data)
-        self.sock.sendall(data)
+        codec = self._codec
+        if codec is None:
+            data = b"".join(out)
+            out.clear()
+            self.sock.sendall(data)
+            return
+        # a compressed stream leaves in the write calls nsqd makes (see .wire)
+        writes: list[bytes] = []
+        pending: list[bytes] = []
+        for item in out:
+            if item is not _FLUSH:
+                pending.append(item)
+            elif pending:
+                writes += flush_writes(codec, b"".join(pending))
+                pending.clear()
+            else:
+                writes += empty_flush_writes(codec)
+        out.clear()
+        if pending:
+            writes += flush_writes(codec, b"".join(pending))
+        for data in writes:
+            self.sock.sendall(data)
 
     # -- helpers -----------------------------------------------------------
 
@@ -319,6 +359,7 @@ class ClientSession:
             channel.finish(self, command.message_id, time.monotonic())
         except NotInFlight as exc:
             raise self._in_flight_error("E_FIN_FAILED", "FIN", command.message_id, exc) from None
+        self._pump_woken()
 
     def _req(self, command: Req) -> None:
         channel = self.channel
@@ -328,6 +369,7 @@ class ClientSession:
             channel.requeue(self, command.message_id, command.delay_ms / 1000, time.monotonic())
         except NotInFlight as exc:
             raise self._in_flight_error("E_REQ_FAILED", "REQ", command.message_id, exc) from None
+        self._pump_woken()
 
     def _touch(self, command: Touch) -> None:
         channel = self.channel
@@ -344,6 +386,7 @@ class ClientSession:
         self.ready_count = command.ready_count
         if self.channel is not None:
             self.channel.pump(time.monotonic())
+        self._pump_woken()
 
     def _nop(self, command: Nop) -> None:
         pass
@@ -356,10 +399,23 @@ class ClientSession:
 
     def _sub(self, command: Sub) -> None:
         self._check_auth("SUB", command.topic, command.channel)
+        limit = self.broker.options.max_channel_consumers
+        if limit:
+            # like nsqd: the channel is created, then the client refused (fatal)
+            found = self.broker.get_topic(command.topic).get_channel(
+                command.channel, time.monotonic()
+            )
+            if len(found.subscribers) >= limit:
+                raise client_error(
+                    "E_SUB_FAILED",
+                    f"SUB failed consumers for {command.topic}:{command.channel}"
+                    f" exceeds limit of {limit}",
+                )
         channel = self.broker._subscribe(self, command.topic, command.channel)
         self.channel = channel
         self.parser.state = STATE_SUBSCRIBED
         self._send(response_frame(OK))
+        self._pump_woken()
 
     def _pub(self, command: Pub) -> None:
         self._check_auth("PUB", command.topic, "")
@@ -371,10 +427,8 @@ class ClientSession:
         self.broker.get_topic(command.topic)
 
     def _mpub(self, command: Mpub) -> None:
-        opts = self.broker.options
-        bodies = split_mpub(command.body, opts.max_msg_size, opts.max_body_size)
-        self.broker.publish(command.topic, bodies)
-        self._published(command.topic, len(bodies))
+        self.broker.publish(command.topic, command.bodies)
+        self._published(command.topic, len(command.bodies))
 
     def _dpub(self, command: Dpub) -> None:
         self._check_auth("DPUB", command.topic, "")
@@ -427,9 +481,11 @@ class ClientSession:
                 self._codec = make_codec("snappy" if neg.snappy else "deflate", neg.deflate_level)
                 self.snappy = neg.snappy
                 self.deflate = neg.deflate
-                self.sock.sendall(self._codec.encode(response_frame(OK)))
+                for data in flush_writes(self._codec, response_frame(OK)):
+                    self.sock.sendall(data)
                 if rest:
                     self.parser.feed(self._codec.decode(rest))
+        self._pump_woken()  # nsqd's identify event: the pump wakes, unsubscribed
 
     def _upgrade_tls(self) -> None:
         context = self.broker.tls_context

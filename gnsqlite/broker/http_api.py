@@ -13,17 +13,15 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import parse_qs
 
 from ..errors import ServerError
 from ..protocol.names import valid_channel_name, valid_topic_name
 from ..protocol.server import split_mpub
 from . import stats as stats_module
-
-if TYPE_CHECKING:
-    from .nsqd import Broker
-    from .queues import Channel, Topic
+from .queues import Channel, Topic
+from .state import BrokerState
 
 __all__ = ["HttpApi", "HttpError"]
 
@@ -87,7 +85,7 @@ class _Request:
 class HttpApi:
     """The WSGI application; one per broker."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: BrokerState) -> None:
         self.broker = broker
         self.routes: dict[str, tuple[str, Callable[[_Request], Any]]] = {
             "/ping": ("GET", self._ping),
@@ -244,9 +242,7 @@ class HttpApi:
         if binary:
             try:
                 # nsqd reads the messages off the request body and ignores what follows
-                bodies = split_mpub(
-                    body, opts.max_msg_size, opts.max_body_size, allow_trailing=True
-                )
+                bodies = split_mpub(body, opts.max_msg_size, opts.max_body_size)
             except ServerError as err:
                 raise HttpError(413, err.code[2:]) from None
         else:

@@ -76,6 +76,8 @@ class BrokerOptions:
     max_msg_size: int = 1024 * 1024
     max_body_size: int = 5 * 1024 * 1024
     max_rdy_count: int = 2500
+    #: consumers allowed per channel; 0 = no limit (nsqd's ``--max-channel-consumers``)
+    max_channel_consumers: int = 0
     max_heartbeat_interval: float = 60.0
     max_req_timeout: float = 3600.0
     client_timeout: float = 60.0
@@ -130,6 +132,9 @@ class BrokerOptions:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ConfigError(f"{name}={value!r} must be an int above 0")
+        value = self.max_channel_consumers
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ConfigError(f"max_channel_consumers={value!r} must be an int >= 0 (0: no limit)")
         if self.max_body_size < self.max_msg_size:
             raise ConfigError(
                 f"max_body_size={self.max_body_size} is below max_msg_size={self.max_msg_size}"

@@ -8,13 +8,11 @@ Topics and channels are sorted by name like nsqd sorts them.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
+from .client import ClientSession
 from .queues import Channel, Topic
-
-if TYPE_CHECKING:
-    from .client import ClientSession
-    from .nsqd import Broker
+from .state import BrokerState
 
 __all__ = ["stats", "info", "client_stats"]
 
@@ -120,7 +118,7 @@ def _topic(
 
 
 def stats(
-    broker: Broker,
+    broker: BrokerState,
     topic: str | None = None,
     channel: str | None = None,
     include_clients: bool = True,
@@ -150,7 +148,7 @@ def stats(
         if include_clients:
             producers = [
                 client_stats(c, topic)
-                for c in sorted(broker.clients, key=lambda c: c.id)
+                for c in sorted(cast("set[ClientSession]", broker.clients), key=lambda c: c.id)
                 if c.pub_counts
             ] or None
     out: dict[str, Any] = {
@@ -165,7 +163,7 @@ def stats(
     return out
 
 
-def info(broker: Broker) -> dict[str, Any]:
+def info(broker: BrokerState) -> dict[str, Any]:
     """The ``/info`` document (durations in ns, as Go encodes them)."""
     o = broker.options
     return {

@@ -15,7 +15,7 @@ sets (:attr:`CommandParser.state`, :attr:`CommandParser.tls_pending`,
 (subscribing, publishing) happen in the broker.
 
 :func:`negotiate_identify` turns an ``IDENTIFY`` body into the client's
-settings and nsqd's answer; :func:`split_mpub` splits an ``MPUB`` body;
+settings and nsqd's answer; :func:`split_mpub` splits an HTTP ``MPUB`` body;
 :func:`message_frame`, :func:`response_frame` and :func:`error_frame` build
 what a server sends.
 """
@@ -109,10 +109,10 @@ class MpubStart(NamedTuple):
 
 
 class Mpub(NamedTuple):
-    """``MPUB <topic>`` with its raw body; see :func:`split_mpub`."""
+    """``MPUB <topic>`` with its message bodies."""
 
     topic: str
-    body: bytes
+    bodies: list[bytes]
 
 
 class Dpub(NamedTuple):
@@ -224,7 +224,7 @@ def _invalid(text: str) -> ServerError:
 
 def _message_id(raw: bytes) -> bytes:
     if len(raw) != MESSAGE_ID_LENGTH:
-        raise _invalid("Invalid Message ID")
+        raise _invalid("invalid message ID")  # nsqd v1.3.0's text, lower case
     return raw
 
 
@@ -274,6 +274,9 @@ class CommandParser:
         self._magic = False
         self._pending: _Body | None = None
         self._body_size = -1
+        self._mpub_count = -1  # MPUB: messages announced, -1 until read
+        self._mpub_size = -1  # MPUB: size of the message being read, -1 until read
+        self._mpub_bodies: list[bytes] = []
         self._lines: dict[bytes, Callable[[list[bytes]], Command | _Body]] = {
             b"FIN": self._fin,
             b"RDY": self._rdy,
@@ -382,6 +385,8 @@ class CommandParser:
             pos += 4
             self._pos = pos
             self._body_size = size
+        if pending.name == "MPUB":
+            return self._read_mpub(pending.topic)
         size = self._body_size
         if len(buf) - pos < size:
             return None
@@ -392,13 +397,45 @@ class CommandParser:
         name = pending.name
         if name == "PUB":
             return Pub(pending.topic, body)
-        if name == "MPUB":
-            return Mpub(pending.topic, body)
         if name == "DPUB":
             return Dpub(pending.topic, pending.delay_ms, body)
         if name == "AUTH":
             return Auth(body)
         return Identify(body)
+
+    def _read_mpub(self, topic: str) -> Command | None:
+        """Read an MPUB's messages from the stream, as nsqd's ``readMPUB`` does.
+
+        The declared body size was only checked against its limits: nsqd
+        reads the count and each size-prefixed message from the connection
+        itself, so a body shorter than declared waits for more bytes and
+        bytes after the last message are read as the next command.
+        """
+        buf = self._buf
+        if self._mpub_count < 0:
+            if len(buf) - self._pos < 4:
+                return None
+            self._mpub_count = _mpub_count(_SIZE.unpack_from(buf, self._pos)[0], self.max_body_size)
+            self._pos += 4
+        bodies = self._mpub_bodies
+        while len(bodies) < self._mpub_count:
+            if self._mpub_size < 0:
+                if len(buf) - self._pos < 4:
+                    return None
+                size = _SIZE.unpack_from(buf, self._pos)[0]
+                self._mpub_size = _mpub_size(len(bodies), size, self.max_msg_size)
+                self._pos += 4
+            end = self._pos + self._mpub_size
+            if len(buf) < end:
+                return None
+            bodies.append(bytes(buf[self._pos : end]))
+            self._pos = end
+            self._mpub_size = -1
+        self._pending = None
+        self._body_size = -1
+        self._mpub_count = -1
+        self._mpub_bodies = []
+        return Mpub(topic, bodies)
 
     # -- command lines -----------------------------------------------------
 
@@ -503,40 +540,44 @@ class CommandParser:
         return _CLS
 
 
-def split_mpub(
-    body: bytes, max_msg_size: int, max_body_size: int, *, allow_trailing: bool = False
-) -> list[bytes]:
-    """Split an ``MPUB`` body into message bodies, with nsqd's checks and errors.
+def _mpub_count(count: int, max_body_size: int) -> int:
+    """``count`` if nsqd accepts it as an MPUB's message count, else its error."""
+    if count <= 0 or count > (max_body_size - 4) // 5:  # 4: the count, 5: a size and a byte
+        raise client_error("E_BAD_BODY", f"MPUB invalid message count {count}")
+    return count
 
-    Bytes after the last message are refused unless ``allow_trailing`` (nsqd's
-    HTTP ``/mpub?binary=true`` never reads them).
+
+def _mpub_size(index: int, size: int, max_msg_size: int) -> int:
+    """``size`` if nsqd accepts it for the MPUB's message ``index``, else its error."""
+    if size <= 0:
+        raise client_error("E_BAD_MESSAGE", f"MPUB invalid message({index}) body size {size}")
+    if size > max_msg_size:
+        raise client_error("E_BAD_MESSAGE", f"MPUB message too big {size} > {max_msg_size}")
+    return size
+
+
+def split_mpub(body: bytes, max_msg_size: int, max_body_size: int) -> list[bytes]:
+    """Split a whole ``MPUB`` body (HTTP ``/mpub?binary=true``), with nsqd's checks and errors.
+
+    Like nsqd, bytes after the last message are ignored; a body that ends
+    early is ``E_BAD_BODY``/``E_BAD_MESSAGE`` "failed to read".
     """
     n = len(body)
     if n < 4:
         raise client_error("E_BAD_BODY", "MPUB failed to read message count")
-    count = _SIZE.unpack_from(body, 0)[0]
-    if count <= 0 or count > (max_body_size - 4) // 5:
-        raise client_error("E_BAD_BODY", f"MPUB invalid message count {count}")
+    count = _mpub_count(_SIZE.unpack_from(body, 0)[0], max_body_size)
     out: list[bytes] = []
     pos = 4
-    unpack = _SIZE.unpack_from
     for i in range(count):
         if n - pos < 4:
             raise client_error("E_BAD_MESSAGE", f"MPUB failed to read message({i}) body size")
-        size = unpack(body, pos)[0]
+        size = _mpub_size(i, _SIZE.unpack_from(body, pos)[0], max_msg_size)
         pos += 4
-        if size <= 0:
-            raise client_error("E_BAD_MESSAGE", f"MPUB invalid message({i}) body size {size}")
-        if size > max_msg_size:
-            raise client_error("E_BAD_MESSAGE", f"MPUB message too big {size} > {max_msg_size}")
         end = pos + size
         if end > n:
             raise client_error("E_BAD_MESSAGE", "MPUB failed to read message body")
         out.append(body[pos:end])
         pos = end
-    if pos != n and not allow_trailing:
-        # nsqd would read the extra bytes as the next command; refuse them instead
-        raise client_error("E_BAD_BODY", f"MPUB body size {n} does not match its {count} messages")
     return out
 
 

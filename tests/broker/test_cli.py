@@ -17,6 +17,8 @@ from gnsqlite.broker import parse_duration
 from gnsqlite.broker.__main__ import options_from_args
 from gnsqlite.errors import ConfigError
 
+pytestmark = pytest.mark.embedded_only
+
 
 @pytest.mark.parametrize(
     ("text", "seconds"),
@@ -47,6 +49,7 @@ def test_flags_in_every_form() -> None:
             "--deflate",
             "--tls-required=false",
             "--max-rdy-count=10",
+            "--max-channel-consumers=3",
             "--log-level=debug",
         ]
     )
@@ -61,6 +64,7 @@ def test_flags_in_every_form() -> None:
         "deflate": True,
         "tls_required": False,
         "max_rdy_count": 10,
+        "max_channel_consumers": 3,
     }
 
 
@@ -76,6 +80,8 @@ def test_options_are_validated() -> None:
         Broker(msg_timeout=10.0, max_msg_timeout=5.0)
     with pytest.raises(ConfigError, match="tcp_address"):
         Broker(tcp_address="nowhere")
+    with pytest.raises(ConfigError, match="max_channel_consumers"):
+        Broker(max_channel_consumers=-1)
 
 
 def _start(args: list[str]) -> tuple[subprocess.Popen[str], str]:

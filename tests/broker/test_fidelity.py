@@ -10,6 +10,7 @@ import json
 import struct
 from typing import Any
 
+import pytest
 from nsqd_raw import RawClient
 from test_http_api import GeventHTTPConnection, get_json, request
 
@@ -17,6 +18,8 @@ from gnsqlite.broker import Broker
 from gnsqlite.broker.lookupd import Lookupd
 from gnsqlite.http import LookupdClient, http_request
 from gnsqlite.testing.waiting import wait_until
+
+pytestmark = pytest.mark.embedded_only
 
 
 def raw(broker: Broker) -> RawClient:

@@ -14,6 +14,8 @@ from nsqd_raw import RawClient
 from gnsqlite.broker import Broker
 from gnsqlite.conn import parse_address
 
+pytestmark = pytest.mark.embedded_only
+
 
 class GeventHTTPConnection(http.client.HTTPConnection):
     """http.client over a gevent socket, so the in-process broker keeps running."""

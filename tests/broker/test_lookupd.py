@@ -19,6 +19,8 @@ from gnsqlite.broker.lookupd import Lookupd
 from gnsqlite.http import HTTPError, LookupdClient, http_request
 from gnsqlite.testing.waiting import wait_until
 
+pytestmark = pytest.mark.embedded_only
+
 IDENTITY = {
     "broadcast_address": "127.0.0.1",
     "tcp_port": 4150,

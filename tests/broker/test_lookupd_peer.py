@@ -18,6 +18,8 @@ from gnsqlite.broker.lookupd import Lookupd
 from gnsqlite.http import LookupdClient
 from gnsqlite.testing.waiting import wait_until
 
+pytestmark = pytest.mark.embedded_only
+
 
 class FakeBroker:
     """The surface of gnsqlite.broker.Broker that lookup_peer uses."""

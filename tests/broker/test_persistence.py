@@ -6,9 +6,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import gevent
+import pytest
 from nsqd_raw import RawClient
 
 from gnsqlite.broker import Broker
+
+pytestmark = pytest.mark.embedded_only
 
 
 def test_queued_in_flight_and_deferred_messages_survive_a_restart(

@@ -7,10 +7,13 @@ import time
 from collections.abc import Callable
 
 import gevent
+import pytest
 from conftest import wait_for
 from nsqd_raw import RawClient
 
 from gnsqlite.broker import Broker
+
+pytestmark = pytest.mark.embedded_only
 
 
 def raw(broker: Broker) -> RawClient:

@@ -16,6 +16,8 @@ from nsqd_raw import RawClient
 
 from gnsqlite.broker import Broker
 
+pytestmark = pytest.mark.embedded_only
+
 
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:

@@ -32,6 +32,8 @@ from gnsqlite.protocol import (
     encode_message,
 )
 
+pytestmark = pytest.mark.no_server
+
 MID = b"0123456789abcdef"
 
 

@@ -25,6 +25,8 @@ from gnsqlite.codecs import (
 )
 from gnsqlite.errors import RemoteProtocolError
 
+pytestmark = pytest.mark.no_server
+
 # -- a reference implementation of the snappy framing format ----------------
 
 

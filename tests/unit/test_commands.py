@@ -10,6 +10,8 @@ import pytest
 import gnsqlite.protocol as p
 from gnsqlite.errors import InvalidNameError, LocalProtocolError
 
+pytestmark = pytest.mark.no_server
+
 MSG_ID = b"0123456789abcdef"
 
 

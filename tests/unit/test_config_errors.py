@@ -21,6 +21,8 @@ from gnsqlite.errors import (
     error_from_frame,
 )
 
+pytestmark = pytest.mark.no_server
+
 ALL_CODES = [
     "E_INVALID",
     "E_BAD_BODY",

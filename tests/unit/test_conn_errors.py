@@ -9,6 +9,8 @@ import pytest
 from gnsqlite.conn import map_io_errors
 from gnsqlite.errors import BrokenConnectionError, NSQTimeoutError
 
+pytestmark = pytest.mark.no_server
+
 
 @pytest.mark.parametrize("cause", [ConnectionResetError("reset"), ssl.SSLError("bad record")])
 def test_an_os_error_becomes_a_broken_connection_naming_the_address(cause: OSError) -> None:

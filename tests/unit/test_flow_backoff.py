@@ -17,6 +17,8 @@ from gnsqlite.flow import (
     make_backoff_strategy,
 )
 
+pytestmark = pytest.mark.no_server
+
 
 def test_exponential_durations() -> None:
     s = ExponentialBackoff(base=0.5)

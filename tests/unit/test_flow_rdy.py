@@ -8,6 +8,8 @@ import pytest
 
 from gnsqlite.flow import RdyPlanner
 
+pytestmark = pytest.mark.no_server
+
 
 def planner(max_in_flight: int, idle: float = 10.0) -> RdyPlanner:
     return RdyPlanner(max_in_flight, low_rdy_idle_timeout=idle, rng=random.Random(7))

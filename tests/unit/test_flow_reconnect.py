@@ -11,6 +11,8 @@ from gnsqlite.errors import ConfigError
 from gnsqlite.flow import Reconnect, reconnect_ceiling
 from gnsqlite.producer import Producer
 
+pytestmark = pytest.mark.no_server
+
 
 def test_the_ceiling_doubles_from_the_interval_up_to_the_cap() -> None:
     ceilings = [reconnect_ceiling(n, 0.5, 6.0) for n in range(1, 7)]

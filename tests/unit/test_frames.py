@@ -20,6 +20,8 @@ from gnsqlite.protocol import (
     encode_message,
 )
 
+pytestmark = pytest.mark.no_server
+
 MSG = Message(b"0a1b2c3d4e5f6a7b", b"hello", 1_700_000_000_123_456_789, 3)
 STREAM_FRAMES = [
     (FRAME_TYPE_RESPONSE, b"OK"),

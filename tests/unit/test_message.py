@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from gnsqlite.message import Message
+
+pytestmark = pytest.mark.no_server
 
 
 class Recorder:

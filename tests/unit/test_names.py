@@ -13,6 +13,8 @@ from gnsqlite.protocol import (
     valid_topic_name,
 )
 
+pytestmark = pytest.mark.no_server
+
 VALID = ["a", "clicks", "a.b-c_d", "A9", "x" * 64, "x" * 54 + "#ephemeral", "t#ephemeral", "..."]
 INVALID = [
     "",

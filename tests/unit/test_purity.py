@@ -5,7 +5,11 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 import gnsqlite.protocol
+
+pytestmark = pytest.mark.no_server
 
 FORBIDDEN = {"gevent", "socket", "time", "logging", "ssl", "select", "threading", "asyncio"}
 PURE_DIRS = [Path(gnsqlite.protocol.__file__).parent]

@@ -8,6 +8,8 @@ import pytest
 
 from gnsqlite.timers import TimerQueue, TimerWheel
 
+pytestmark = pytest.mark.no_server
+
 
 def test_queue_orders_by_deadline_and_repeats_keep_their_rhythm() -> None:
     q = TimerQueue()
