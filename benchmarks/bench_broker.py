@@ -29,6 +29,7 @@ import sys
 import time
 import urllib.request
 
+from gnsqlite.net import parse_address, set_nodelay
 from gnsqlite.protocol import FRAME_TYPE_MESSAGE, FRAME_TYPE_RESPONSE, FrameDecoder, mpub
 
 TOPIC = "bench"
@@ -63,9 +64,8 @@ def start_broker(profile: str | None, rdy: int) -> tuple[subprocess.Popen[str], 
 
 
 def connect(address: str) -> socket.socket:
-    host, port = address.rsplit(":", 1)
-    sock = socket.create_connection((host, int(port)))
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock = socket.create_connection(parse_address(address))
+    set_nodelay(sock)
     sock.sendall(b"  V2")
     return sock
 
