@@ -11,15 +11,21 @@ Run it against an nsqd (``gnsqlite broker`` or a real one)::
 
     python examples/batch_consumer.py --nsqd-tcp-address 127.0.0.1:4150 \\
         --topic events --publish 1000 --count 1000 --max-in-flight 100
+
+A bad option, or no nsqd answering at the address, ends it at once with one
+line on stderr and exit status 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 
 import gevent
 
+from gnsqlite.conn import Connection
 from gnsqlite.consumer import Consumer
+from gnsqlite.errors import NSQError
 from gnsqlite.message import Message
 from gnsqlite.producer import Producer
 
@@ -52,7 +58,7 @@ class BatchWriter:
                 self.flush("starved" if starved else "timeout")
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nsqd-tcp-address", required=True)
     parser.add_argument("--topic", default="events")
@@ -62,21 +68,26 @@ def main() -> None:
     parser.add_argument("--publish", type=int, default=0, help="publish this many first")
     parser.add_argument("--count", type=int, default=None, help="stop after this many")
     args = parser.parse_args()
-
-    if args.publish:
-        with Producer(args.nsqd_tcp_address) as producer:
-            bodies = [b"event %d" % i for i in range(args.publish)]
-            for start in range(0, len(bodies), 100):
-                producer.multi_publish(args.topic, bodies[start : start + 100])
+    if not args.flush_timeout > 0:
+        parser.error("--flush-timeout must be more than 0 seconds")
 
     writer = BatchWriter(args.flush_timeout)
-    consumer = Consumer(
+    consumer = Consumer(  # checks the options: ConfigError, InvalidNameError
         args.topic,
         args.channel,
         writer.handle,
         nsqd_tcp_addresses=[args.nsqd_tcp_address],
         max_in_flight=args.max_in_flight,
     )
+    probe = Connection(args.nsqd_tcp_address)
+    probe.connect()  # raises NSQConnectionError when no nsqd answers there
+    probe.close()
+    if args.publish:
+        with Producer(args.nsqd_tcp_address) as producer:
+            bodies = [b"event %d" % i for i in range(args.publish)]
+            for start in range(0, len(bodies), 100):
+                producer.multi_publish(args.topic, bodies[start : start + 100])
+
     consumer.start()
     try:
         gevent.spawn(writer.run, consumer, args.count).get()
@@ -85,7 +96,11 @@ def main() -> None:
     finally:
         consumer.close()
     print(f"done: {writer.processed} messages")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        sys.exit(main())
+    except NSQError as exc:  # a bad option, or no nsqd: one line, not a traceback
+        sys.exit(f"batch_consumer: {exc}")

@@ -23,6 +23,7 @@ import gevent.event
 
 from gnsqlite.consumer import Consumer
 from gnsqlite.dashboard import Dashboard
+from gnsqlite.errors import NSQError
 from gnsqlite.message import Message
 
 
@@ -66,4 +67,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except (NSQError, OSError) as exc:  # a bad option, a port in use: one line
+        sys.exit(f"dashboard_consumer: {exc}")

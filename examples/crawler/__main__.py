@@ -14,4 +14,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from pipeline import main  # noqa: E402
 
-main()
+from gnsqlite.errors import NSQError  # noqa: E402
+
+try:
+    main()
+except NSQError as exc:  # a bad option, or no nsqd: one line, not a traceback
+    sys.exit(f"crawler: {exc}")

@@ -13,6 +13,9 @@ The parse stage knows how many URLs are outstanding (published but not yet
 parsed back); when none is left the crawl is complete and the program stops
 everything, prints a summary and exits. Redelivered messages are harmless:
 a result parsed twice is recognised and skipped.
+
+A bad option, or no nsqd answering at the address, stops it before it starts
+with one line on stderr (``__main__.py`` prints it) and exit status 1.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from urllib.parse import urldefrag, urljoin, urlsplit
 import gevent.event
 from testsite import TestSite
 
+from gnsqlite.conn import Connection
 from gnsqlite.consumer import Consumer
 from gnsqlite.message import Message
 from gnsqlite.producer import Producer
@@ -126,10 +130,17 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds")
     parser.add_argument("--report", help="write a JSON report to this file")
     args = parser.parse_args()
+    for name, value, least in (("pages", args.pages, 1), ("max-depth", args.max_depth, 0),
+                               ("fetchers", args.fetchers, 1)):
+        if value < least:
+            parser.error(f"--{name} must be {least} or more")
 
+    crawler = Crawler(args.nsqd_tcp_address, args.max_depth, args.fetchers)  # checks the address
+    probe = Connection(args.nsqd_tcp_address)
+    probe.connect()  # raises NSQConnectionError when no nsqd answers there
+    probe.close()
     site = TestSite(pages=args.pages)
     seed = site.start()
-    crawler = Crawler(args.nsqd_tcp_address, args.max_depth, args.fetchers)
     started = time.monotonic()
     try:
         done = crawler.crawl(seed, args.timeout)

@@ -9,26 +9,50 @@ of the worker. ``gunicorn.conf.py`` wires the hooks::
 
 Endpoints:
 
-* ``POST /publish``: the request body is one message; a JSON body
-  ``{"messages": ["a", "b"]}`` publishes them with one MPUB.
+* ``POST /publish[?topic=name]``: publishes to ``topic`` (default ``NSQ_TOPIC``).
+  A JSON body (``Content-Type: application/json``) must be
+  ``{"messages": ["a", "b"]}`` and is published with one MPUB: all or none;
+  any other body is one message. Answers ``{"published": n}``, or, when
+  nothing was published, ``{"published": 0, "error": reason}`` with status
+  400 (bad input: empty body, invalid topic or JSON, a message above nsqd's
+  size limit), 503 and a ``Retry-After`` header (no nsqd took it in time),
+  or 502 (nsqd refused it for another reason). Only a publish that nsqd did
+  not confirm in time answers 503 with ``"published": null``: it may have
+  reached nsqd, so a retry can duplicate it.
 * ``GET /stats``: the worker's pid, how many messages it handled, and the
   Consumer's ``stats()``.
 
 Settings come from the environment: ``NSQD_TCP_ADDRESS`` (default
 ``127.0.0.1:4150``), ``NSQ_TOPIC`` (``events``), ``NSQ_CHANNEL`` (``web``),
-``NSQ_MAX_IN_FLIGHT`` (``20``) and ``RECORD_DIR``: when set, each worker
-appends the body of every message it handles to ``RECORD_DIR/<pid>.log``.
+``NSQ_MAX_IN_FLIGHT`` (``20``), ``NSQ_PUBLISH_TIMEOUT`` (``5`` seconds) and
+``RECORD_DIR``: when set, each worker appends the body of every message it
+handles to ``RECORD_DIR/<pid>.log``. ``check_settings()`` validates them;
+gunicorn calls it once, before starting any worker.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from typing import Any
 
-from flask import Flask, jsonify, request
+from flask import Flask, Request, jsonify, request
+from werkzeug.exceptions import BadRequest
 
 from gnsqlite.consumer import Consumer
+from gnsqlite.errors import (
+    BadBodyError,
+    BadMessageError,
+    BadTopicError,
+    ConfigError,
+    LocalProtocolError,
+    MPubFailedError,
+    NSQConnectionError,
+    NSQError,
+    NSQTimeoutError,
+    PubFailedError,
+)
 from gnsqlite.message import Message
 from gnsqlite.producer import Producer
 
@@ -36,37 +60,58 @@ log = logging.getLogger(__name__)
 
 app = Flask(__name__)
 
+#: Errors of the request: nothing was sent, or nsqd refused it as malformed.
+BAD_INPUT = (BadRequest, ValueError, LocalProtocolError, BadTopicError, BadBodyError,
+             BadMessageError)
+#: Errors that pass: no nsqd reachable, or nsqd could not store the messages.
+TRY_LATER = (NSQConnectionError, NSQTimeoutError, PubFailedError, MPubFailedError)
+RETRY_AFTER_SECONDS = 1
+
+
+def _number(name: str, default: str, kind: type[int] | type[float]) -> Any:
+    value = os.environ.get(name, default)
+    try:
+        return kind(value)
+    except ValueError:
+        raise ConfigError(f"{name}={value!r} is not a number") from None
+
 
 class Worker:
     """The NSQ clients of one gunicorn worker process."""
 
     def __init__(self) -> None:
-        self.address = os.environ.get("NSQD_TCP_ADDRESS", "127.0.0.1:4150")
-        self.topic = os.environ.get("NSQ_TOPIC", "events")
-        self.channel = os.environ.get("NSQ_CHANNEL", "web")
-        self.max_in_flight = int(os.environ.get("NSQ_MAX_IN_FLIGHT", "20"))
-        self.record_dir = os.environ.get("RECORD_DIR")
         self.handled = 0
+        self.topic = ""
         self.producer: Producer | None = None
         self.consumer: Consumer | None = None
         self._record: Any = None
 
+    def build(self) -> tuple[Producer, Consumer]:
+        """Read the settings and build the clients (opens nothing); raises ``NSQError`` if bad."""
+        address = os.environ.get("NSQD_TCP_ADDRESS", "127.0.0.1:4150")
+        producer = Producer(
+            [address], timeout=_number("NSQ_PUBLISH_TIMEOUT", "5", float)
+        )
+        consumer = Consumer(
+            os.environ.get("NSQ_TOPIC", "events"),
+            os.environ.get("NSQ_CHANNEL", "web"),
+            self.handle,
+            nsqd_tcp_addresses=[address],
+            max_in_flight=_number("NSQ_MAX_IN_FLIGHT", "20", int),
+        )
+        return producer, consumer
+
     def start(self) -> None:
         """Connect the Producer and start the Consumer (called after the fork)."""
-        if self.record_dir:
-            path = os.path.join(self.record_dir, f"{os.getpid()}.log")
+        self.producer, self.consumer = self.build()
+        self.topic = self.consumer.topic
+        record_dir = os.environ.get("RECORD_DIR")
+        if record_dir:
+            path = os.path.join(record_dir, f"{os.getpid()}.log")
             self._record = open(path, "ab", buffering=0)  # noqa: SIM115 - closed in stop()
-        self.producer = Producer([self.address])
         self.producer.start()
-        self.consumer = Consumer(
-            self.topic,
-            self.channel,
-            self.handle,
-            nsqd_tcp_addresses=[self.address],
-            max_in_flight=self.max_in_flight,
-        )
         self.consumer.start()
-        log.info("worker %d: consuming %s/%s", os.getpid(), self.topic, self.channel)
+        log.info("worker %d: consuming %s/%s", os.getpid(), self.topic, self.consumer.channel)
 
     def handle(self, message: Message) -> None:
         """Handle one message: here, record it. Returning finishes it."""
@@ -88,19 +133,60 @@ class Worker:
 worker = Worker()
 
 
+def check_settings() -> str | None:
+    """The problem with the settings, in one line, or ``None`` when they are usable."""
+    try:
+        worker.build()
+    except NSQError as exc:
+        return f"bad NSQ setting in the environment: {exc}"
+    return None
+
+
+def messages_of(req: Request) -> list[str] | list[bytes]:
+    """The messages a request asks to publish; raises ``BadRequest`` saying what is wrong."""
+    if not req.is_json:
+        return [req.get_data()]
+    try:
+        data = json.loads(req.get_data())
+    except ValueError as exc:
+        raise BadRequest(f"invalid JSON: {exc}") from None
+    messages = data.get("messages") if isinstance(data, dict) else None
+    if not isinstance(messages, list) or not all(isinstance(m, str) for m in messages):
+        raise BadRequest('a JSON body must be {"messages": [...]}, a list of strings')
+    return messages
+
+
 @app.post("/publish")
 def publish() -> Any:
-    """Publish the request body (or a JSON list of messages); blocks until nsqd answers."""
+    """Publish the request's messages, all or none; blocks until nsqd answers."""
     if worker.producer is None:
         return jsonify({"error": "no producer: run under gunicorn -c gunicorn.conf.py"}), 503
-    data = request.get_json(silent=True)
-    if isinstance(data, dict) and isinstance(data.get("messages"), list):
-        worker.producer.multi_publish(worker.topic, [str(m) for m in data["messages"]])
-        count = len(data["messages"])
+    topic = request.args.get("topic", worker.topic)
+    messages = messages_of(request)
+    if request.is_json:
+        worker.producer.multi_publish(topic, messages)
     else:
-        worker.producer.publish(worker.topic, request.get_data())
-        count = 1
-    return jsonify({"published": count, "worker": os.getpid()})
+        worker.producer.publish(topic, messages[0])
+    return jsonify({"published": len(messages), "worker": os.getpid()})
+
+
+@app.errorhandler(BadRequest)
+@app.errorhandler(NSQError)
+def refuse(error: Exception) -> Any:
+    """The answer to a request that published nothing: a status and the reason."""
+    reason = error.description if isinstance(error, BadRequest) else str(error)
+    published: int | None = 0
+    headers = {}
+    if isinstance(error, BAD_INPUT):
+        status = 400
+    elif isinstance(error, TRY_LATER):
+        status, headers = 503, {"Retry-After": str(RETRY_AFTER_SECONDS)}
+        if isinstance(error, NSQTimeoutError):
+            published = None  # sent, but not confirmed: it may have been published
+    else:  # nsqd refused it (E_UNAUTHORIZED ...): not the caller's fault, not passing
+        status = 502
+    log.info("publish refused (%d): %s", status, reason)
+    return jsonify({"published": published, "error": reason}), status, headers
 
 
 @app.get("/stats")

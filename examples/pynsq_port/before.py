@@ -14,8 +14,6 @@ import nsq
 
 NSQD = sys.argv[1] if len(sys.argv) > 1 else "127.0.0.1:4150"
 
-writer = nsq.Writer([NSQD])
-
 
 def published(conn, data):
     if isinstance(data, nsq.Error):
@@ -29,11 +27,15 @@ def handler(message):
     return True
 
 
-reader = nsq.Reader(
-    topic="sentences",
-    channel="wordcount",
-    message_handler=handler,
-    nsqd_tcp_addresses=[NSQD],
-    max_in_flight=10,
-)
+try:
+    writer = nsq.Writer([NSQD])
+    reader = nsq.Reader(
+        topic="sentences",
+        channel="wordcount",
+        message_handler=handler,
+        nsqd_tcp_addresses=[NSQD],
+        max_in_flight=10,
+    )
+except ValueError as exc:  # a bad address: one line, not a traceback
+    sys.exit(f"wordcount: {exc}")
 nsq.run()

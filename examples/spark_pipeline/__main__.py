@@ -10,6 +10,9 @@
    ``local[2]``, until the summaries account for every page;
 4. stops the query and the broker, and prints where the Parquet files are.
 
+A bad option, or no nsqd answering at ``--nsqd-tcp-address``, stops it
+before Spark starts, with one line on stderr and exit status 1.
+
 Needs ``pip install 'gnsqlite[spark]'`` and Java 17. Nothing is
 monkey-patched: an application that patches must do it before creating its
 SparkSession.
@@ -24,8 +27,21 @@ import sys
 import time
 from pathlib import Path
 
+from gnsqlite.conn import Connection
+from gnsqlite.errors import ConfigError, NSQError
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+
+
+def check_nsqd(address: str) -> None:
+    """Raise ``ConfigError`` or ``NSQConnectionError`` unless an nsqd answers at ``address``."""
+    try:
+        probe = Connection(address)
+    except ValueError as exc:
+        raise ConfigError(f"--nsqd-tcp-address: {exc}") from None
+    probe.connect()
+    probe.close()
 
 
 def main() -> int:
@@ -37,6 +53,10 @@ def main() -> int:
     parser.add_argument("--nsqd-tcp-address", help="use this nsqd instead of an embedded one")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds")
     args = parser.parse_args()
+    if args.pages < 1 or not args.rate > 0 or args.per_batch < 1:
+        parser.error("--pages and --per-batch must be 1 or more, --rate more than 0")
+    if args.nsqd_tcp_address is not None:
+        check_nsqd(args.nsqd_tcp_address)
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     import job
@@ -90,4 +110,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except NSQError as exc:  # a bad option, or no nsqd: one line, not a traceback
+        sys.exit(f"spark_pipeline: {exc}")

@@ -13,11 +13,15 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import sys
 import time
 
 import gevent
 
+from gnsqlite.conn import Connection
+from gnsqlite.errors import NSQError
 from gnsqlite.producer import Producer
+from gnsqlite.protocol.names import check_topic_name
 
 DOMAINS = ["example.org", "news.example.com", "blog.example.net", "shop.example.io",
            "docs.example.dev"]
@@ -44,7 +48,12 @@ def page(rng: random.Random, n: int) -> dict[str, object]:
 def publish_pages(address: str, topic: str, pages: int, rate: float, seed: int = 1) -> None:
     """Publish ``pages`` records at about ``rate`` per second, 100 per MPUB; blocks until done."""
     rng = random.Random(seed)
-    with Producer(address) as producer:
+    producer = Producer(address)  # checks the address: ConfigError
+    check_topic_name(topic)  # InvalidNameError
+    probe = Connection(address)
+    probe.connect()  # raises NSQConnectionError when no nsqd answers there
+    probe.close()
+    with producer:
         sent = 0
         started = time.monotonic()
         while sent < pages:
@@ -65,8 +74,13 @@ def main() -> None:
     parser.add_argument("--pages", type=int, default=5000)
     parser.add_argument("--rate", type=float, default=2000.0, help="pages per second")
     args = parser.parse_args()
+    if args.pages < 0 or not args.rate > 0:
+        parser.error("--pages must be 0 or more and --rate more than 0")
     publish_pages(args.nsqd_tcp_address, args.topic, args.pages, args.rate)
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except NSQError as exc:  # a bad option, or no nsqd: one line, not a traceback
+        sys.exit(f"generator: {exc}")

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 import gevent.event
 
+from gnsqlite.conn import Connection
 from gnsqlite.consumer import Consumer
+from gnsqlite.errors import NSQError
 from gnsqlite.message import Message
 
 
@@ -37,11 +40,18 @@ def main() -> None:
         if args.pages and seen >= args.pages:
             done.set()
 
-    with Consumer(args.topic, "print", show, nsqd_tcp_addresses=[args.nsqd_tcp_address],
-                  max_in_flight=10):
+    consumer = Consumer(args.topic, "print", show, nsqd_tcp_addresses=[args.nsqd_tcp_address],
+                        max_in_flight=10)  # checks the options: ConfigError, InvalidNameError
+    probe = Connection(args.nsqd_tcp_address)
+    probe.connect()  # raises NSQConnectionError when no nsqd answers there
+    probe.close()
+    with consumer:
         done.wait()
     print(f"summaries: {seen} pages summarized", flush=True)
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except NSQError as exc:  # a bad option, or no nsqd: one line, not a traceback
+        sys.exit(f"summaries: {exc}")

@@ -60,7 +60,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 #: The nsqlookupd version this server reports (the same as the embedded nsqd's).
-VERSION = "1.2.1"
+VERSION = "1.3.0"
 
 _STOP_TIMEOUT = 1.0
 

@@ -31,7 +31,7 @@ __all__ = ["NSQD_VERSION", "BrokerState", "ChannelDirectory", "Listener", "Sessi
 log = logging.getLogger(__name__)
 
 #: The nsqd version the broker reports (IDENTIFY, /info, /stats, lookupd).
-NSQD_VERSION = "1.2.1"
+NSQD_VERSION = "1.3.0"
 
 #: ``callback(action, topic, channel)``: action ``"REGISTER"``/``"UNREGISTER"``,
 #: ``channel`` ``None`` for the topic itself. Must not block.

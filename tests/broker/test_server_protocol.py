@@ -137,7 +137,7 @@ def test_take_unprocessed_returns_bytes_after_the_last_command() -> None:
     assert parser.take_unprocessed() == b"\x01\x02"
 
 
-LIMITS = IdentifyLimits(version="1.2.1", tls=True)
+LIMITS = IdentifyLimits(version="1.3.0", tls=True)
 
 
 def test_negotiate_defaults_and_answer() -> None:
@@ -145,7 +145,7 @@ def test_negotiate_defaults_and_answer() -> None:
     assert neg.heartbeat_interval_ms == 30000
     assert neg.msg_timeout_ms == 60000
     answer = json.loads(neg.response)
-    assert answer["version"] == "1.2.1"
+    assert answer["version"] == "1.3.0"
     assert answer["output_buffer_size"] == 16384
     assert answer["output_buffer_timeout"] == 250
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 import http.client
 import json
 import os
@@ -26,25 +27,33 @@ TOPIC, CHANNEL = "events", "web"
 
 
 def channel(server: NsqdServer) -> dict[str, Any]:
-    for t in server.stats().get("topics", []):
-        if t["topic_name"] == TOPIC:
-            for c in t.get("channels", []):
-                if c["channel_name"] == CHANNEL:
-                    return dict(c)
-    return {}
+    return server.channel_stats(TOPIC, CHANNEL)
+
+
+def call(port: int, method: str, path: str, body: bytes = b"",
+         json_body: bool | None = None) -> tuple[int, dict[str, str], Any]:
+    """One HTTP request: (status, headers, decoded JSON body)."""
+    if json_body is None:
+        json_body = body.startswith(b"{")
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request(method, path, body=body,
+                     headers={"Content-Type": "application/json"} if json_body else {})
+        response = conn.getresponse()
+        data = response.read()
+        try:
+            decoded = json.loads(data)
+        except ValueError:
+            decoded = data
+        return response.status, dict(response.getheaders()), decoded
+    finally:
+        conn.close()
 
 
 def request(port: int, method: str, path: str, body: bytes = b"") -> Any:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    try:
-        conn.request(method, path, body=body, headers={"Content-Type": "application/json"}
-                     if body.startswith(b"{") else {})
-        response = conn.getresponse()
-        data = response.read()
-        assert response.status == 200, data
-        return json.loads(data)
-    finally:
-        conn.close()
+    status, _, data = call(port, method, path, body)
+    assert status == 200, data
+    return data
 
 
 def answers(port: int) -> bool:
@@ -55,29 +64,50 @@ def answers(port: int) -> bool:
     return True
 
 
-@pytest.fixture
-def gunicorn(nsqd: NsqdServer, tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+def gunicorn_argv() -> list[str]:
+    return [sys.executable, "-m", "gunicorn", "-c", str(EXAMPLE / "gunicorn.conf.py"),
+            "--chdir", str(EXAMPLE), "app:app"]
+
+
+@contextlib.contextmanager
+def running_gunicorn(
+    tmp_path: Path, nsqd_tcp_address: str, **settings: str
+) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    """gunicorn serving the example on a free port, its output in ``tmp_path/gunicorn.out``."""
     port = free_port()
     env = dict(
         os.environ,
         BIND=f"127.0.0.1:{port}",
-        NSQD_TCP_ADDRESS=nsqd.tcp_address,
+        NSQD_TCP_ADDRESS=nsqd_tcp_address,
         RECORD_DIR=str(tmp_path),
         PYTHONPATH=str(ROOT),
+        **settings,
     )
-    log = open(tmp_path / "gunicorn.out", "wb")  # noqa: SIM115 - closed below
-    process = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "-c", str(EXAMPLE / "gunicorn.conf.py"),
-         "--chdir", str(EXAMPLE), "app:app"],
-        env=env, stdout=log, stderr=subprocess.STDOUT,
-    )
+    output = tmp_path / "gunicorn.out"
+    log = open(output, "wb")  # noqa: SIM115 - closed below
+    process = subprocess.Popen(gunicorn_argv(), env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
+        # Both workers booted (a SIGTERM before a worker set its handlers is lost).
+        wait_until(lambda: output.read_text().count("NSQ clients started") == 2
+                   or process.poll() is not None, timeout=30, message="both workers started")
+        assert process.poll() is None, output.read_text()
+        wait_until(lambda: answers(port), timeout=10, message="gunicorn answers /stats")
         yield process, port
     finally:
         if process.poll() is None:
-            process.kill()
-            process.wait()
+            process.terminate()  # the master stops its workers before it exits
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
         log.close()
+
+
+@pytest.fixture
+def gunicorn(nsqd: NsqdServer, tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    with running_gunicorn(tmp_path, nsqd.tcp_address) as running:
+        yield running
 
 
 def test_two_workers_consume_each_message_once_and_stop_cleanly(
@@ -85,7 +115,6 @@ def test_two_workers_consume_each_message_once_and_stop_cleanly(
 ) -> None:
     process, port = gunicorn
     output = tmp_path / "gunicorn.out"
-    wait_until(lambda: answers(port), timeout=30, message="gunicorn answers /stats")
     wait_until(lambda: len(channel(nsqd).get("clients", [])) == 2, timeout=20,
                message="both workers subscribed")
 
@@ -119,3 +148,108 @@ def test_two_workers_consume_each_message_once_and_stop_cleanly(
     assert final["clients"] == [], final
     assert consumed() == collections.Counter(expected)
     assert "Traceback" not in output.read_text()
+
+
+LIMIT = 100  # nsqd's --max-msg-size in the bad-input test
+BAD_INPUT = [
+    # (what, path, body, is JSON, a word of the reason)
+    ("empty body", "/publish", b"", False, "empty"),
+    ("invalid topic", "/publish?topic=no/slash", b"x", False, "topic name"),
+    ("empty topic", "/publish?topic=", b"x", False, "topic name"),
+    ("above nsqd's --max-msg-size", "/publish", b"x" * (LIMIT + 1), False, "E_BAD_MESSAGE"),
+    ("above the producer's max_message_size", "/publish", b"x" * (2 << 20), False,
+     "max_message_size"),
+    ("one MPUB message above the limit", "/publish",
+     json.dumps({"messages": ["fine", "x" * (LIMIT + 1)]}).encode(), True, "E_BAD_MESSAGE"),
+    ("one MPUB message empty", "/publish", b'{"messages": ["fine", ""]}', True, "empty"),
+    ("messages not a list", "/publish", b'{"messages": "notalist"}', True, "list of strings"),
+    ("messages not strings", "/publish", b'{"messages": ["a", 1]}', True, "list of strings"),
+    ("no messages key", "/publish", b'{"message": ["a"]}', True, "list of strings"),
+    ("JSON not an object", "/publish", b'["a", "b"]', True, "list of strings"),
+    ("no messages", "/publish", b'{"messages": []}', True, "at least one"),
+    ("invalid JSON", "/publish", b'{"messages": [', True, "invalid JSON"),
+    ("empty JSON body", "/publish", b"", True, "invalid JSON"),
+]
+
+
+def test_bad_input_answers_400_with_the_reason_and_publishes_nothing(
+    nsqd_factory: Any, tmp_path: Path
+) -> None:
+    nsqd = nsqd_factory(max_msg_size=LIMIT)
+    with running_gunicorn(tmp_path, nsqd.tcp_address) as (_, port):
+        answered = []
+        for what, path, body, is_json, reason in BAD_INPUT:
+            status, _, data = call(port, "POST", path, body, json_body=is_json)
+            answered.append((what, status, data["published"], reason in data["error"]))
+            assert data.keys() == {"published", "error"}, (what, data)
+        assert answered == [(what, 400, 0, True) for what, *_ in BAD_INPUT]
+        # Nothing of any of them reached nsqd, and the producer still works.
+        assert nsqd.topic_stats(TOPIC).get("message_count", 0) == 0
+        good = json.dumps({"messages": ["a", "b", "c"]}).encode()
+        assert request(port, "POST", "/publish", good)["published"] == 3
+        assert request(port, "POST", "/publish", b"x" * LIMIT)["published"] == 1
+        assert nsqd.topic_stats(TOPIC)["message_count"] == 4
+    assert "Traceback" not in (tmp_path / "gunicorn.out").read_text()
+
+
+def test_no_reachable_nsqd_answers_503_with_retry_after(tmp_path: Path) -> None:
+    nowhere = f"127.0.0.1:{free_port()}"
+    with running_gunicorn(tmp_path, nowhere, NSQ_PUBLISH_TIMEOUT="0.5") as (_, port):
+        for body in (b"one", b'{"messages": ["a", "b"]}'):
+            status, headers, data = call(port, "POST", "/publish", body)
+            assert (status, headers.get("Retry-After"), data["published"]) == (503, "1", 0)
+            assert nowhere in data["error"], data
+    assert "Traceback" not in (tmp_path / "gunicorn.out").read_text()
+
+
+def test_nsqd_going_away_answers_503_until_it_is_back(
+    nsqd: NsqdServer, tmp_path: Path
+) -> None:
+    with running_gunicorn(tmp_path, nsqd.tcp_address, NSQ_PUBLISH_TIMEOUT="0.5") as (_, port):
+        assert request(port, "POST", "/publish", b"before")["published"] == 1
+        nsqd.stop()
+        status, headers, data = call(port, "POST", "/publish", b'{"messages": ["a", "b"]}')
+        assert (status, headers.get("Retry-After"), data["published"]) == (503, "1", 0), data
+        nsqd.start()
+        wait_until(lambda: call(port, "POST", "/publish", b"after")[0] == 200, timeout=20,
+                   message="publishing works again once nsqd is back")
+    assert "Traceback" not in (tmp_path / "gunicorn.out").read_text()
+
+
+def test_a_publish_nsqd_does_not_confirm_answers_503_published_unknown(
+    nsqd: NsqdServer, tmp_path: Path
+) -> None:
+    with running_gunicorn(tmp_path, nsqd.tcp_address, NSQ_PUBLISH_TIMEOUT="0.5") as (_, port):
+        assert request(port, "POST", "/publish", b"warm up")["published"] == 1
+        assert request(port, "POST", "/publish", b"warm up")["published"] == 1  # both workers
+        pid = nsqd.process.pid if nsqd.process is not None else None
+        assert pid is not None
+        os.kill(pid, signal.SIGSTOP)  # connected, but it answers nothing
+        try:
+            status, headers, data = call(port, "POST", "/publish", b"maybe")
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        assert (status, headers.get("Retry-After"), data["published"]) == (503, "1", None), data
+        assert "no answer" in data["error"]
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "reason"),
+    [
+        ("NSQD_TCP_ADDRESS", "nohost", "'host:port'"),
+        ("NSQ_TOPIC", "bad/topic", "topic name"),
+        ("NSQ_CHANNEL", "", "channel name"),
+        ("NSQ_MAX_IN_FLIGHT", "many", "NSQ_MAX_IN_FLIGHT='many' is not a number"),
+        ("NSQ_MAX_IN_FLIGHT", "-1", "max_in_flight=-1"),
+        ("NSQ_PUBLISH_TIMEOUT", "0", "timeout=0.0"),
+    ],
+)
+def test_a_bad_setting_stops_gunicorn_with_one_line(setting: str, value: str, reason: str) -> None:
+    env = dict(os.environ, BIND=f"127.0.0.1:{free_port()}", PYTHONPATH=str(ROOT),
+               NSQD_TCP_ADDRESS="127.0.0.1:4150")
+    env[setting] = value
+    result = subprocess.run(gunicorn_argv(), env=env, capture_output=True, text=True, timeout=60)
+    errors = [line for line in result.stderr.splitlines() if "[INFO]" not in line]
+    assert result.returncode == 1, result.stderr
+    assert len(errors) == 1 and errors[0].startswith("gunicorn_flask: bad NSQ setting"), errors
+    assert reason in errors[0], errors
