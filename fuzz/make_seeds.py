@@ -13,9 +13,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gnsqlite.codecs import DeflateCodec, SnappyCodec  # noqa: E402
-from gnsqlite.protocol import commands  # noqa: E402
-from gnsqlite.protocol.frames import (  # noqa: E402
+from gnsqlite.codecs import DeflateCodec, SnappyCodec
+from gnsqlite.protocol import commands
+from gnsqlite.protocol.frames import (
     FRAME_TYPE_ERROR,
     FRAME_TYPE_MESSAGE,
     FRAME_TYPE_RESPONSE,
@@ -25,6 +25,8 @@ from gnsqlite.protocol.frames import (  # noqa: E402
 )
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
+MID = b"0123456789abcdef"
+PUB_STREAM = b"PUB t\n" + struct.pack(">i", 5) + b"hello" * 40
 MSG = encode_frame(FRAME_TYPE_MESSAGE, encode_message(Message(b"0123456789abcdef", b"hello", 1, 1)))
 OK = encode_frame(FRAME_TYPE_RESPONSE, b"OK")
 HEARTBEAT = encode_frame(FRAME_TYPE_RESPONSE, b"_heartbeat_")
@@ -51,18 +53,19 @@ def seeds() -> dict[str, dict[str, bytes]]:
             "close_wait": b"\x00" + OK + OK + encode_frame(FRAME_TYPE_RESPONSE, b"CLOSE_WAIT"),
         },
         "snappy": {
-            "stream": b"\x07" + SnappyCodec().encode(b"PUB t\n" + struct.pack(">i", 5) + b"hello" * 40),
+            "stream": b"\x07" + SnappyCodec().encode(PUB_STREAM),
         },
         "deflate": {
-            "stream": b"\x07" + DeflateCodec().encode(b"PUB t\n" + struct.pack(">i", 5) + b"hello" * 40),
+            "stream": b"\x07" + DeflateCodec().encode(PUB_STREAM),
         },
         "command_parser": {
             "identify_sub_rdy_fin": b"\x00" + commands.MAGIC_V2 + identify + commands.sub("t", "c")
-            + commands.rdy(5) + commands.fin(b"0123456789abcdef") + commands.req(b"0123456789abcdef", 1.0)
-            + commands.touch(b"0123456789abcdef") + commands.nop() + commands.cls(),
+            + commands.rdy(5) + commands.fin(MID) + commands.req(MID, 1.0)
+            + commands.touch(MID) + commands.nop() + commands.cls(),
             "pub_mpub_dpub": b"\x03" + commands.MAGIC_V2 + commands.pub("t", b"hello")
             + commands.mpub("t", [b"a", b"bc", b"def"]) + commands.dpub("t", 1.0, b"later"),
-            "mpub_huge_count": b"\x00" + commands.MAGIC_V2 + b"MPUB t\n" + struct.pack(">ii", 100, 0x7FFFFFFF),
+            "mpub_huge_count": b"\x00" + commands.MAGIC_V2 + b"MPUB t\n"
+            + struct.pack(">ii", 100, 0x7FFFFFFF),
             "auth": b"\x00" + commands.MAGIC_V2 + commands.auth(b"secret"),
         },
         "identify": {

@@ -77,7 +77,7 @@ def _fuzz_child(args: argparse.Namespace) -> None:
     import atheris
 
     with atheris.instrument_imports(include=["gnsqlite"]):
-        from fuzz.targets import run_one, TARGETS
+        from fuzz.targets import TARGETS, run_one
     if args.target not in TARGETS:
         sys.exit(f"unknown target {args.target!r}: use one of {', '.join(TARGETS)}")
     target = args.target

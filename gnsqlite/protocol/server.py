@@ -648,7 +648,7 @@ def _decode_identify(body: bytes) -> Mapping[str, Any]:
     failed = client_error("E_BAD_BODY", "IDENTIFY failed to decode JSON body")
     try:
         data = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # nesting deeper than Python's stack: refused too
         raise failed from None
     if data is None:
         data = {}  # Go's json.Unmarshal of null into a struct is a no-op, not an error
