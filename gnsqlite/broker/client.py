@@ -151,6 +151,7 @@ class ClientSession:
         self._out_bytes = 0
         self._drained = gevent.event.Event()
         self._undecoded = b""  # compressed bytes read before the codec existed
+        self._close_after_flush = False  # the writer closes once it sent what is queued
         self._wake = gevent.event.Event()
         self._write_lock = gevent.lock.Semaphore()
         self._codec: Codec | None = None
@@ -234,7 +235,12 @@ class ClientSession:
                 self,
                 now - self.last_command,
             )
-            self.close()
+            error = self.parser.read_deadline_error()
+            if error is None:
+                self.close()
+            else:  # inside a body nsqd answers the failed read, then closes
+                self._send(error_frame(error))
+                self._close_after_flush = True
             return
         if now >= self.next_heartbeat:
             self.next_heartbeat = now + interval
@@ -350,6 +356,8 @@ class ClientSession:
                     with gevent.Timeout(deadline if deadline > 0 else None), self._write_lock:
                         self._flush_locked()
                 self._drained.set()
+                if self._close_after_flush:
+                    self.close()
         except gevent.Timeout:
             log.info(
                 "%r: a write stalled for %.1f s (the heartbeat interval): the client"

@@ -34,15 +34,17 @@ from gnsqlite.protocol.frames import FRAME_TYPE_RESPONSE
 from gnsqlite.testing.servers import NsqdServer
 
 
-def _read_until_closed(client: RawClient, timeout: float) -> None:
-    """Read (heartbeats allowed) until the server closes; gevent.Timeout if it does not."""
+def _read_until_closed(client: RawClient, timeout: float) -> list[tuple[int, bytes]]:
+    """Frames other than heartbeats until the server closes; gevent.Timeout if it does not."""
+    frames = []
     with gevent.Timeout(timeout):
         while True:
             try:
                 frame = client.frame(timeout)
             except (Closed, ConnectionResetError):
-                return
-            assert frame == (FRAME_TYPE_RESPONSE, b"_heartbeat_"), frame
+                return frames
+            if frame != (FRAME_TYPE_RESPONSE, b"_heartbeat_"):
+                frames.append(frame)
 
 
 def _trickle(sock: Any, data: bytes, pause: float) -> None:
@@ -54,23 +56,37 @@ def _trickle(sock: Any, data: bytes, pause: float) -> None:
         pass  # the server closed the connection: what the test waits for
 
 
+@pytest.mark.parametrize(
+    ("command", "pause", "answer"),
+    [
+        # the line itself trickles past the deadline: closed without a word
+        (b"PUB " + b"s" * 60 + b"\n", 0.1, []),
+        # the line arrives, the body trickles: nsqd's failed body read is answered
+        (b"PUB slowloris\n" + struct.pack(">i", 64) + b"x" * 64, 0.1,
+         [(1, b"E_BAD_MESSAGE PUB failed to read message body")]),
+    ],
+    ids=["in-line", "in-body"],
+)
 def test_a_command_trickled_in_is_cut_at_two_heartbeat_intervals(
     nsqd_factory: Callable[..., NsqdServer],
+    command: bytes,
+    pause: float,
+    answer: list[tuple[int, bytes]],
 ) -> None:
     """Slow loris: bytes arriving do not extend nsqd's per-command read deadline."""
     server = nsqd_factory()
     with RawClient(server.tcp_address, timeout=15) as client:
         client.negotiate(heartbeat_interval=1000)
-        command = b"PUB slowloris\n" + struct.pack(">i", 64) + b"x" * 64  # 82 bytes
         start = time.monotonic()
-        # one byte every 0.1 s: the command would take 8 s, the deadline is 2 s
-        sender = gevent.spawn(_trickle, client.sock, command, 0.1)
+        # one byte every 0.1 s: the command would take 6 to 8 s, the deadline is 2 s
+        sender = gevent.spawn(_trickle, client.sock, command, pause)
         try:
-            _read_until_closed(client, timeout=10)
+            frames = _read_until_closed(client, timeout=10)
         finally:
             sender.kill()
         elapsed = time.monotonic() - start
     assert 1.5 < elapsed < 6, f"closed after {elapsed:.1f} s; the read deadline is 2 s"
+    assert frames == answer
     assert server.topic_stats("slowloris").get("message_count", 0) == 0
 
 
