@@ -47,6 +47,15 @@ def _read_until_closed(client: RawClient, timeout: float) -> list[tuple[int, byt
                 frames.append(frame)
 
 
+def _small_window_socket(address: str) -> Any:
+    """A connected socket with a 4 KiB receive buffer: a reader that fills up at once."""
+    sock = gevent.socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    host, port = address.rsplit(":", 1)
+    sock.connect((host, int(port)))
+    return sock
+
+
 def _trickle(sock: Any, data: bytes, pause: float) -> None:
     try:
         for byte in data:
@@ -110,10 +119,7 @@ def test_a_subscriber_that_stops_reading_is_dropped(
 ) -> None:
     """Write deadline: once a write stalls for a heartbeat interval the client is closed."""
     server = nsqd_factory()
-    sock = gevent.socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    host, port = server.tcp_address.rsplit(":", 1)
-    sock.connect((host, int(port)))
+    sock = _small_window_socket(server.tcp_address)
     sock.sendall(b"  V2")
     client = RawClient.__new__(RawClient)
     RawClient.__init__(client, server.tcp_address, magic=False)  # only to reuse the helpers
@@ -182,10 +188,7 @@ def test_a_client_that_sends_without_reading_cannot_grow_the_output_queue(
 ) -> None:
     """The reader stops parsing while too much output waits (nsqd's reader waits per write)."""
     broker = make_broker()
-    sock = gevent.socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    host, port = broker.tcp_address.rsplit(":", 1)
-    sock.connect((host, int(port)))
+    sock = _small_window_socket(broker.tcp_address)
     # a long heartbeat interval: the write deadline stays out of the way
     sock.sendall(b"  V2IDENTIFY\n" + struct.pack(">i", 28) + b'{"heartbeat_interval":60000}')
     sock.sendall(b"SUB flood c\n")
