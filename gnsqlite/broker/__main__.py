@@ -65,6 +65,7 @@ _FLAGS: dict[str, tuple[str, Callable[[str], Any], str]] = {
     "max-body-size": ("max_body_size", _size, "value"),
     "max-rdy-count": ("max_rdy_count", _size, "value"),
     "max-channel-consumers": ("max_channel_consumers", _size, "value"),
+    "max-connections": ("max_connections", _size, "value"),  # ours: nsqd has no such flag
     "max-heartbeat-interval": ("max_heartbeat_interval", _duration, "value"),
     "max-req-timeout": ("max_req_timeout", _duration, "value"),
     "max-output-buffer-size": ("max_output_buffer_size", _size, "value"),

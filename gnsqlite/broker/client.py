@@ -14,6 +14,26 @@ holding the write lock, in nsqd's order (response, TLS, ``OK``, compression,
 
 Errors follow nsqd: the error frame is sent, and a fatal one closes the
 connection. Anything unexpected is logged and closes only this connection.
+
+Limits, as nsqd v1.3.0 has them (``nsqd/protocol_v2.go``):
+
+* **read deadline per command**: nsqd's ``IOLoop`` sets a read deadline of two
+  heartbeat intervals before reading each command line, and the line and its
+  body must arrive before it. A client idle that long, or one trickling a
+  command in byte by byte (slow loris), is closed without a word
+  (:meth:`ClientSession.tick`). Bytes arriving do not extend the deadline;
+  only a completed command does.
+* **write deadline**: nsqd's ``Send`` gives every write one heartbeat
+  interval; a client that does not read is closed when a write stalls that
+  long (no deadline when heartbeats are disabled, like nsqd).
+* **bounded output**: nsqd answers a command before it reads the next, so a
+  client that sends without reading stalls its own reader. Here the reader
+  stops parsing while more than :data:`MAX_QUEUED_OUTPUT` bytes wait to be
+  sent, and compressed input is inflated :data:`DECODE_STEP` bytes at a time
+  and parsed in between, so a deflate bomb costs one step, not its ratio.
+* before the magic nsqd has **no** deadline at all (``tcp.go`` reads the 4
+  bytes with none); this broker closes such a connection after
+  ``client_timeout`` like one that sent the magic and nothing else.
 """
 
 from __future__ import annotations
@@ -67,6 +87,11 @@ __all__ = ["ClientSession"]
 log = logging.getLogger(__name__)
 
 _RECV_SIZE = 256 * 1024
+#: Bytes of decompressed input handed to the parser at a time.
+DECODE_STEP = 64 * 1024
+#: Output (responses, messages) queued for the socket above which the reader
+#: waits for the writer before it parses more (nsqd's reader waits for every write).
+MAX_QUEUED_OUTPUT = 256 * 1024
 #: A mark in the output queue of a compressed connection, compared by identity
 #: (no frame is this object): nsqd flushes here, after every frame but a
 #: message and whenever its message pump wakes unable to send messages.
@@ -117,8 +142,15 @@ class ClientSession:
         self.connect_ts = int(time.time())
         now = time.monotonic()
         self.last_received = now
+        #: when the last command completed (or the connection opened): the
+        #: next one must be complete two heartbeat intervals later
+        self.last_command = now
         self.next_heartbeat = now + self.heartbeat_interval
         self._out: list[bytes] = []
+        self._out_bytes = 0
+        self._drained = gevent.event.Event()
+        self._undecoded = b""  # compressed bytes read before the codec existed
+        self._close_after_flush = False  # the writer closes once it sent what is queued
         self._wake = gevent.event.Event()
         self._write_lock = gevent.lock.Semaphore()
         self._codec: Codec | None = None
@@ -172,6 +204,7 @@ class ClientSession:
         if self.closed:
             return
         self.closed = True
+        self._drained.set()  # a reader waiting for the writer must see the end
         self.broker._client_closed(self)
         writer = self._writer
         if writer is not None and writer is not gevent.getcurrent():
@@ -187,15 +220,26 @@ class ClientSession:
         self._wake.set()
 
     def tick(self, now: float) -> None:
-        """Send a due heartbeat; close a client silent for two heartbeat intervals."""
+        """Send a due heartbeat; close a client with no whole command for two intervals.
+
+        That is nsqd's read deadline (two heartbeat intervals per command):
+        it closes an idle client and a slow-loris one alike.
+        """
         interval = self.heartbeat_interval
         if interval <= 0 or self.closed:
             return
-        if now - self.last_received > 2 * interval:
+        if now - self.last_command > 2 * interval:
             log.info(
-                "%r: no data for %.1f s (2 heartbeats); closing", self, now - self.last_received
+                "%r: no complete command for %.1f s (2 heartbeats); closing",
+                self,
+                now - self.last_command,
             )
-            self.close()
+            error = self.parser.read_deadline_error()
+            if error is None:
+                self.close()
+            else:  # inside a body nsqd answers the failed read, then closes
+                self._send(error_frame(error))
+                self._close_after_flush = True
             return
         if now >= self.next_heartbeat:
             self.next_heartbeat = now + interval
@@ -205,49 +249,83 @@ class ClientSession:
     # -- reading -----------------------------------------------------------
 
     def _read_loop(self) -> None:
-        parser = self.parser
-        handlers = self._handlers
         while not self.closed:
             data = self.sock.recv(_RECV_SIZE)
             if not data:
                 return
             self.last_received = time.monotonic()
-            if self._codec is not None:
+            if not self._consume(data):
+                return
+
+    def _consume(self, data: bytes) -> bool:
+        """Decode ``data`` in bounded steps, parse and act; ``False`` ends the connection."""
+        while not self.closed:
+            codec = self._codec
+            if codec is None:
+                plain, data = data, b""
+            else:
                 try:
-                    data = self._codec.decode(data)
-                except Exception as exc:
+                    plain = codec.decode(data, DECODE_STEP)
+                except RemoteProtocolError as exc:
                     log.info("%r: undecodable compressed data: %s", self, exc)
-                    return
-            parser.feed(data)
-            while True:
-                try:
-                    command = parser.next_command()
-                    if command is None:
-                        break
-                    handlers[type(command)](command)
-                except ServerError as err:
-                    log.info("%r: %s", self, err)
-                    self._send(error_frame(err))
-                    if err.fatal:
-                        return
-                except RemoteProtocolError as err:
-                    log.info("%r: %s; closing", self, err)
-                    return
+                    return False
+                data = b""
+            self.parser.feed(plain)
+            if not self._run_commands():
+                return False
+            if self._undecoded:  # an upgrade just happened: the rest is compressed
+                data, self._undecoded = self._undecoded, b""
+            elif not (self._codec is not None and self._codec.pending):
+                return True
+        return False
+
+    def _run_commands(self) -> bool:
+        """Act on every complete command parsed; ``False`` ends the connection."""
+        parser = self.parser
+        handlers = self._handlers
+        while not self.closed:
+            if self._out_bytes > MAX_QUEUED_OUTPUT:
+                self._wait_drained()
+                continue
+            try:
+                command = parser.next_command()
+                if command is None:
+                    return True
+                handlers[type(command)](command)
+                if type(command) is not MpubStart:  # its body is still to come
+                    self.last_command = time.monotonic()
+            except ServerError as err:
+                log.info("%r: %s", self, err)
+                self._send(error_frame(err))
+                if err.fatal:
+                    return False
+                self.last_command = time.monotonic()
+            except RemoteProtocolError as err:
+                log.info("%r: %s; closing", self, err)
+                return False
+        return False
+
+    def _wait_drained(self) -> None:
+        """Block the reader until the writer sent what is queued (or the connection ends)."""
+        self._drained.clear()
+        self._wake.set()
+        self._drained.wait()
 
     # -- writing -----------------------------------------------------------
 
     def _send(self, frame: bytes) -> None:
         """Queue a response or error frame (nsqd flushes after each of them)."""
         self._out.append(frame)
+        self._out_bytes += len(frame)
         if self._codec is not None:
             self._out.append(_FLUSH)
         self._wake.set()
 
     def send_message(self, message: BrokerMessage) -> None:
         """Queue a message frame (called by the channel; never blocks)."""
-        self._out.append(
-            message_frame(message.id, message.body, message.timestamp, message.attempts)
-        )
+        frame = message_frame(message.id, message.body, message.timestamp, message.attempts)
+        self._out.append(frame)
+        self._out_bytes += len(frame)
         self._wake.set()
 
     def _pump_woken(self) -> None:
@@ -272,16 +350,30 @@ class ClientSession:
                 self._wake.wait()
                 self._wake.clear()
                 if self._out:
-                    with self._write_lock:
+                    # nsqd's write deadline: one heartbeat interval per write
+                    deadline = self.heartbeat_interval
+                    with gevent.Timeout(deadline if deadline > 0 else None), self._write_lock:
                         self._flush_locked()
+                self._drained.set()
+                if self._close_after_flush:
+                    self.close()
+        except gevent.Timeout:
+            log.info(
+                "%r: a write stalled for %.1f s (the heartbeat interval): the client"
+                " does not read; closing",
+                self,
+                self.heartbeat_interval,
+            )
+            self.close()
         except OSError as exc:
             log.debug("%r: send failed: %s", self, exc)
-            self.sock.close()
+            self.close()
 
     def _flush_locked(self) -> None:
         out = self._out
         if not out:
             return
+        self._out_bytes = 0
         codec = self._codec
         if codec is None:
             data = b"".join(out)
@@ -483,8 +575,7 @@ class ClientSession:
                 self.deflate = neg.deflate
                 for data in flush_writes(self._codec, response_frame(OK)):
                     self.sock.sendall(data)
-                if rest:
-                    self.parser.feed(self._codec.decode(rest))
+                self._undecoded = rest  # _consume inflates it in bounded steps
         self._pump_woken()  # nsqd's identify event: the pump wakes, unsubscribed
 
     def _upgrade_tls(self) -> None:

@@ -160,6 +160,15 @@ class Broker(BrokerState):
         return context
 
     def _handle_connection(self, sock: Any, address: tuple[str, int]) -> None:
+        limit = self.options.max_connections
+        if limit and len(self.clients) >= limit:
+            log.warning(
+                "TCP: refusing %s: max_connections=%d connections are open",
+                format_address((str(address[0]), int(address[1]))),
+                limit,
+            )
+            sock.close()
+            return
         set_nodelay(sock)
         client = ClientSession(self, sock, address)
         self.clients.add(client)

@@ -78,6 +78,10 @@ class BrokerOptions:
     max_rdy_count: int = 2500
     #: consumers allowed per channel; 0 = no limit (nsqd's ``--max-channel-consumers``)
     max_channel_consumers: int = 0
+    #: open TCP connections allowed; 0 = no limit. nsqd v1.3.0 has no such flag
+    #: (it accepts until the process runs out of file descriptors); over the
+    #: limit a new connection is closed at once, before a byte is read.
+    max_connections: int = 0
     max_heartbeat_interval: float = 60.0
     max_req_timeout: float = 3600.0
     client_timeout: float = 60.0
@@ -132,9 +136,10 @@ class BrokerOptions:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ConfigError(f"{name}={value!r} must be an int above 0")
-        value = self.max_channel_consumers
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ConfigError(f"max_channel_consumers={value!r} must be an int >= 0 (0: no limit)")
+        for name in ("max_channel_consumers", "max_connections"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigError(f"{name}={value!r} must be an int >= 0 (0: no limit)")
         if self.max_body_size < self.max_msg_size:
             raise ConfigError(
                 f"max_body_size={self.max_body_size} is below max_msg_size={self.max_msg_size}"

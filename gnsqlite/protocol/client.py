@@ -346,7 +346,7 @@ class ClientConnection:
         if negotiated:
             try:
                 features = json.loads(data)
-            except ValueError as exc:
+            except (ValueError, RecursionError) as exc:  # RecursionError: nesting too deep
                 raise RemoteProtocolError(
                     f"the IDENTIFY reply is neither OK nor JSON: {data[:64]!r}"
                 ) from exc
@@ -388,7 +388,7 @@ class ClientConnection:
     def _authenticated(self, data: bytes) -> Event:
         try:
             identity = json.loads(data)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise RemoteProtocolError(f"the AUTH reply is not JSON: {data[:64]!r}") from exc
         self.state = ClientState.READY
         return Authenticated(identity if isinstance(identity, dict) else {})

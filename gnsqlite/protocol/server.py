@@ -348,6 +348,33 @@ class CommandParser:
             return self._read_body()
         return result
 
+    def read_deadline_error(self) -> ServerError | None:
+        """The error nsqd sends when its read deadline passes now, or ``None``.
+
+        Waiting for a command line nsqd closes without a word; inside a body
+        its read fails and it sends the fatal "failed to read" error of that
+        command (``protocol_v2.go``), then closes.
+        """
+        pending = self._pending
+        if pending is None:
+            return None
+        name = pending.name
+        if name == "MPUB":
+            if self._body_size < 0:
+                return client_error("E_BAD_BODY", "MPUB failed to read body size")
+            if self._mpub_count < 0:
+                return client_error("E_BAD_BODY", "MPUB failed to read message count")
+            if self._mpub_size < 0:
+                index = len(self._mpub_bodies)
+                text = f"MPUB failed to read message({index}) body size"
+                return client_error("E_BAD_MESSAGE", text)
+            return client_error("E_BAD_MESSAGE", "MPUB failed to read message body")
+        code = "E_BAD_MESSAGE" if name in ("PUB", "DPUB") else "E_BAD_BODY"
+        what = "message body" if code == "E_BAD_MESSAGE" else "body"
+        if self._body_size < 0:
+            return client_error(code, f"{name} failed to read {what} size")
+        return client_error(code, f"{name} failed to read {what}")
+
     # -- bodies ------------------------------------------------------------
 
     def _check_size(self, name: str, size: int) -> None:
@@ -648,7 +675,7 @@ def _decode_identify(body: bytes) -> Mapping[str, Any]:
     failed = client_error("E_BAD_BODY", "IDENTIFY failed to decode JSON body")
     try:
         data = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # nesting deeper than Python's stack: refused too
         raise failed from None
     if data is None:
         data = {}  # Go's json.Unmarshal of null into a struct is a no-op, not an error

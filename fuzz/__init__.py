@@ -1,0 +1,1 @@
+"""Fuzz targets for gnsqlite's parsers and decoders (see fuzz/README.md)."""
