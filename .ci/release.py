@@ -1,0 +1,125 @@
+"""Build the release artefacts and prove the wheel works once installed: ``tox -e release``.
+
+1. ``python -m build`` makes the sdist and the wheel in a temporary directory outside
+   the checkout; any line of its output that says "warning" (any case) fails the run.
+2. Both artefacts must carry the dashboard's static files and ``py.typed``, and pass
+   ``twine check --strict``.
+3. A fresh virtualenv (outside the checkout) gets the wheel with its ``[dashboard]``
+   extra and nothing else but their dependencies; ``pip check`` must agree.
+4. ``.ci/release_smoke.py`` runs with that virtualenv's Python from an empty directory
+   (no PYTHONPATH), so only the installed copy of gnsqlite can be imported.
+
+Needs ``build`` and ``twine`` in the running Python (tox's ``release`` env installs them)
+and the network or a pip index for the wheel's dependencies. Exits 0 on success;
+otherwise prints ``release FAILED: <what>`` and exits 1, keeping the temporary
+directory for a look.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+STATIC_DIR = ROOT / "gnsqlite" / "dashboard" / "static"
+STATIC = sorted(p.name for p in STATIC_DIR.iterdir() if p.is_file())
+SHIPPED = ["gnsqlite/py.typed", *(f"gnsqlite/dashboard/static/{name}" for name in STATIC)]
+
+
+class ReleaseFailure(Exception):
+    """A step failed; the message says which and what was seen."""
+
+
+def step(title: str) -> float:
+    print(f"== release: {title}", flush=True)
+    return time.monotonic()
+
+
+def run(argv: list[str], *, cwd: Path | None = None, env: dict[str, str] | None = None) -> str:
+    """Run ``argv``, echo its output, fail on a non-zero status; returns the output."""
+    result = subprocess.run(
+        argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    print(result.stdout, end="", flush=True)
+    if result.returncode != 0:
+        raise ReleaseFailure(f"{' '.join(argv)} exited with status {result.returncode}")
+    return result.stdout
+
+
+def clean_env(*, drop: tuple[str, ...]) -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in drop and not k.startswith("GNSQLITE_")}
+
+
+def build(dist: Path) -> tuple[Path, Path]:
+    # PYTHONDONTWRITEBYTECODE makes setuptools print "warning: byte-compiling is disabled";
+    # that says nothing about the package, so the build runs without it.
+    env = clean_env(drop=("PYTHONDONTWRITEBYTECODE", "PYTHONPATH"))
+    output = run([sys.executable, "-m", "build", "--outdir", str(dist), str(ROOT)], env=env)
+    warnings = [line for line in output.splitlines() if re.search("warning", line, re.I)]
+    if warnings:
+        raise ReleaseFailure("the build printed warnings:\n  " + "\n  ".join(warnings))
+    wheels, sdists = sorted(dist.glob("*.whl")), sorted(dist.glob("*.tar.gz"))
+    if len(wheels) != 1 or len(sdists) != 1:
+        raise ReleaseFailure(f"expected one wheel and one sdist in {dist}, found {wheels + sdists}")
+    return wheels[0], sdists[0]
+
+
+def check_contents(wheel: Path, sdist: Path) -> None:
+    with zipfile.ZipFile(wheel) as zf:
+        in_wheel = set(zf.namelist())
+    with tarfile.open(sdist) as tf:
+        prefix = sdist.name.removesuffix(".tar.gz") + "/"
+        in_sdist = {name.removeprefix(prefix) for name in tf.getnames()}
+    for artefact, names in ((wheel.name, in_wheel), (sdist.name, in_sdist)):
+        missing = [name for name in SHIPPED if name not in names]
+        if missing:
+            raise ReleaseFailure(f"{artefact} lacks {', '.join(missing)}")
+    print(f"ok: both artefacts carry {', '.join(SHIPPED)}")
+
+
+def main() -> int:
+    started = time.monotonic()
+    tmp = Path(tempfile.mkdtemp(prefix="gnsqlite-release-"))
+    try:
+        t = step(f"build sdist and wheel into {tmp / 'dist'}")
+        wheel, sdist = build(tmp / "dist")
+        took = time.monotonic() - t
+        print(f"ok: built {wheel.name} and {sdist.name}, no warnings ({took:.1f} s)")
+        check_contents(wheel, sdist)
+
+        step("twine check --strict")
+        run([sys.executable, "-m", "twine", "check", "--strict", str(wheel), str(sdist)])
+
+        t = step(f"install {wheel.name}[dashboard] into a fresh venv at {tmp / 'venv'}")
+        venv = tmp / "venv"
+        env = clean_env(drop=("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV"))
+        run([sys.executable, "-m", "venv", str(venv)], env=env)
+        python = str(venv / "bin" / "python")
+        run([python, "-m", "pip", "install", "--quiet", f"{wheel}[dashboard]"], cwd=tmp, env=env)
+        run([python, "-m", "pip", "check"], cwd=tmp, env=env)
+        run([python, "-m", "pip", "list", "--format=freeze"], cwd=tmp, env=env)
+        print(f"ok: installed ({time.monotonic() - t:.1f} s)")
+
+        step("smoke test from outside the checkout")
+        version = wheel.name.split("-")[1]
+        workdir = tmp / "cwd"
+        workdir.mkdir()
+        run([python, str(ROOT / ".ci" / "release_smoke.py"), version], cwd=workdir, env=env)
+    except ReleaseFailure as exc:
+        print(f"release FAILED: {exc}\n(kept {tmp} for a look)", file=sys.stderr)
+        return 1
+    shutil.rmtree(tmp)
+    print(f"release: all checks passed in {time.monotonic() - started:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
