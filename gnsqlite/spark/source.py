@@ -84,7 +84,7 @@ def _raise_system_exit(signum: int, frame: Any) -> None:
     raise SystemExit(128 + signum)
 
 
-def _exit_on_sigterm() -> None:
+def exit_on_sigterm() -> None:
     """Turn SIGTERM into ``SystemExit`` in the source's process, if nothing handles it.
 
     Spark ends the process holding a query's source with SIGTERM when the
@@ -151,7 +151,7 @@ class NSQStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
         hub.start()
         self._hub = hub
         hub.call(self._start_consumer)
-        _exit_on_sigterm()
+        exit_on_sigterm()
         return hub
 
     def _start_consumer(self) -> None:
