@@ -90,7 +90,7 @@ OPTIONS: tuple[Spec, ...] = (
           "Uncommitted WAL above this: the source stops taking messages (RDY 0) until Spark"
           " commits"),
     _spec("walSegmentMessages", SOURCE, int, 0, 0, "messages",
-          "Messages per WAL segment at most; 0 means half of maxInFlight"),
+          "Messages per WAL segment at most; 0 means maxInFlight"),
     _spec("walFlushInterval", SOURCE, float, 0.05, 0.001, "s",
           "A WAL segment is written at the latest this long after its first message arrived"),
     _spec("numPartitions", SOURCE, int, 2, 1, "", "Spark partitions per micro-batch"),
@@ -250,7 +250,7 @@ class SourceOptions:
     consumer: dict[str, Any] = dataclasses.field(default_factory=dict)
     wal_location: str | None = None
     wal_max_bytes: int = 1 << 30
-    wal_segment_messages: int = 1250
+    wal_segment_messages: int = 2500
     wal_flush_interval: float = 0.05
 
 
@@ -316,7 +316,7 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         consumer={name: getattr(checked, name) for name in consumer},
         wal_location=wal,
         wal_max_bytes=v["walMaxBytes"],
-        wal_segment_messages=v["walSegmentMessages"] or max(1, max_in_flight // 2),
+        wal_segment_messages=v["walSegmentMessages"] or max_in_flight,
         wal_flush_interval=v["walFlushInterval"],
     )
 

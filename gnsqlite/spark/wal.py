@@ -153,21 +153,18 @@ class WalStore:
 
     def read(self, piece: Slice) -> Iterator[pa.RecordBatch]:
         """The record batches of ``piece`` (rows ``lo`` to ``hi`` of one segment file)."""
-        path = self._file(piece.name)
+        table = self._table(piece.name)
+        yield from table.slice(piece.lo, piece.rows).to_batches()
+
+    def _table(self, name: str) -> pa.Table:
+        path = self._file(name)
         try:
             with self.fs.open_input_file(path) as source:
-                table = pa.ipc.open_file(source).read_all()
+                return pa.ipc.open_file(source).read_all()
         except (pa.ArrowException, OSError) as exc:
             raise self._fail("read", path, exc) from exc
-        yield from table.slice(piece.lo, piece.rows).to_batches()
 
     def read_ids(self, segment: Segment) -> list[str]:
         """The message ids in ``segment``."""
-        path = self._file(segment.name)
-        try:
-            with self.fs.open_input_file(path) as source:
-                table = pa.ipc.open_file(source).read_all()
-        except (pa.ArrowException, OSError) as exc:
-            raise self._fail("read", path, exc) from exc
-        ids: list[Any] = table.column("id").to_pylist()
+        ids: list[Any] = self._table(segment.name).column("id").to_pylist()
         return [str(i) for i in ids]

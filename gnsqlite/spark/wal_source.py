@@ -53,19 +53,8 @@ from ..message import Message
 from ._hub import HubThread
 from .options import SourceOptions
 from .segments import Position, SegmentIndex, Slice, offset, position, split_slices
-from .source import exit_on_sigterm
+from .source import ReadMaxRows, SupportsTriggerAvailableNow, exit_on_sigterm, read_limit
 from .wal import ROW_SCHEMA, WalStorageError, WalStore
-
-try:  # PySpark 4.2+: admission control and Trigger.AvailableNow
-    from pyspark.sql.streaming.datasource import (
-        ReadAllAvailable,
-        ReadMaxRows,
-        ReadMinRows,
-        SupportsTriggerAvailableNow,
-    )
-except ImportError:  # pragma: no cover - PySpark 4.0/4.1
-    ReadAllAvailable = ReadMaxRows = ReadMinRows = None  # type: ignore[assignment,misc]
-    SupportsTriggerAvailableNow = object  # type: ignore[assignment,misc]
 
 __all__ = ["NSQWalPartition", "NSQWalStreamReader", "read_partition"]
 
@@ -460,14 +449,7 @@ class NSQWalStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
                      ) -> dict[str, int]:
         """The end of the next batch: up to ``limit`` rows of durable segments. Does not wait."""
         hub = self._ensure_started(start)
-        max_rows: int | None = self.options.max_messages_per_batch
-        min_rows: int | None = None
-        if ReadAllAvailable is not None and isinstance(limit, ReadAllAvailable):
-            max_rows = None
-        elif ReadMaxRows is not None and isinstance(limit, ReadMaxRows):
-            max_rows = limit.max_rows
-        elif ReadMinRows is not None and isinstance(limit, ReadMinRows):
-            max_rows, min_rows = None, limit.min_rows
+        max_rows, min_rows = read_limit(limit, self.options.max_messages_per_batch)
         return hub.call(self._latest, start, max_rows, min_rows)
 
     def reportLatestOffset(self) -> dict[str, int] | None:
