@@ -1,38 +1,79 @@
-"""Spark connector throughput: the batch sink and the streaming source (not a test).
+"""Spark connector throughput against the bare client on the same nsqd (not a test).
 
-Prints rows per second for ``df.write.format("nsq")`` and for
-``spark.readStream.format("nsq")`` at two ``maxMessagesPerBatch`` sizes,
-with the Spark version and the core count. Runs an embedded nsqd and
-``local[2]`` (``--master`` to change); a short warm-up query runs first so
-the JVM's start-up is not counted. Needs ``gnsqlite[spark]`` and Java 17::
+Prints, in one run on one nsqd with its default flags:
 
-    python benchmarks/bench_spark.py --rows 200000 --messages 50000
+* the bare ``gnsqlite.Consumer`` draining ``--messages`` messages
+  (max_in_flight 2500), and the ``nsq`` streaming source with a WAL
+  (``walLocation``) reading as many, as a ratio of the bare consumer;
+* one ``Producer``'s MPUB rate (1,000 messages per MPUB) for ``--rows``
+  messages, and the batch sink (``df.write.format("nsq")``) writing as
+  many rows, as a ratio of the Producer.
+
+Messages are 100 bytes. Runs an embedded nsqd, or the real one when
+``GNSQLITE_NSQD`` names the directory of its binaries, and ``local[2]``
+(``--master`` to change); a short warm-up runs first so the JVM's start-up
+is not counted. Needs ``gnsqlite[spark]`` and Java 17::
+
+    GNSQLITE_NSQD=/path/to/nsq/bin python benchmarks/bench_spark.py \\
+        --rows 500000 --messages 200000
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import tempfile
 import threading
 import time
 from typing import Any
 
-from gnsqlite.http import NsqdHTTPClient
-from gnsqlite.testing import NsqdServer, wait_until
+import gevent
+import gevent.event
+
+from gnsqlite.consumer import Consumer
+from gnsqlite.message import Message
+from gnsqlite.producer import Producer
+from gnsqlite.testing import NsqdServer, nsq_bin_dir, wait_until
 
 BODY = b"x" * 100
 
 
-def publish(server: NsqdServer, topic: str, count: int) -> None:
-    client = NsqdHTTPClient(server.http_address, timeout=30.0)
-    for start in range(0, count, 2000):
-        client.mpub(topic, [BODY] * min(2000, count - start))
+def publish(server: NsqdServer, topic: str, count: int) -> float:
+    """MPUB ``count`` 100-byte messages with one Producer; returns messages per second."""
+    with Producer(server.tcp_address) as producer:
+        chunk = [BODY] * 1000
+        started = time.perf_counter()
+        for start in range(0, count, 1000):
+            producer.multi_publish(topic, chunk[: min(1000, count - start)])
+        return count / (time.perf_counter() - started)
+
+
+def bench_consumer(server: NsqdServer, topic: str, messages: int) -> float:
+    """A bare Consumer draining ``messages``; messages per second from its start."""
+    seen = [0]
+    done = gevent.event.Event()
+
+    def handle(message: Message) -> None:
+        seen[0] += 1
+        if seen[0] >= messages:
+            done.set()
+
+    consumer = Consumer(topic, "bench", handle, nsqd_tcp_addresses=[server.tcp_address],
+                        max_in_flight=2500)
+    started = time.perf_counter()
+    consumer.start()
+    try:
+        if not done.wait(600):
+            raise TimeoutError(f"the consumer got {seen[0]} of {messages} messages")
+        return messages / (time.perf_counter() - started)
+    finally:
+        consumer.close(5.0)
 
 
 def bench_sink(spark: Any, server: NsqdServer, rows: int) -> float:
-    df = spark.range(rows).selectExpr("concat('row-', id, '-', repeat('x', 90)) as body")
+    df = spark.range(rows).selectExpr("concat('row-', lpad(id, 10, '0'), repeat('x', 86)) as body")
     df = df.cache()
     df.count()
     started = time.perf_counter()
@@ -45,7 +86,7 @@ def bench_sink(spark: Any, server: NsqdServer, rows: int) -> float:
 
 def bench_source(spark: Any, server: NsqdServer, topic: str, messages: int,
                  per_batch: int) -> tuple[float, int]:
-    publish(server, topic, messages)
+    """The WAL source reading ``messages`` published before; rows per second, batches."""
     seen = [0]
     batches = [0]
     lock = threading.Lock()
@@ -56,25 +97,28 @@ def bench_source(spark: Any, server: NsqdServer, topic: str, messages: int,
             seen[0] += n
             batches[0] += 1 if n else 0
 
-    checkpoint = tempfile.mkdtemp(prefix="bench-spark-")
+    scratch = tempfile.mkdtemp(prefix="bench-spark-")
     started = time.perf_counter()
     query = (spark.readStream.format("nsq").option("nsqdTcpAddresses", server.tcp_address)
              .option("topic", topic).option("channel", "bench")
+             .option("walLocation", os.path.join(scratch, "wal"))
              .option("maxMessagesPerBatch", per_batch).load()
-             .writeStream.foreachBatch(count).option("checkpointLocation", checkpoint).start())
+             .writeStream.foreachBatch(count)
+             .option("checkpointLocation", os.path.join(scratch, "ck")).start())
     try:
         wait_until(lambda: seen[0] >= messages, timeout=600, interval=0.05)
         elapsed = time.perf_counter() - started
     finally:
         query.stop()
+        shutil.rmtree(scratch, ignore_errors=True)
     return messages / elapsed, batches[0]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=200_000, help="rows for the batch sink")
-    parser.add_argument("--messages", type=int, default=50_000, help="messages per source run")
-    parser.add_argument("--batch-sizes", default="2000,10000", help="maxMessagesPerBatch values")
+    parser.add_argument("--rows", type=int, default=500_000, help="rows for the batch sink")
+    parser.add_argument("--messages", type=int, default=200_000, help="messages per source run")
+    parser.add_argument("--per-batch", type=int, default=100_000, help="maxMessagesPerBatch")
     parser.add_argument("--master", default="local[2]")
     args = parser.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -83,24 +127,34 @@ def main() -> None:
 
     from gnsqlite.spark import register
 
-    sizes = [int(s) for s in args.batch_sizes.split(",")]
     spark = (SparkSession.builder.master(args.master).appName("bench_spark")
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.shuffle.partitions", "2").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
-    print(f"PySpark {pyspark.__version__}, master {args.master},"
-          f" {os.cpu_count()} cores, Python {sys.version.split()[0]}")
-    with NsqdServer(max_rdy_count=max(2500, 2 * max(sizes))) as server:
-        bench_sink(spark, server, 10_000)  # warm-up
-        bench_source(spark, server, "bench_warmup", 5_000, 1000)
-        rate = bench_sink(spark, server, args.rows)
-        print(f"batch sink:      {args.rows:>8} rows      {rate:>10,.0f} rows/s")
-        for size in sizes:
-            rate, batches = bench_source(spark, server, f"bench_source_{size}", args.messages,
-                                         size)
-            print(f"streaming source: {args.messages:>7} messages, maxMessagesPerBatch={size}:"
-                  f" {rate:>10,.0f} rows/s ({batches} batches)")
+    broker = nsq_bin_dir() or "embedded"
+    print(f"PySpark {pyspark.__version__}, master {args.master}, {os.cpu_count()} cores,"
+          f" Python {sys.version.split()[0]}, nsqd: {broker} (default flags), 100-byte messages")
+    with NsqdServer() as server:
+        bench_sink(spark, server, 20_000)  # warm-up
+        publish(server, "bench_warmup", 20_000)
+        bench_source(spark, server, "bench_warmup", 20_000, 10_000)
+
+        producer = publish(server, "bench_producer", args.rows)
+        sink = bench_sink(spark, server, args.rows)
+        print(f"one Producer, MPUB of 1000: {args.rows:>8} msgs  {producer:>10,.0f} msg/s")
+        print(f"batch sink:                 {args.rows:>8} rows  {sink:>10,.0f} rows/s"
+              f"  = {sink / producer:.2f}x the Producer")
+
+        publish(server, "bench_consumer", args.messages)
+        bare = bench_consumer(server, "bench_consumer", args.messages)
+        publish(server, "bench_source", args.messages)
+        source, batches = bench_source(spark, server, "bench_source", args.messages,
+                                       args.per_batch)
+        print(f"bare Consumer (RDY 2500):   {args.messages:>8} msgs  {bare:>10,.0f} msg/s")
+        print(f"WAL source, maxMessagesPerBatch={args.per_batch}: {args.messages} rows"
+              f" {source:>10,.0f} rows/s = {source / bare:.2f}x the bare Consumer"
+              f" ({batches} batches)")
     spark.stop()
 
 

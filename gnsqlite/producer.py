@@ -358,6 +358,26 @@ class Producer:
             )
         return self._submit(lambda conn: conn.protocol.mpub(topic, raws), timeout)
 
+    def multi_publish_encoded(
+        self, topic: str, payload: bytes | memoryview, timeout: float | None = None
+    ) -> None:
+        """MPUB a ready body; blocks until nsqd answers. Raises like :meth:`publish`.
+
+        ``payload`` is the MPUB body: the 4-byte big-endian message count,
+        then per message its 4-byte size and bytes. Only its total size is
+        checked here (``max_body_size``); the caller checks each message
+        against ``max_message_size``. For columnar sources that should not
+        build a ``bytes`` per message (the Spark sink).
+        """
+        topic = check_topic_name(topic)
+        if len(payload) > self.max_body_size:
+            raise MessageTooLargeError(
+                f"an MPUB body of {len(payload)} bytes exceeds max_body_size="
+                f"{self.max_body_size} (nsqd's --max-body-size); split the batch"
+            )
+        attempt = self._submit(lambda conn: conn.protocol.mpub_encoded(topic, payload), timeout)
+        self._wait(attempt, timeout)
+
     def _check_message_size(self, size: int) -> None:
         if size == 0:
             raise LocalProtocolError("a message body cannot be empty: nsqd refuses it")

@@ -7,7 +7,8 @@
 2. starts the summary printer (``summaries.py``) and the page generator
    (``generator.py``) as subprocesses;
 3. runs the Structured Streaming job (``job.py``) in this process, on
-   ``local[2]``, until the summaries account for every page;
+   ``local[2]`` (``--master`` for a cluster), with the source's write-ahead
+   log in ``<out>/wal`` (``--wal``), until the summaries account for every page;
 4. stops the query and the broker, and prints where the Parquet files are.
 
 A bad option, or no nsqd answering at ``--nsqd-tcp-address``, stops it
@@ -51,6 +52,9 @@ def main() -> int:
     parser.add_argument("--per-batch", type=int, default=1000, help="maxMessagesPerBatch")
     parser.add_argument("--out", default="/tmp/spark_pipeline")
     parser.add_argument("--nsqd-tcp-address", help="use this nsqd instead of an embedded one")
+    parser.add_argument("--master", default="local[2]", help="Spark master URL")
+    parser.add_argument("--wal", help="the source's walLocation (default: <out>/wal);"
+                        " on a cluster, storage every executor reads")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds")
     args = parser.parse_args()
     if args.pages < 1 or not args.rate > 0 or args.per_batch < 1:
@@ -72,7 +76,7 @@ def main() -> int:
         server.start()
         address = server.tcp_address
         print(f"pipeline: embedded nsqd on {address}", flush=True)
-    spark = (SparkSession.builder.master("local[2]").appName("gnsqlite-spark-pipeline")
+    spark = (SparkSession.builder.master(args.master).appName("gnsqlite-spark-pipeline")
              .config("spark.ui.enabled", "false")
              .config("spark.sql.shuffle.partitions", "2")
              .config("spark.ui.showConsoleProgress", "false")
@@ -84,7 +88,8 @@ def main() -> int:
                                 address, "--pages", str(args.pages)])
     generator = subprocess.Popen([*run, str(HERE / "generator.py"), "--nsqd-tcp-address",
                                   address, "--pages", str(args.pages), "--rate", str(args.rate)])
-    query = job.start(spark, address, args.out, args.per_batch)
+    query = job.start(spark, address, args.out, args.per_batch,
+                      args.wal or os.path.join(args.out, "wal"))
     try:
         status = printer.wait(args.timeout)
     except subprocess.TimeoutExpired:

@@ -10,8 +10,11 @@ JSON, and for every micro-batch (``foreachBatch``):
 * publishes one JSON summary of the batch to the ``page_stats`` topic with
   the ``nsq`` batch sink.
 
-The source is at-least-once: after a failure a batch may be seen again, so
-the Parquet rows carry the batch id and the summary says which batch it is.
+The source writes a write-ahead log (``walLocation``), so a restarted query
+replays a failed batch with the same pages; ``foreachBatch`` is not an
+idempotent sink by itself, so the Parquet rows carry the batch id (a replay
+appends the batch again under the same id) and the summary says which batch
+it is.
 """
 
 from __future__ import annotations
@@ -25,11 +28,12 @@ from pyspark.sql import functions as F
 PAGE_SCHEMA = "url string, domain string, title string, text string, fetched_at double"
 
 
-def build_stream(spark: SparkSession, nsqd: str, per_batch: int) -> DataFrame:
+def build_stream(spark: SparkSession, nsqd: str, per_batch: int, wal: str) -> DataFrame:
     """The parsed ``pages`` stream: one row per page, with its nsq message id."""
     raw = (spark.readStream.format("nsq")
            .option("nsqdTcpAddresses", nsqd)
            .option("topic", "pages").option("channel", "spark_stats")
+           .option("walLocation", wal)
            .option("maxMessagesPerBatch", per_batch)
            .load())
     page = F.from_json(F.col("body").cast("string"), PAGE_SCHEMA)
@@ -70,9 +74,13 @@ def summarize_batch(spark: SparkSession, pages: DataFrame, batch_id: int, nsqd: 
         pages.unpersist()
 
 
-def start(spark: SparkSession, nsqd: str, out: str, per_batch: int = 1000) -> Any:
-    """Start the job; returns the StreamingQuery (checkpoint under ``<out>/checkpoint``)."""
-    stream = build_stream(spark, nsqd, per_batch)
+def start(spark: SparkSession, nsqd: str, out: str, per_batch: int = 1000,
+          wal: str | None = None) -> Any:
+    """Start the job; returns the StreamingQuery (checkpoint under ``<out>/checkpoint``).
+
+    The source's write-ahead log is ``wal`` (default ``<out>/wal``).
+    """
+    stream = build_stream(spark, nsqd, per_batch, wal or f"{out}/wal")
     return (stream.writeStream
             .foreachBatch(lambda df, batch_id: summarize_batch(spark, df, batch_id, nsqd, out))
             .option("checkpointLocation", f"{out}/checkpoint")

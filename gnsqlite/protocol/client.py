@@ -173,6 +173,13 @@ class ClientConnection:
         self._pending.append(_Pending("MPUB"))
         return data
 
+    def mpub_encoded(self, topic: str, payload: bytes | memoryview) -> bytes:
+        """MPUB a ready body (see :func:`~gnsqlite.protocol.commands.mpub_encoded`)."""
+        self._require(_PUBLISH_STATES, "MPUB")
+        data = commands.mpub_encoded(topic, payload)
+        self._pending.append(_Pending("MPUB"))
+        return data
+
     def dpub(self, topic: str, delay: float, body: bytes | str) -> bytes:
         """DPUB one message deferred by ``delay`` seconds."""
         self._require(_PUBLISH_STATES, "DPUB")

@@ -124,8 +124,19 @@ def mpub(topic: str, bodies: Iterable[bytes | str]) -> bytes:
     count = len(parts) // 2
     if count == 0:
         raise LocalProtocolError("MPUB needs at least one message")
-    payload = _SIZE.pack(count) + b"".join(parts)
-    return _with_body(f"MPUB {t}\n".encode("ascii"), payload)
+    return mpub_encoded(t, b"".join((_SIZE.pack(count), *parts)))
+
+
+def mpub_encoded(topic: str, payload: bytes | memoryview) -> bytes:
+    """``MPUB <topic>`` with a ready body: the 4-byte message count, then each size and body.
+
+    For callers that build the body from columnar data without a bytes
+    object per message; the body is sent as given (only its size framed).
+    """
+    t = check_topic_name(topic)
+    if len(payload) < 8:
+        raise LocalProtocolError("MPUB needs at least one message")
+    return b"".join((f"MPUB {t}\n".encode("ascii"), _SIZE.pack(len(payload)), payload))
 
 
 def dpub(topic: str, delay: float, body: bytes | str) -> bytes:

@@ -8,7 +8,8 @@ Register the format once per SparkSession::
     stream = (spark.readStream.format("nsq")
               .option("lookupdHttpAddresses", "127.0.0.1:4161")  # or nsqdTcpAddresses
               .option("topic", "pages").option("channel", "spark")
-              .option("maxMessagesPerBatch", 10000)
+              .option("walLocation", "/shared/nsq-wal/pages")  # exactly-once
+              .option("maxMessagesPerBatch", 100000)
               .load())   # id string, body binary, timestamp timestamp, attempts int,
                          # topic string, nsqd string
     df.write.format("nsq").option("nsqdTcpAddresses", "127.0.0.1:4150") \\
@@ -26,7 +27,14 @@ option fails the query at start with an error naming it.
 Guarantees
 ----------
 
-**Source: at-least-once.**
+**Source with option ``walLocation``: replayable, exactly-once with an
+idempotent sink.** See :mod:`gnsqlite.spark.wal_source`: messages are
+written to Arrow IPC segments under ``walLocation`` (through ``pyarrow.fs``)
+and FINished once durable; offsets name segments and rows, so a re-planned
+batch reads the same rows; ``walMaxBytes`` bounds the uncommitted WAL; a
+storage failure fails the query naming the path.
+
+**Source without ``walLocation``: at-least-once.**
 
 * The source's :class:`~gnsqlite.consumer.Consumer` runs in its own thread
   with its own gevent hub inside the Python process Spark starts on the
@@ -68,7 +76,8 @@ Guarantees
   ``availableNowIdleTimeout`` seconds, commits them all, and ends. Later
   messages are given back to nsqd.
 
-**Sink: at-least-once.** Each task publishes its rows with MPUB in chunks
+**Sink: at-least-once.** An Arrow writer: MPUB bodies are cut from the
+``body`` column's buffers. Each task publishes its rows with MPUB in chunks
 within ``maxMessagesPerPublish``, ``maxBodySize`` and ``maxMessageSize``
 (nsqd's ``--max-body-size``/``--max-msg-size``), keeps up to
 ``maxPendingPublishes`` MPUBs pipelined and waits for every ``OK`` before it

@@ -41,8 +41,13 @@ class NSQDataSource(DataSource):
         return SCHEMA
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        """The streaming source; validates the reading options."""
-        return NSQStreamReader(parse_source_options(dict(self.options)))
+        """The streaming source (write-ahead-logged with ``walLocation``); validates the options."""
+        options = parse_source_options(dict(self.options))
+        if options.wal_location is not None:
+            from .wal_source import NSQWalStreamReader
+
+            return NSQWalStreamReader(options)
+        return NSQStreamReader(options)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         """The batch sink; validates the writing options and the input columns."""

@@ -78,8 +78,21 @@ OPTIONS: tuple[Spec, ...] = (
     _spec("maxMessagesPerBatch", SOURCE, int, 10000, 1, "messages",
           "Most messages in one micro-batch (Spark's default read limit)"),
     _spec("maxInFlight", SOURCE, int, 0, 0, "messages",
-          "RDY budget over all nsqd: messages held unfinished by the source; 0 means two"
-          " batches (2 x maxMessagesPerBatch)"),
+          "RDY budget over all nsqd: messages held unfinished by the source; 0 means 2500"
+          " with walLocation (nsqd's default --max-rdy-count), else two batches"
+          " (2 x maxMessagesPerBatch)"),
+    _spec("walLocation", SOURCE, str, "", None, "",
+          "Directory or URI (hdfs://, s3:// ... through pyarrow.fs) of the source's write-ahead"
+          " log, one per query; every executor must be able to read it. Set: exactly-once with"
+          " an idempotent sink. Unset: messages are held unfinished at nsqd until Spark commits,"
+          " at-least-once"),
+    _spec("walMaxBytes", SOURCE, int, 1 << 30, 1, "bytes",
+          "Uncommitted WAL above this: the source stops taking messages (RDY 0) until Spark"
+          " commits"),
+    _spec("walSegmentMessages", SOURCE, int, 0, 0, "messages",
+          "Messages per WAL segment at most; 0 means maxInFlight"),
+    _spec("walFlushInterval", SOURCE, float, 0.05, 0.001, "s",
+          "A WAL segment is written at the latest this long after its first message arrived"),
     _spec("numPartitions", SOURCE, int, 2, 1, "", "Spark partitions per micro-batch"),
     _spec("maxAttempts", SOURCE, int, 0, 0, "",
           "Finish (drop, with a WARNING) messages delivered more often than this;"
@@ -235,6 +248,10 @@ class SourceOptions:
     stop_timeout: float
     connection: ConnectionConfig
     consumer: dict[str, Any] = dataclasses.field(default_factory=dict)
+    wal_location: str | None = None
+    wal_max_bytes: int = 1 << 30
+    wal_segment_messages: int = 2500
+    wal_flush_interval: float = 0.05
 
 
 @dataclass(frozen=True)
@@ -278,13 +295,18 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
     except ConfigError as exc:
         raise ConfigError(f"consumer option: {exc}") from None
     per_batch = v["maxMessagesPerBatch"]
+    wal = v["walLocation"] or None
+    if wal is not None:
+        max_in_flight = v["maxInFlight"] or 2500
+    else:
+        max_in_flight = v["maxInFlight"] or 2 * per_batch
     return SourceOptions(
         topic=topic,
         channel=channel,
         nsqd_tcp_addresses=nsqd,
         lookupd_http_addresses=lookupd,
         max_messages_per_batch=per_batch,
-        max_in_flight=v["maxInFlight"] or 2 * per_batch,
+        max_in_flight=max_in_flight,
         num_partitions=v["numPartitions"],
         max_attempts=v["maxAttempts"],
         available_now_idle_timeout=v["availableNowIdleTimeout"],
@@ -292,6 +314,10 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         stop_timeout=v["stopTimeout"],
         connection=_connection(conn),
         consumer={name: getattr(checked, name) for name in consumer},
+        wal_location=wal,
+        wal_max_bytes=v["walMaxBytes"],
+        wal_segment_messages=v["walSegmentMessages"] or max_in_flight,
+        wal_flush_interval=v["walFlushInterval"],
     )
 
 

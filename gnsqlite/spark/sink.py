@@ -1,6 +1,9 @@
 """The sink: Spark rows published to NSQ topics, for batch and streaming writes.
 
-Each task publishes its partition with MPUB in chunks that respect nsqd's
+The writers are Arrow writers: each task receives its partition as
+``pyarrow.RecordBatch`` objects, and MPUB bodies are cut straight from the
+``body`` column's buffers (:mod:`gnsqlite.spark.arrow_mpub`), without a
+Python object per row. Each task publishes its partition with MPUB in chunks that respect nsqd's
 ``--max-body-size`` and ``--max-msg-size``, keeps a few MPUBs pipelined and
 waits for every ``OK`` before it reports success. Rows with a ``defer``
 value are published one by one with DPUB. The task returns an
@@ -26,7 +29,13 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
 from pyspark.sql.types import (
     BinaryType,
     DataType,
@@ -40,9 +49,10 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from ..errors import ConfigError, MessageTooLargeError
+from ..errors import ConfigError
 from ..producer import Producer
 from ._hub import HubThread
+from .arrow_mpub import as_binary, check_bodies, mpub_payloads
 from .options import SinkOptions
 
 __all__ = [
@@ -52,6 +62,8 @@ __all__ = [
     "ProducerPool",
     "check_sink_schema",
     "summarize",
+    "write_batches",
+    "write_rows",
 ]
 
 log = logging.getLogger(__name__)
@@ -172,16 +184,6 @@ POOL = ProducerPool()
 atexit.register(POOL.close)
 
 
-def _as_bytes(value: Any) -> bytes:
-    if isinstance(value, bytes):
-        return value
-    if isinstance(value, (bytearray, memoryview)):
-        return bytes(value)
-    if isinstance(value, str):
-        return value.encode("utf-8")
-    raise TypeError(f"a body must be binary or string, not {type(value).__name__}")
-
-
 class _Publisher:
     """Publishes one task's rows: chunked MPUBs per topic, pipelined, every OK awaited."""
 
@@ -189,38 +191,55 @@ class _Publisher:
         self.options = options
         self.result = NSQCommitMessage(partition_id)
         self._hub, self._producer = POOL.get(options)
-        self._pending: dict[str, tuple[list[bytes], int]] = {}
         self._waiting: list[tuple[concurrent.futures.Future[None], str, int, int]] = []
 
-    def add(self, topic: str, body: bytes, defer: float | None) -> None:
+    def add_batch(self, batch: pa.RecordBatch) -> None:
+        """Publish one record batch of the input (columns body [, topic] [, defer])."""
         o = self.options
-        if not body:
-            raise ValueError(f"an empty body for topic {topic!r}: nsqd refuses empty messages")
-        if len(body) > o.max_message_size:
-            raise MessageTooLargeError(
-                f"a body of {len(body)} bytes for topic {topic!r} exceeds"
-                f" maxMessageSize={o.max_message_size} (nsqd's --max-msg-size)"
-            )
-        if defer is not None:
-            self._send(topic, [body], defer)
+        columns = {name.lower(): batch.column(i) for i, name in enumerate(batch.schema.names)}
+        body = as_binary(columns["body"])
+        check_bodies(body, o.max_message_size, f"partition {self.result.partition_id}")
+        topics = columns.get("topic")
+        if topics is not None and topics.null_count:
+            if o.topic is None:
+                raise ValueError("a row has a null topic and option 'topic' is not set")
+            topics = pc.fill_null(topics, o.topic)
+        defer = columns.get("defer")
+        if defer is not None and defer.null_count < len(defer):
+            later = pc.is_valid(defer)
+            self._add_deferred(body.filter(later), defer.filter(later),
+                               None if topics is None else topics.filter(later))
+            now = pc.invert(later)
+            body = body.filter(now)
+            topics = None if topics is None else topics.filter(now)
+        if topics is None:
+            assert o.topic is not None  # check_sink_schema: option topic or a topic column
+            self._add_bodies(o.topic, body)
             return
-        bodies, size = self._pending.get(topic, ([], 4))
-        if bodies and (len(bodies) >= o.max_messages_per_publish
-                       or size + 4 + len(body) > o.max_body_size):
-            self._send(topic, bodies, None)
-            bodies, size = [], 4
-        bodies.append(body)
-        self._pending[topic] = (bodies, size + 4 + len(body))
+        for topic in pc.unique(topics).to_pylist():
+            self._add_bodies(topic, body.filter(pc.equal(topics, topic)))
 
-    def _send(self, topic: str, bodies: list[bytes], defer: float | None) -> None:
+    def _add_bodies(self, topic: str, bodies: pa.Array) -> None:
+        o = self.options
+        for payload, count, size in mpub_payloads(bodies, o.max_messages_per_publish,
+                                                   o.max_body_size):
+            self._send(self._producer.multi_publish_encoded, (topic, payload), topic, count,
+                       size)
+
+    def _add_deferred(self, bodies: pa.Array, defer: pa.Array, topics: pa.Array | None) -> None:
+        # DPUB carries one message: rows with a defer value go one by one.
+        default = self.options.topic
+        topic_list = topics.to_pylist() if topics is not None else [default] * len(bodies)
+        for body, seconds, topic in zip(bodies.to_pylist(), defer.to_pylist(), topic_list,
+                                        strict=True):
+            self._send(self._producer.publish, (topic, body, float(seconds)), topic, 1,
+                       len(body))
+
+    def _send(self, call: Any, args: tuple[Any, ...], topic: str, count: int, size: int) -> None:
         while len(self._waiting) >= self.options.max_pending_publishes:
             self._collect(self._waiting.pop(0))
-        producer = self._producer
-        if defer is None:
-            future = self._hub.submit(producer.multi_publish, topic, bodies)
-        else:
-            future = self._hub.submit(producer.publish, topic, bodies[0], defer)
-        self._waiting.append((future, topic, len(bodies), sum(map(len, bodies))))
+        future = self._hub.submit(call, *args)
+        self._waiting.append((future, topic, count, size))
 
     def _collect(self, item: tuple[concurrent.futures.Future[None], str, int, int]) -> None:
         future, topic, count, size = item
@@ -232,10 +251,6 @@ class _Publisher:
         r.topics[topic] = r.topics.get(topic, 0) + count
 
     def finish(self) -> NSQCommitMessage:
-        for topic, (bodies, _) in list(self._pending.items()):
-            if bodies:
-                self._send(topic, bodies, None)
-        self._pending.clear()
         while self._waiting:
             self._collect(self._waiting.pop(0))
         return self.result
@@ -258,25 +273,33 @@ def _partition_id() -> int:
         return 0
 
 
-def write_rows(options: SinkOptions, rows: Iterable[Any]) -> NSQCommitMessage:
-    """Publish ``rows`` (Spark ``Row`` objects); blocks until nsqd answered every MPUB."""
+def write_batches(options: SinkOptions, batches: Iterable[pa.RecordBatch]) -> NSQCommitMessage:
+    """Publish Arrow record batches (columns body [, topic] [, defer]); blocks until every OK."""
     publisher = _Publisher(options, _partition_id())
-    default_topic = options.topic
     try:
-        for row in rows:
-            data = row.asDict() if hasattr(row, "asDict") else dict(row)
-            body = data.get("body")
-            if body is None:
-                raise ValueError("a row has a null body: filter null bodies out before writing")
-            topic = data.get("topic") or default_topic
-            if topic is None:
-                raise ValueError("a row has a null topic and option 'topic' is not set")
-            defer = data.get("defer")
-            publisher.add(topic, _as_bytes(body), None if defer is None else float(defer))
+        for batch in batches:
+            if batch.num_rows:
+                publisher.add_batch(batch)
         return publisher.finish()
     except BaseException:
         publisher.abandon()
         raise
+
+
+def write_rows(options: SinkOptions, rows: Iterable[Any]) -> NSQCommitMessage:
+    """Publish ``rows`` (``Row`` objects or dicts) as one record batch (:func:`write_batches`)."""
+    records = [row.asDict() if hasattr(row, "asDict") else dict(row) for row in rows]
+    if not records:
+        return write_batches(options, [])
+    names = [n for n in ("body", "topic", "defer") if any(n in r for r in records)]
+    types = {"body": pa.binary(), "topic": pa.string(), "defer": pa.float64()}
+    arrays = []
+    for name in names:
+        values = [r.get(name) for r in records]
+        if name == "body":
+            values = [v.encode("utf-8") if isinstance(v, str) else v for v in values]
+        arrays.append(pa.array(values, types[name]))
+    return write_batches(options, [pa.RecordBatch.from_arrays(arrays, names=names)])
 
 
 def _log_commit(kind: str, messages: Sequence[WriterCommitMessage | None]) -> dict[str, Any]:
@@ -294,16 +317,16 @@ def _log_abort(kind: str, messages: Sequence[WriterCommitMessage | None]) -> Non
                 total["tasks"])
 
 
-class NSQWriter(DataSourceWriter):
-    """The batch sink (``df.write.format("nsq")``); holds only options."""
+class NSQWriter(DataSourceArrowWriter):
+    """The batch sink (``df.write.format("nsq")``); receives Arrow record batches."""
 
     def __init__(self, options: SinkOptions) -> None:
         self.options = options
         self.last_summary: dict[str, Any] | None = None
 
-    def write(self, iterator: Iterator[Any]) -> NSQCommitMessage:
-        """Publish one partition (runs in a task); returns its counts."""
-        return write_rows(self.options, iterator)
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> NSQCommitMessage:
+        """Publish one partition's record batches (runs in a task); returns its counts."""
+        return write_batches(self.options, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         """Sum the tasks' counts and log them (runs on the driver)."""
@@ -314,16 +337,16 @@ class NSQWriter(DataSourceWriter):
         _log_abort("write", messages)
 
 
-class NSQStreamWriter(DataSourceStreamWriter):
-    """The streaming sink (``df.writeStream.format("nsq")``); holds only options."""
+class NSQStreamWriter(DataSourceStreamArrowWriter):
+    """The streaming sink (``df.writeStream.format("nsq")``); receives Arrow record batches."""
 
     def __init__(self, options: SinkOptions) -> None:
         self.options = options
         self.last_summary: dict[str, Any] | None = None
 
-    def write(self, iterator: Iterator[Any]) -> NSQCommitMessage:
-        """Publish one partition of a micro-batch (runs in a task); returns its counts."""
-        return write_rows(self.options, iterator)
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> NSQCommitMessage:
+        """Publish one partition of a micro-batch as record batches (runs in a task)."""
+        return write_batches(self.options, iterator)
 
     def commit(
         self, messages: list[WriterCommitMessage | None], batchId: int

@@ -47,7 +47,15 @@ except ImportError:  # pragma: no cover - PySpark 4.0/4.1
     ReadLimit = ReadAllAvailable = ReadMaxRows = ReadMinRows = None  # type: ignore[assignment,misc]
     SupportsTriggerAvailableNow = object  # type: ignore[assignment,misc]
 
-__all__ = ["NSQPartition", "NSQStreamReader", "SCHEMA"]
+__all__ = [
+    "NSQPartition",
+    "NSQStreamReader",
+    "ReadMaxRows",
+    "SCHEMA",
+    "SupportsTriggerAvailableNow",
+    "exit_on_sigterm",
+    "read_limit",
+]
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +92,7 @@ def _raise_system_exit(signum: int, frame: Any) -> None:
     raise SystemExit(128 + signum)
 
 
-def _exit_on_sigterm() -> None:
+def exit_on_sigterm() -> None:
     """Turn SIGTERM into ``SystemExit`` in the source's process, if nothing handles it.
 
     Spark ends the process holding a query's source with SIGTERM when the
@@ -98,6 +106,17 @@ def _exit_on_sigterm() -> None:
         return
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _raise_system_exit)
+
+
+def read_limit(limit: Any, default: int) -> tuple[int | None, int | None]:
+    """Spark's read limit as ``(max_rows, min_rows)``; ``None`` means no bound."""
+    if ReadAllAvailable is not None and isinstance(limit, ReadAllAvailable):
+        return None, None
+    if ReadMaxRows is not None and isinstance(limit, ReadMaxRows):
+        return limit.max_rows, None
+    if ReadMinRows is not None and isinstance(limit, ReadMinRows):
+        return None, limit.min_rows
+    return default, None
 
 
 def _timestamp(ns: int) -> datetime.datetime:
@@ -151,7 +170,7 @@ class NSQStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
         hub.start()
         self._hub = hub
         hub.call(self._start_consumer)
-        _exit_on_sigterm()
+        exit_on_sigterm()
         return hub
 
     def _start_consumer(self) -> None:
@@ -368,14 +387,7 @@ class NSQStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
     ) -> dict[str, Any]:
         """Take the buffered messages (within ``limit``) into a new batch; blocks briefly."""
         hub = self._ensure_started()
-        max_rows: int | None = self.options.max_messages_per_batch
-        min_rows: int | None = None
-        if ReadAllAvailable is not None and isinstance(limit, ReadAllAvailable):
-            max_rows = None
-        elif ReadMaxRows is not None and isinstance(limit, ReadMaxRows):
-            max_rows = limit.max_rows
-        elif ReadMinRows is not None and isinstance(limit, ReadMinRows):
-            max_rows, min_rows = None, limit.min_rows
+        max_rows, min_rows = read_limit(limit, self.options.max_messages_per_batch)
         return hub.call(self._latest, start, max_rows, min_rows)
 
     def reportLatestOffset(self) -> dict[str, Any] | None:

@@ -1,0 +1,478 @@
+"""The write-ahead-logged streaming source: replayable batches from NSQ.
+
+:class:`NSQWalStreamReader` is the source when option ``walLocation`` is
+set. It lives in the Python process Spark starts on the driver for the
+query's source; its :class:`~gnsqlite.consumer.Consumer` runs in a
+:class:`~gnsqlite.spark._hub.HubThread` and consumes continuously, between
+batches too:
+
+1. received messages are buffered (at most ``maxInFlight``, nsqd's RDY);
+2. a *segment* is cut when ``walSegmentMessages`` messages are buffered or
+   ``walFlushInterval`` seconds after its first message; a worker thread
+   writes it as an Arrow IPC file under ``walLocation`` and makes it
+   durable (:mod:`gnsqlite.spark.wal`) while the hub keeps receiving;
+3. only then are its messages FINished at nsqd, and the segment becomes
+   visible to Spark's planning.
+
+Offsets are positions in the WAL (:mod:`gnsqlite.spark.segments`);
+:meth:`partitions` hands out file names and row ranges, and executors read
+the files into Arrow record batches. :meth:`commit` deletes the segments
+Spark no longer needs. A restarted query re-plans its last batch from the
+same immutable files and gets the same rows; segments written but never
+planned are listed at start and read by the next batch.
+
+When the uncommitted segments exceed ``walMaxBytes`` the source stops
+taking messages (RDY 0) and resumes once Spark's commits bring it below.
+A storage failure stops taking messages, gives every unwritten message back
+to nsqd (``REQ 0``) and fails the query's next call with
+:class:`~gnsqlite.spark.wal.WalStorageError` naming the path.
+
+Duplicates after a crash: nsqd redelivers a message whose FIN it never
+processed. The source remembers the ids of the newest ``2 x maxInFlight``
+WAL rows (read back from the newest segments at start) and FINishes such
+a redelivery without writing it again.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import gevent
+import gevent.event
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+
+from ..consumer import Consumer
+from ..errors import NSQConnectionError
+from ..message import Message
+from ._hub import HubThread
+from .options import SourceOptions
+from .segments import Position, SegmentIndex, Slice, offset, position, split_slices
+from .source import ReadMaxRows, SupportsTriggerAvailableNow, exit_on_sigterm, read_limit
+from .wal import ROW_SCHEMA, WalStorageError, WalStore
+
+__all__ = ["NSQWalPartition", "NSQWalStreamReader", "read_partition"]
+
+log = logging.getLogger(__name__)
+
+
+class NSQWalPartition(InputPartition):
+    """One Spark partition of a micro-batch: slices of WAL segment files.
+
+    Pickled to the executors, which open the files under ``location``.
+    """
+
+    def __init__(self, index: int, location: str, topic: str, slices: list[Slice]) -> None:
+        super().__init__(index)
+        self.index = index
+        self.location = location
+        self.topic = topic
+        self.slices = slices
+
+    def __repr__(self) -> str:
+        rows = sum(s.rows for s in self.slices)
+        return f"<NSQWalPartition {self.index} of {self.topic}: {rows} rows>"
+
+
+def read_partition(partition: NSQWalPartition,
+                   store: WalStore | None = None) -> Iterator[pa.RecordBatch]:
+    """The partition's rows as record batches of the source's schema (blocks on storage)."""
+    store = store if store is not None else WalStore(partition.location)
+    for piece in partition.slices:
+        for batch in store.read(piece):
+            topic = pa.repeat(pa.scalar(partition.topic, pa.string()), batch.num_rows)
+            yield pa.RecordBatch.from_arrays(
+                [batch.column(0), batch.column(1), batch.column(2), batch.column(3), topic,
+                 batch.column(4)],
+                names=["id", "body", "timestamp", "attempts", "topic", "nsqd"],
+            )
+
+
+class _Dedup:
+    """The ids of the newest WAL rows, bounded: a redelivery of one is finished, not written."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = max(1, capacity)
+        self._order: collections.deque[str] = collections.deque()
+        self._ids: set[str] = set()
+
+    def __contains__(self, mid: str) -> bool:
+        return mid in self._ids
+
+    def add(self, ids: Sequence[str]) -> None:
+        for mid in ids:
+            if mid not in self._ids:
+                self._ids.add(mid)
+                self._order.append(mid)
+        while len(self._order) > self.capacity:
+            self._ids.discard(self._order.popleft())
+
+
+class NSQWalStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
+    """The ``nsq`` streaming source with a write-ahead log; Spark calls it, users do not.
+
+    The constructor starts nothing: the store is listed and the consumer
+    started at Spark's first call, in the process that holds the reader.
+    Spark pickles this object to the executors for :meth:`read`; only the
+    options travel.
+    """
+
+    def __init__(self, options: SourceOptions, store: WalStore | None = None) -> None:
+        if options.wal_location is None:
+            raise ValueError("NSQWalStreamReader needs option walLocation")
+        self.options = options
+        self._store = store
+        self._hub: HubThread | None = None
+        self._consumer: Consumer | None = None
+        self._index = SegmentIndex()
+        self._next = 0  # the number of the next segment to write
+        self._buffer: list[Message] = []
+        self._first_arrival = 0.0
+        self._last_arrival = 0.0
+        self._started_at = 0.0
+        self._wake: gevent.event.Event | None = None
+        self._writer: gevent.Greenlet[[], None] | None = None
+        self._writing = 0  # messages in the segment being written
+        self._failure: WalStorageError | None = None
+        self._paused = False
+        self._dedup = _Dedup(2 * options.max_in_flight)
+        self._available_now = False
+        self._available_now_end: Position | None = None
+        self._pid = 0
+        self._stopped = False
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"options": self.options}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["options"])  # type: ignore[misc]
+
+    def __repr__(self) -> str:
+        o = self.options
+        return f"<NSQWalStreamReader {o.topic}/{o.channel} wal={o.wal_location}>"
+
+    @property
+    def store(self) -> WalStore:
+        """The WAL's storage (opened lazily)."""
+        if self._store is None:
+            assert self.options.wal_location is not None
+            self._store = WalStore(self.options.wal_location)
+        return self._store
+
+    # -- lifecycle (Spark's thread) -------------------------------------------
+
+    def _ensure_started(self, *offsets: Mapping[str, Any] | None) -> HubThread:
+        if self._stopped:
+            raise NSQConnectionError(f"{self.options.topic}/{self.options.channel}",
+                                     "the nsq source was stopped")
+        if self._hub is not None and self._pid == os.getpid():
+            return self._hub
+        self._pid = os.getpid()
+        segments = self.store.prepare()
+        self._index = SegmentIndex(segments)
+        # New segments are numbered above every file and every offset Spark
+        # holds, so a batch planned again reads the same files.
+        hinted = [p[0] + (1 if p[1] else 0) for p in map(position, offsets) if p is not None]
+        self._next = max([self._index.next_number(), *hinted])
+        for segment in self._index.newest(2 * self.options.max_in_flight):
+            self._dedup.add(self.store.read_ids(segment))
+        if segments:
+            log.info("%r: %d segments (%d rows, %d bytes) in the WAL at start", self,
+                     len(segments), self._index.rows_after(self._index.first()),
+                     self._index.size)
+        hub = HubThread(f"gnsqlite-wal-source-{self.options.topic}")
+        hub.start()
+        self._hub = hub
+        hub.call(self._start_consumer)
+        exit_on_sigterm()
+        return hub
+
+    def _start_consumer(self) -> None:
+        o = self.options
+        self._wake = gevent.event.Event()
+        self._started_at = time.monotonic()
+        consumer = Consumer(
+            o.topic,
+            o.channel,
+            self._on_message,
+            nsqd_tcp_addresses=o.nsqd_tcp_addresses,
+            lookupd_http_addresses=o.lookupd_http_addresses,
+            connection_config=o.connection,
+            backoff=None,
+            max_in_flight=o.max_in_flight,
+            max_attempts=o.max_attempts,
+            concurrency=4,
+            **o.consumer,
+        )
+        self._consumer = consumer
+        self._writer = gevent.spawn(self._write_loop)
+        self._update_flow()
+        consumer.start()
+        log.info("%r: consuming with max_in_flight=%d into %s", self, o.max_in_flight,
+                 self.store.location)
+
+    def stop(self) -> None:
+        """Spark ends the query: give back unwritten messages, close, end the thread.
+
+        What is in the WAL stays there for the next run of the query.
+        """
+        self._stopped = True
+        hub, self._hub = self._hub, None
+        if hub is None or not hub.running:
+            return
+        try:
+            hub.call(self._stop_consumer, timeout=self.options.stop_timeout + 30.0)
+        except Exception:
+            log.exception("%r: stopping failed; nsqd requeues what the closed connections held",
+                          self)
+        hub.stop()
+
+    def _stop_consumer(self) -> None:
+        consumer = self._consumer
+        if consumer is not None:
+            consumer.set_max_in_flight(0)
+        writer = self._writer
+        if writer is not None:
+            # A segment being written finishes (its messages get their FIN);
+            # the loop ends before cutting another.
+            if self._wake is not None:
+                self._wake.set()
+            writer.join(self.options.stop_timeout + 20.0)
+            writer.kill()
+        self._give_back()
+        if consumer is not None:
+            consumer.close(self.options.stop_timeout)
+
+    def _give_back(self) -> None:
+        buffered, self._buffer = self._buffer, []
+        for message in buffered:
+            message.requeue(0.0, backoff=False)
+        if buffered:
+            log.info("%r: gave back %d messages not yet in the WAL", self, len(buffered))
+
+    # -- hub-thread side ---------------------------------------------------------
+
+    def _on_message(self, message: Message) -> None:
+        message.enable_async()
+        now = time.monotonic()
+        self._last_arrival = now
+        if self._stopped or self._failure is not None:
+            message.requeue(0.0, backoff=False)
+            return
+        if message.id in self._dedup:  # already in the WAL: nsqd lost our FIN
+            message.finish()
+            return
+        if not self._buffer:
+            self._first_arrival = now
+        self._buffer.append(message)
+        if len(self._buffer) == 1 or len(self._buffer) >= self.options.wal_segment_messages:
+            assert self._wake is not None
+            self._wake.set()
+
+    def _write_loop(self) -> None:
+        """Cut segments, write them in a worker thread, then FIN their messages."""
+        o = self.options
+        wake = self._wake
+        assert wake is not None
+        threadpool = gevent.get_hub().threadpool
+        while True:
+            wake.wait()
+            wake.clear()
+            if self._stopped:
+                return
+            if not self._buffer:
+                continue
+            while len(self._buffer) < o.wal_segment_messages:
+                left = self._first_arrival + o.wal_flush_interval - time.monotonic()
+                if left <= 0:
+                    break
+                wake.wait(left)
+                wake.clear()
+            messages = self._buffer[: o.wal_segment_messages]
+            del self._buffer[: len(messages)]
+            if self._buffer:
+                self._first_arrival = time.monotonic()
+                wake.set()
+            batch = pa.RecordBatch.from_arrays([
+                pa.array([m.id for m in messages], pa.string()),
+                pa.array([m.body for m in messages], pa.binary()),
+                pa.array([m.timestamp // 1000 for m in messages], pa.int64()).cast(
+                    ROW_SCHEMA.field("timestamp").type),
+                pa.array([m.attempts for m in messages], pa.int32()),
+                pa.array([m.nsqd for m in messages], pa.string()),
+            ], schema=ROW_SCHEMA)
+            number = self._next
+            self._writing = len(messages)
+            try:
+                segment = threadpool.spawn(self.store.write, number, batch).get()
+            except WalStorageError as exc:
+                self._fail(exc, messages)
+                return
+            except Exception as exc:
+                self._fail(WalStorageError(f"WAL write failed at {self.store.location}: {exc}"),
+                           messages)
+                return
+            finally:
+                self._writing = 0
+            assert segment is not None
+            self._next = number + 1
+            for message in messages:
+                message.finish()
+            self._dedup.add([m.id for m in messages])
+            self._index.add(segment)
+            self._update_flow()
+
+    def _fail(self, exc: WalStorageError, messages: list[Message]) -> None:
+        log.error("%r: %s; giving unwritten messages back to nsqd", self, exc)
+        self._failure = exc
+        if self._consumer is not None:
+            self._consumer.set_max_in_flight(0)
+        for message in messages:
+            message.requeue(0.0, backoff=False)
+        self._give_back()
+
+    def _update_flow(self) -> None:
+        """RDY 0 while the uncommitted WAL is above ``walMaxBytes``; the budget below."""
+        consumer = self._consumer
+        if consumer is None or self._failure is not None or self._stopped:
+            return
+        over = self._index.size > self.options.wal_max_bytes
+        if over and not self._paused:
+            self._paused = True
+            consumer.set_max_in_flight(0)
+            log.info("%r: the uncommitted WAL holds %d bytes > walMaxBytes=%d: paused", self,
+                     self._index.size, self.options.wal_max_bytes)
+        elif not over and self._paused:
+            self._paused = False
+            consumer.set_max_in_flight(self.options.max_in_flight)
+            log.info("%r: the uncommitted WAL is back to %d bytes: resumed", self,
+                     self._index.size)
+
+    def _check(self) -> None:
+        if self._failure is not None:
+            raise self._failure
+
+    def _initial(self) -> dict[str, int]:
+        self._check()
+        o = self.options
+        consumer = self._consumer
+        static_only = o.nsqd_tcp_addresses and not o.lookupd_http_addresses
+        if static_only and consumer is not None and not consumer.connected.wait(o.start_timeout):
+            raise NSQConnectionError(
+                ",".join(o.nsqd_tcp_addresses),
+                f"the nsq source could not subscribe to {o.topic}/{o.channel} within"
+                f" startTimeout={o.start_timeout} s; check nsqdTcpAddresses",
+            )
+        return offset(self._index.first())
+
+    def _latest(self, start: Mapping[str, Any] | None, max_rows: int | None,
+                min_rows: int | None) -> dict[str, int]:
+        self._check()
+        begin = position(start) or self._index.first()
+        if self._available_now:
+            if self._available_now_end is None:
+                self._wait_quiet()
+                self._check()
+                self._available_now_end = self._index.end()
+            end = self._index.advance(begin, max_rows)
+            return offset(min(end, max(begin, self._available_now_end)))
+        if min_rows is not None and self._index.rows_after(begin) < min_rows:
+            return offset(begin)
+        return offset(self._index.advance(begin, max_rows))
+
+    def _wait_quiet(self) -> None:
+        """Trigger.AvailableNow: wait until no message arrived for the idle timeout."""
+        o = self.options
+        consumer = self._consumer
+        if consumer is not None and not consumer.connected.is_set():
+            consumer.connected.wait(o.start_timeout)
+        while self._failure is None:
+            quiet = time.monotonic() - max(self._last_arrival, self._started_at)
+            pending = self._buffer or self._writing
+            if quiet >= o.available_now_idle_timeout and not pending:
+                return
+            if quiet >= o.start_timeout + o.available_now_idle_timeout:
+                return
+            gevent.sleep(min(0.05, max(0.001, o.available_now_idle_timeout - quiet)))
+
+    def _partitions(self, start: Mapping[str, Any], end: Mapping[str, Any]
+                    ) -> list[NSQWalPartition]:
+        self._check()
+        begin, stop = position(start), position(end)
+        assert begin is not None and stop is not None
+        slices = self._index.slices(begin, stop)
+        groups = split_slices(slices, self.options.num_partitions)
+        location = self.store.location
+        return [NSQWalPartition(i, location, self.options.topic, g)
+                for i, g in enumerate(groups)]
+
+    def _commit(self, end: Mapping[str, Any]) -> int:
+        stop = position(end)
+        assert stop is not None
+        gone = self._index.drop_before(stop[0])
+        if gone:
+            gevent.get_hub().threadpool.spawn(self.store.delete, gone).get()
+        self._update_flow()
+        return sum(s.rows for s in gone)
+
+    def _report_latest(self) -> dict[str, int]:
+        return offset(self._index.end())
+
+    # -- Spark's API (Spark's thread) ----------------------------------------------
+
+    def initialOffset(self) -> dict[str, int]:
+        """The start of a new query: the oldest segment in the WAL (or segment 0)."""
+        hub = self._ensure_started()
+        return hub.call(self._initial)
+
+    def getDefaultReadLimit(self) -> Any:
+        """``maxMessagesPerBatch`` as Spark's read limit."""
+        if ReadMaxRows is None:  # pragma: no cover - PySpark 4.0/4.1
+            return None
+        return ReadMaxRows(self.options.max_messages_per_batch)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Trigger.AvailableNow: read the WAL and what arrives until the topic goes quiet.
+
+        The end is fixed at the first batch, once no message arrived for
+        ``availableNowIdleTimeout`` seconds; later messages stay in the
+        WAL for the next run.
+        """
+        self._available_now = True
+
+    def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None
+                     ) -> dict[str, int]:
+        """The end of the next batch: up to ``limit`` rows of durable segments. Does not wait."""
+        hub = self._ensure_started(start)
+        max_rows, min_rows = read_limit(limit, self.options.max_messages_per_batch)
+        return hub.call(self._latest, start, max_rows, min_rows)
+
+    def reportLatestOffset(self) -> dict[str, int] | None:
+        """The position after every durable row (for query progress)."""
+        hub = self._hub
+        if hub is None or not hub.running or self._pid != os.getpid():
+            return None
+        return hub.call(self._report_latest)
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        """The batch from ``start`` to ``end``: slices of segment files in ``numPartitions``."""
+        hub = self._ensure_started(start, end)
+        return hub.call(self._partitions, start, end)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Spark committed every batch up to ``end``: delete the segments before it."""
+        hub = self._ensure_started(end)
+        rows = hub.call(self._commit, end)
+        if rows:
+            log.debug("%r: committed %s, deleted segments of %d rows", self, end, rows)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Yield the partition's rows as Arrow record batches (runs on an executor)."""
+        if not isinstance(partition, NSQWalPartition):
+            raise TypeError(f"the nsq source cannot read {partition!r}: not an NSQWalPartition")
+        return read_partition(partition)

@@ -1,0 +1,70 @@
+"""The write-ahead-logged nsq source under real PySpark (local[2]) on nsqd's default flags."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from spark_support import channel_stats, drained, publish
+
+from gnsqlite.testing import NsqdServer, wait_until
+
+pytestmark = pytest.mark.slow
+
+TOPIC = "wal_pages"
+CHANNEL = "spark"
+
+
+class Sizes:
+    """A foreachBatch sink keeping every body and the size of each batch."""
+
+    def __init__(self) -> None:
+        self.bodies: list[bytes] = []
+        self.sizes: list[int] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        rows = df.select("body", "topic", "attempts", "timestamp").collect()
+        with self.lock:
+            if rows:
+                self.sizes.append(len(rows))
+            for row in rows:
+                assert row["topic"] == TOPIC and row["attempts"] >= 1
+                assert row["timestamp"] is not None
+                self.bodies.append(bytes(row["body"]))
+
+    def count(self) -> int:
+        with self.lock:
+            return len(self.bodies)
+
+
+def test_wal_source_reads_batches_above_nsqds_rdy_cap_exactly_once(
+    spark: Any, nsqd: NsqdServer, tmp_path: Path
+) -> None:
+    expected = {f"w-{i}".encode() for i in range(20_000)}
+    publish(nsqd, sorted(expected), TOPIC)
+    sink = Sizes()
+    query = (spark.readStream.format("nsq").option("nsqdTcpAddresses", nsqd.tcp_address)
+             .option("topic", TOPIC).option("channel", CHANNEL)
+             .option("walLocation", str(tmp_path / "wal"))
+             .option("maxMessagesPerBatch", 8000).load()
+             .writeStream.foreachBatch(sink)
+             .option("checkpointLocation", str(tmp_path / "ck")).start())
+    try:
+        wait_until(lambda: sink.count() >= len(expected) or query.exception(), timeout=180,
+                   interval=0.2, message="20,000 rows in the sink")
+        assert query.exception() is None
+        # FINished once in the WAL: the channel drains without waiting for Spark's commits.
+        wait_until(lambda: drained(nsqd, TOPIC, CHANNEL), timeout=30, interval=0.2)
+    finally:
+        query.stop()
+    assert len(sink.bodies) == len(expected) and set(sink.bodies) == expected
+    # nsqd's default --max-rdy-count (2500) no longer bounds a batch.
+    assert max(sink.sizes) > 2500 and max(sink.sizes) <= 8000
+    stats = channel_stats(nsqd, TOPIC, CHANNEL)
+    assert stats["requeue_count"] == 0 and stats["timeout_count"] == 0
+    # Spark committed what it processed: the WAL keeps at most the last batch.
+    left = list((tmp_path / "wal").glob("*.arrow"))
+    assert sum(int(p.name.split("-")[1].split(".")[0]) for p in left) <= 8000

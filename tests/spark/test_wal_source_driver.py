@@ -1,0 +1,168 @@
+"""The WAL source's driver side without a SparkSession: Spark's calls from a plain thread."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from spark_support import channel_stats, drained, publish
+
+from gnsqlite.testing import NsqdServer, wait_until
+
+pytest.importorskip("pyspark", reason="the spark extra (PySpark) is not installed")
+
+from gnsqlite.spark.options import parse_source_options
+from gnsqlite.spark.wal import WalStorageError, WalStore
+from gnsqlite.spark.wal_source import NSQWalStreamReader
+
+TOPIC = "walled"
+CHANNEL = "spark"
+
+
+def make_reader(server: NsqdServer, wal: Path, **extra: Any) -> NSQWalStreamReader:
+    options = {"nsqdTcpAddresses": server.tcp_address, "topic": TOPIC, "channel": CHANNEL,
+               "walLocation": str(wal), "maxMessagesPerBatch": "100000", "numPartitions": "3"}
+    options.update({k: str(v) for k, v in extra.items()})
+    return NSQWalStreamReader(parse_source_options(options))
+
+
+def bodies(reader: NSQWalStreamReader, start: dict[str, Any], end: dict[str, Any]) -> list[bytes]:
+    out: list[bytes] = []
+    for part in reader.partitions(start, end):
+        for batch in reader.read(part):
+            assert batch.schema.names == ["id", "body", "timestamp", "attempts", "topic", "nsqd"]
+            assert set(batch.column("topic").to_pylist()) <= {TOPIC}
+            out.extend(batch.column("body").to_pylist())
+    return out
+
+
+def rows_in(wal: Path) -> int:
+    return sum(int(p.name.split("-")[1].split(".")[0]) for p in wal.glob("*.arrow"))
+
+
+def test_messages_are_finished_once_in_the_wal_and_a_replan_reads_the_same_rows(
+    nsqd: NsqdServer, tmp_path: Path
+) -> None:
+    wal = tmp_path / "wal"
+    expected = [f"m-{i}".encode() for i in range(6000)]
+    publish(nsqd, expected[:3000], TOPIC)
+    reader = make_reader(nsqd, wal, maxInFlight=1000)
+    try:
+        start = reader.initialOffset()
+        assert start == {"segment": 0, "row": 0}
+        publish(nsqd, expected[3000:], TOPIC)
+        # Everything is FINished at nsqd as soon as it is in the WAL, before any commit.
+        wait_until(lambda: drained(nsqd, TOPIC, CHANNEL), timeout=30,
+                   message="the channel drained into the WAL")
+        assert rows_in(wal) == len(expected)
+        end = reader.latestOffset(start)
+        first = bodies(reader, start, end)
+        assert sorted(first) == sorted(expected) and len(first) == len(expected)
+        assert bodies(reader, start, end) == first  # planned again: the same rows, same order
+    finally:
+        reader.stop()
+
+    # A new process (a restarted driver) re-plans the uncommitted batch: same rows.
+    again = make_reader(nsqd, wal)
+    try:
+        assert bodies(again, start, end) == first
+        again.commit(end)
+        assert rows_in(wal) == 0 and not list(wal.glob("*.tmp"))
+        assert again.latestOffset(end) == end  # nothing new
+    finally:
+        again.stop()
+    stats = channel_stats(nsqd, TOPIC, CHANNEL)
+    assert stats["requeue_count"] == 0 and stats["timeout_count"] == 0
+
+
+def test_segments_written_but_never_planned_are_picked_up_by_the_next_run(
+    nsqd: NsqdServer, tmp_path: Path
+) -> None:
+    wal = tmp_path / "wal"
+    publish(nsqd, [f"a-{i}".encode() for i in range(500)], TOPIC)
+    first = make_reader(nsqd, wal)
+    try:
+        start = first.initialOffset()
+        wait_until(lambda: drained(nsqd, TOPIC, CHANNEL), timeout=30)
+        planned = first.latestOffset(start)
+        first.commit(planned)  # batch 0 done
+        publish(nsqd, [f"b-{i}".encode() for i in range(700)], TOPIC)
+        wait_until(lambda: rows_in(wal) == 700, timeout=30, message="700 rows unplanned")
+    finally:
+        first.stop()
+    second = make_reader(nsqd, wal)
+    try:
+        end = second.latestOffset(planned)
+        got = bodies(second, planned, end)
+        assert sorted(got) == sorted(f"b-{i}".encode() for i in range(700))
+    finally:
+        second.stop()
+
+
+def test_the_wal_bound_pauses_consumption_until_spark_commits(
+    nsqd_factory: Callable[..., NsqdServer], tmp_path: Path
+) -> None:
+    server = nsqd_factory()
+    wal = tmp_path / "wal"
+    expected = [b"x%05d" % i + b"y" * 200 for i in range(3000)]
+    publish(server, expected, TOPIC)
+    # Segments of 100 rows are ~22 kB; a bound of 60 kB stops the flow after a few.
+    reader = make_reader(server, wal, maxInFlight=100, walSegmentMessages=100,
+                         walMaxBytes=60_000)
+    seen: list[bytes] = []
+    try:
+        start = reader.initialOffset()
+        wait_until(lambda: rows_in(wal) >= 300, timeout=30)
+        # Paused (RDY 0) once the WAL is above the bound: what it held went to the WAL,
+        # nsqd sends nothing more and keeps the rest queued while nothing is committed.
+        wait_until(lambda: channel_stats(server, TOPIC, CHANNEL)["in_flight_count"] == 0,
+                   timeout=10, message="nothing in flight: paused")
+        in_wal = rows_in(wal)
+        assert 300 <= in_wal <= 600 and in_wal < len(expected)
+        assert sum(p.stat().st_size for p in wal.glob("*.arrow")) > 60_000
+        assert channel_stats(server, TOPIC, CHANNEL)["depth"] == len(expected) - in_wal
+        # Spark catches up batch by batch; the source resumes each time.
+        while len(seen) < len(expected):
+            begin = start
+            end = wait_until(lambda b=begin: (e := reader.latestOffset(b)) != b and e,
+                             timeout=30, message=f"more rows after {len(seen)}")
+            seen.extend(bodies(reader, start, end))
+            reader.commit(end)
+            start = end
+    finally:
+        reader.stop()
+    assert sorted(seen) == sorted(expected)
+    assert drained(server, TOPIC, CHANNEL)
+
+
+def test_a_wal_storage_failure_fails_naming_the_path_and_finishes_nothing_unwritten(
+    nsqd: NsqdServer, tmp_path: Path
+) -> None:
+    """The WAL directory is replaced by a file mid-stream (fails as root too: ENOTDIR)."""
+    wal = tmp_path / "wal"
+    publish(nsqd, [f"ok-{i}".encode() for i in range(400)], TOPIC)
+    reader = make_reader(nsqd, wal, maxInFlight=200)
+    try:
+        start = reader.initialOffset()
+        wait_until(lambda: drained(nsqd, TOPIC, CHANNEL), timeout=30)
+        written = rows_in(wal)
+        assert written == 400
+        moved = tmp_path / "wal-before"
+        os.rename(wal, moved)
+        wal.write_text("not a directory")
+        publish(nsqd, [f"lost?-{i}".encode() for i in range(600)], TOPIC)
+        with pytest.raises(WalStorageError, match=str(wal)):
+            wait_until(lambda: reader.latestOffset(start) and False, timeout=30, interval=0.05)
+    finally:
+        reader.stop()
+    # Nothing that is not on disk was finished: all 600 are back at nsqd.
+    stats = channel_stats(nsqd, TOPIC, CHANNEL)
+    assert stats["depth"] + stats["deferred_count"] + stats["in_flight_count"] == 600
+    assert rows_in(moved) == 400
+    wal.unlink()
+    shutil.move(moved, wal)
+    assert len(WalStore(str(wal)).prepare()) >= 1
