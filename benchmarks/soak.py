@@ -107,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         requeue_delay=0.1,
         max_reconnect_interval=1.0,
     )
+    consumer._on_error = ledger.server_error  # type: ignore[method-assign]  # E_FIN_FAILED ids
     injector = FaultInjector(
         [pub_proxy, sub_proxy],
         random.Random(rng.random()),

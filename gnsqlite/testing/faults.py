@@ -119,10 +119,18 @@ class Ledger:
     #: The longest the network may hold a message on its way (a stall, a
     #: delay): nsqd's timeout runs from when it sent, ours from when it came.
     transit: float = 0.0
+    #: Message ids nsqd answered ``E_FIN_FAILED`` for (it had timed them out).
+    fin_failed: set[str] = field(default_factory=set)
     settled_handlings: int = 0
     settled_acked: int = 0
     _settled: bytearray = field(default_factory=bytearray)
     _settled_dups: collections.Counter[str] = field(default_factory=collections.Counter)
+
+    def server_error(self, conn: object, error: Exception) -> None:
+        """Record a consumer's non-fatal server error (pass as its error observer)."""
+        words = str(error).split()
+        if len(words) >= 3 and words[0] == "E_FIN_FAILED":
+            self.fin_failed.add(words[2])
 
     def ack(self, number: int) -> None:
         """nsqd acknowledged the publish of ``number``."""
@@ -159,7 +167,7 @@ class Ledger:
             self._settled.extend(bytes(below // 8 + 1 - len(self._settled)))
         for number in [n for n in self.handlings if n < below]:
             runs = self.handlings.pop(number)
-            self._settled_dups.update(_causes(runs, self.transit))
+            self._settled_dups.update(_causes(runs, self.transit, self.fin_failed))
             self.settled_handlings += len(runs)
             if number in self.acked:
                 self.acked.discard(number)
@@ -173,9 +181,10 @@ class Ledger:
     def duplicates(self) -> dict[str, int]:
         """Every handling beyond the first, by cause.
 
-        ``outlived``: the earlier run outlived the message timeout (nsqd
-        redelivered it meanwhile), or came within ``transit`` seconds of it
-        (the network held the message that long before the client saw it);
+        ``timed_out``: nsqd timed the message out before the earlier run's
+        FIN reached it (and redelivered it): the handler outlived the
+        timeout, or finished within ``transit`` seconds of it, or nsqd
+        answered ``E_FIN_FAILED`` (the network held the message or the FIN);
         ``connection_lost``: the earlier run's
         connection ended with an error, so its FIN was not sent or was lost
         with the connection; ``republished``: a second id for the same number
@@ -184,8 +193,8 @@ class Ledger:
         """
         causes = collections.Counter(self._settled_dups)
         for runs in self.handlings.values():
-            causes.update(_causes(runs, self.transit))
-        for key in ("outlived", "connection_lost", "republished", "late", "unexplained"):
+            causes.update(_causes(runs, self.transit, self.fin_failed))
+        for key in ("timed_out", "connection_lost", "republished", "late", "unexplained"):
             causes.setdefault(key, 0)
         return dict(causes)
 
@@ -199,7 +208,9 @@ class Ledger:
         )
 
 
-def _causes(runs: list[Handling], transit: float) -> collections.Counter[str]:
+def _causes(
+    runs: list[Handling], transit: float, fin_failed: set[str]
+) -> collections.Counter[str]:
     """Why each handling of one number beyond its first happened."""
     causes: collections.Counter[str] = collections.Counter()
     seen: dict[str, Handling] = {}
@@ -208,8 +219,8 @@ def _causes(runs: list[Handling], transit: float) -> collections.Counter[str]:
         if earlier is None:
             if seen:
                 causes["republished"] += 1
-        elif earlier.outlived or earlier.spare <= transit:
-            causes["outlived"] += 1
+        elif earlier.outlived or earlier.spare <= transit or run.message_id in fin_failed:
+            causes["timed_out"] += 1
         elif not earlier.fin_sent or getattr(earlier.connection, "error", None) is not None:
             causes["connection_lost"] += 1
         else:
