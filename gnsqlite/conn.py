@@ -79,6 +79,8 @@ __all__ = ["Connection", "Waiter", "format_address", "map_io_errors", "parse_add
 log = logging.getLogger(__name__)
 
 _RECV_SIZE = 256 * 1024
+#: Plain bytes decompressed at a time before the frame decoder runs.
+_DECODE_STEP = 64 * 1024
 MessageCallback = Callable[["Connection", Message], None]
 ErrorCallback = Callable[["Connection", ServerError], None]
 CloseCallback = Callable[["Connection", "Exception | None"], None]
@@ -380,13 +382,33 @@ class Connection:
             raise BrokenConnectionError(self.name, "nsqd closed the connection")
         return data
 
-    def _feed(self, data: bytes) -> None:
-        if self._codec is not None:
+    def _feed(self, data: bytes, route: Callable[[Event], None] | None = None) -> None:
+        """Hand received bytes to the protocol, decompressing ``_DECODE_STEP`` at a time.
+
+        A compressed stream is decoded in bounded steps, so what a peer's
+        compression ratio decides (256 KiB of deflate inflate to 256 MiB) is
+        never held at once: between steps the protocol parses what it has
+        (refusing an oversized frame at its header) and, with ``route``,
+        the events found are routed.
+        """
+        codec = self._codec
+        if codec is None:
+            self.protocol.receive_data(data)
+            return
+        while True:
             try:
-                data = self._codec.decode(data)
-            except Exception as exc:  # zlib.error, snappy.UncompressError ...
-                raise RemoteProtocolError(f"{self.name}: undecodable compressed data") from exc
-        self.protocol.receive_data(data)
+                plain = codec.decode(data, _DECODE_STEP)
+            except Exception as exc:  # RemoteProtocolError from the codec, or a codec's own
+                raise RemoteProtocolError(
+                    f"{self.name}: undecodable compressed data: {exc}"
+                ) from exc
+            data = b""
+            self.protocol.receive_data(plain)
+            if not codec.pending:
+                return
+            if route is not None:
+                for event in self.protocol.events():
+                    route(event)
 
     def _recv_or_die(self, limit: float | None) -> bytes:
         """The next bytes; :class:`BrokenConnectionError` after ``limit`` seconds of silence."""
@@ -416,7 +438,7 @@ class Connection:
                 while True:
                     data = self._recv_or_die(limit)
                     self.last_received = time.monotonic()
-                    self._feed(data)
+                    self._feed(data, self._route)
                     for event in self.protocol.events():
                         self._route(event)
                     nop = self.protocol.data_to_send()

@@ -447,8 +447,10 @@ class Consumer:
         if not self._links:
             self.connected.clear()
         # Its unanswered messages, gone with the link, can no longer be
-        # answered: nsqd redelivers them.
+        # answered: nsqd redelivers them. Those no handler has started
+        # leave the queue now, so they are never handled twice.
         self._send_rdy(self._planner.remove(conn.name))
+        self._drop_queued(conn)
         if self._in_flight() == 0:
             self._drained.set()
         if self._closing or error is None:
@@ -563,6 +565,14 @@ class Consumer:
         queue.put(message)
         if self._idle_workers < queue.qsize() and len(self._workers) < self.concurrency:
             self._workers.spawn(self._work)
+
+    def _drop_queued(self, conn: Connection) -> None:
+        """Remove ``conn``'s messages from the queue (its connection died: nsqd redelivers)."""
+        waiting = self._queue.queue  # the Queue's deque; removing items wakes nobody
+        if any(m is not None and m.connection is conn for m in waiting):
+            kept = [m for m in waiting if m is None or m.connection is not conn]
+            waiting.clear()
+            waiting.extend(kept)
 
     def _requeue_queued(self) -> None:
         while True:
@@ -721,6 +731,14 @@ class Consumer:
     def stats(self) -> dict[str, Any]:
         """Per-connection and total counters, backoff state and starvation.
 
+        Per connection: ``rdy`` is the RDY count last sent (``last_rdy``, the
+        same, is kept for older callers), ``rdy_remaining`` how many more
+        messages that RDY allows (never below 0: nsqd may send a few sent
+        before a lowered RDY arrived), ``in_flight`` received and not yet
+        answered; ``received``/``finished``/``requeued`` count since the
+        connection subscribed. ``queued`` counts messages waiting for a
+        handler.
+
         ``last_message_time`` is wall-clock seconds (``time.time()``), or ``None``.
         """
         now = time.monotonic()
@@ -732,7 +750,8 @@ class Consumer:
             conns.append(
                 {
                     "address": name,
-                    "rdy": flow.rdy if flow else 0,
+                    "rdy": flow.last_rdy if flow else 0,
+                    "rdy_remaining": max(0, flow.rdy) if flow else 0,
                     "last_rdy": flow.last_rdy if flow else 0,
                     "in_flight": flow.in_flight if flow else 0,
                     "received": link.received,
@@ -743,7 +762,9 @@ class Consumer:
             )
         totals = {
             key: sum(c[key] for c in conns)  # type: ignore[misc]
-            for key in ("rdy", "last_rdy", "in_flight", "received", "finished", "requeued")
+            for key in (
+                "rdy", "rdy_remaining", "last_rdy", "in_flight", "received", "finished", "requeued"
+            )
         }
         return {
             "topic": self.topic,

@@ -5,7 +5,8 @@ requeues it with backoff; one that raises :class:`RequeueMessage` requeues it
 as asked. A handler may instead call :meth:`Message.enable_async` and answer
 later, from any greenlet, with :meth:`Message.finish` or
 :meth:`Message.requeue`. Answering twice is harmless: the second call does
-nothing and returns ``False``.
+nothing and returns ``False``; so does an answer after the message's
+connection ended (nothing can be sent; nsqd redelivers the message).
 
 The library never TOUCHes on its own; a slow handler calls
 :meth:`Message.touch` before :meth:`Message.time_left` runs out.
@@ -143,11 +144,27 @@ class Message:
         """Seconds before nsqd times the message out (from the last delivery or touch)."""
         return max(0.0, self._deadline - time.monotonic())
 
+    @property
+    def connection_lost(self) -> bool:
+        """True when the connection it came on has ended: no answer can reach nsqd.
+
+        nsqd redelivers such a message after its timeout (or at once, when it
+        noticed the connection end), so the work may be done twice.
+        """
+        return bool(getattr(self.connection, "closed", False))
+
     def finish(self) -> bool:
-        """FIN: the message was handled. Returns ``False`` if it was already answered."""
+        """FIN: the message was handled. Does not block.
+
+        Returns ``True`` when FIN was handed to the connection, ``False`` if
+        the message was already answered or its connection has ended
+        (:attr:`connection_lost`; nsqd redelivers it).
+        """
         if self._responded:
             return False
         self._responded = True
+        if self.connection_lost:
+            return False
         self._responder.on_finish(self)
         return True
 
@@ -155,20 +172,24 @@ class Message:
         """REQ: deliver again after ``delay`` seconds (``None``: the consumer's policy).
 
         ``backoff`` tells whether this failure slows the consumer down.
-        Returns ``False`` if the message was already answered.
+        Returns ``False`` if the message was already answered or its
+        connection has ended (nsqd redelivers it anyway). Does not block.
         """
         if self._responded:
             return False
         self._responded = True
+        if self.connection_lost:
+            return False
         self._responder.on_requeue(self, delay, backoff)
         return True
 
     def touch(self) -> bool:
-        """TOUCH: reset nsqd's timeout for this message. ``False`` if already answered.
+        """TOUCH: reset nsqd's timeout for this message. Does not block.
 
-        nsqd extends a message at most to its ``max_msg_timeout`` in all.
+        ``False`` if already answered or its connection has ended. nsqd
+        extends a message at most to its ``max_msg_timeout`` in all.
         """
-        if self._responded:
+        if self._responded or self.connection_lost:
             return False
         self._deadline = time.monotonic() + self.msg_timeout
         self._responder.on_touch(self)

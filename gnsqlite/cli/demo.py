@@ -99,7 +99,13 @@ class _Demo:
         self.consumer: Consumer | None = None
         self.dashboard: Any = None
         self.publisher: gevent.Greenlet[Any, Any] | None = None
-        self.published = 0
+        self.published = 0  # acknowledged publishes, the first one per nsqd included
+        self.finished = 0  # handler runs that returned (the consumer then FINs)
+        self.requeued = 0
+        self.given_up = 0
+        self.finished_ids: set[tuple[str, str]] = set()  # (nsqd, id): ids are per nsqd
+        self.unconfirmed = 0  # publishes sent without an answer (failed, or cut short by stop)
+        self.final: str | None = None  # the reconciliation, taken when stopping
         self.work: Callable[[Message], Any] = self.handle_message
 
     def start(self) -> None:
@@ -118,6 +124,7 @@ class _Demo:
         self.producer.start()
         for _ in range(len(self.brokers)):  # the topic exists on every nsqd, so lookupd lists it
             self.producer.publish(TOPIC, sample_record(0, self.rng))
+            self.published += 1  # counted: these are consumed like the others
         self.consumer = Consumer(
             TOPIC,
             CHANNEL,
@@ -126,6 +133,7 @@ class _Demo:
             max_in_flight=30,
             lookupd_poll_interval=2.0,
             max_backoff_duration=2.0,
+            on_giving_up=self.give_up,
         )
         if not args.no_dashboard:
             from ..dashboard import Dashboard
@@ -136,7 +144,56 @@ class _Demo:
         self.publisher = gevent.spawn(self.publish_forever)
 
     def handle(self, message: Message) -> None:
-        self.work(message)
+        try:
+            self.work(message)
+        except RequeueMessage:
+            self.requeued += 1
+            raise
+        self.finished += 1
+        self.finished_ids.add((message.nsqd, message.id))
+
+    def give_up(self, message: Message) -> None:
+        self.given_up += 1
+
+    def left_in_nsqd(self) -> int | None:
+        """Messages still in the channel on every nsqd (queued, in flight, deferred)."""
+        from ..http import NsqdHTTPClient
+
+        left = 0
+        try:
+            for broker in self.brokers:
+                stats = NsqdHTTPClient(broker.http_address or "", timeout=2.0).stats(
+                    topic=TOPIC, channel=CHANNEL
+                )
+                for topic in stats.get("topics", []):
+                    for channel in topic.get("channels", []):
+                        left += sum(int(channel.get(key, 0)) for key in
+                                    ("depth", "in_flight_count", "deferred_count"))  # fmt: skip
+        except (NSQError, OSError):
+            return None
+        return left
+
+    def reconciliation(self) -> str:
+        """``published = finished + given up + left in nsqd``, or why not."""
+        unique = len(self.finished_ids)
+        left = self.left_in_nsqd()
+        dups = self.finished - unique
+        figures = (
+            f"published {self.published:,} = finished {unique:,} + given up {self.given_up:,}"
+            f" + left in nsqd {'?' if left is None else f'{left:,}'}"
+        )
+        total = None if left is None else unique + self.given_up + left
+        if total == self.published:
+            verdict = "reconciled"
+        elif total is not None and self.published < total <= self.published + self.unconfirmed:
+            verdict = (
+                f"reconciled with {total - self.published} of {self.unconfirmed} publishes"
+                " nsqd stored without our hearing the answer (stopped or failed mid-publish)"
+            )
+        else:
+            verdict = "NOT reconciled" if left is not None else "nsqd did not answer /stats"
+        more = f"; {dups:,} redelivered after finishing (handled twice)" if dups else ""
+        return f"{figures}: {verdict}{more}; requeued {self.requeued:,} times"
 
     def handle_message(self, message: Message) -> None:
         gevent.sleep(self.rng.uniform(0.001, 0.02))  # pretend to work
@@ -148,9 +205,11 @@ class _Demo:
         period = 1.0 / self.args.rate
         next_at = time.monotonic()
         for n in itertools.count(1):
+            self.unconfirmed += 1  # stored or not: we may never hear (stopped, or it failed)
             try:
                 self.producer.publish(TOPIC, sample_record(n, self.rng))
                 self.published += 1
+                self.unconfirmed -= 1
             except NSQError as exc:
                 log.warning("demo: publish failed: %s", exc)
             next_at += period
@@ -178,6 +237,8 @@ class _Demo:
             self.consumer.close(timeout=5.0)
         if self.producer is not None:
             self.producer.close()
+        if self.final is None and self.consumer is not None:
+            self.final = self.reconciliation()  # before the brokers go
         for broker in self.brokers:
             broker.stop()
         self.lookupd.stop()
@@ -228,4 +289,6 @@ def _demo(args: Any) -> int:
             print("stopping...", flush=True)
             demo.stop()
             print(f"stopped; {last}", flush=True)
+            if demo.final is not None:
+                print(demo.final, flush=True)
     return 0

@@ -225,7 +225,7 @@ class Reader:
         for conn in self.consumer.connections:
             s = stats.get(conn.name, {})
             views[conn.name] = ConnectionView(
-                conn, s.get("rdy", 0), s.get("last_rdy", 0), s.get("in_flight", 0)
+                conn, s.get("rdy_remaining", 0), s.get("rdy", 0), s.get("in_flight", 0)
             )
         return views
 

@@ -5,12 +5,14 @@
   a directory of binaries, the real ones.
 * :class:`AuthServer`: an nsqd auth server answering from a Python policy.
 * :func:`make_tls_files`: a throwaway CA and server certificate (trustme).
-* :class:`PieceProxy`: a TCP proxy handing the server's bytes to the client a
-  few at a time, to prove a client copes with reads that end anywhere.
+* :class:`FaultProxy`: a TCP proxy that delays, cuts (RST), half-closes or
+  stalls its connections on command; :class:`PieceProxy` hands the server's
+  bytes to the client a few at a time, to prove a client copes with reads
+  that end anywhere.
 * :func:`wait_until`: poll a condition with a timeout instead of sleeping.
 * :mod:`gnsqlite.testing.plugin`: the pytest fixtures (``nsqd``,
-  ``nsqlookupd``, ``nsq_cluster``, ``nsqd_factory``, ``tls_files``,
-  ``auth_server_factory``), registered automatically by the ``pytest11``
+  ``nsqlookupd``, ``nsq_cluster``, ``nsqd_factory``, ``fault_proxy``,
+  ``tls_files``, ``auth_server_factory``), registered automatically by the ``pytest11``
   entry point.
 
 Importing this package starts nothing and patches nothing.
@@ -21,7 +23,7 @@ from __future__ import annotations
 from .auth import AuthPolicy, AuthServer, grant
 from .flags import go_duration, lookupd_argv, nsqd_argv, nsqd_flags
 from .process import ServerProcess, ServerStartError, free_port, kill_all
-from .proxy import PieceProxy
+from .proxy import FaultProxy, PieceProxy, ProxiedConnection
 from .servers import ENV_NSQ_BIN_DIR, LookupdServer, NsqdServer, nsq_bin_dir, start_all
 from .tls import TLSFiles, make_tls_files
 from .waiting import WaitTimeout, wait_until
@@ -32,7 +34,9 @@ __all__ = [
     "AuthServer",
     "LookupdServer",
     "NsqdServer",
+    "FaultProxy",
     "PieceProxy",
+    "ProxiedConnection",
     "ServerProcess",
     "ServerStartError",
     "TLSFiles",

@@ -8,6 +8,9 @@ Installed with gnsqlite (entry point ``pytest11``), it provides:
   (``.lookupd``, ``.nsqds``);
 * ``nsqd_factory(**options)``: a started nsqd with nsqd's options in Python
   units (``msg_timeout=2.0``, ``snappy=True``, ``lookupd=...``);
+* ``fault_proxy(target)``: a started :class:`~gnsqlite.testing.FaultProxy`
+  in front of ``target`` (``"host:port"``), to delay, cut, half-close or
+  stall connections on command;
 * ``tls_files``: a CA and a server certificate for 127.0.0.1/localhost;
 * ``auth_server_factory(policy)``: a started :class:`~gnsqlite.testing.AuthServer`.
 
@@ -26,6 +29,7 @@ import pytest
 
 from .auth import AuthPolicy, AuthServer
 from .process import kill_all
+from .proxy import FaultProxy
 from .servers import LookupdServer, NsqdServer, nsq_bin_dir, start_all
 from .tls import TLSFiles, make_tls_files
 from .waiting import wait_until
@@ -33,6 +37,7 @@ from .waiting import wait_until
 __all__ = [
     "NsqCluster",
     "auth_server_factory",
+    "fault_proxy",
     "nsq_cluster",
     "nsqd",
     "nsqd_factory",
@@ -115,6 +120,23 @@ def nsq_cluster() -> Iterator[NsqCluster]:
         for server in cluster.nsqds:
             server.close()
         cluster.lookupd.close()
+
+
+@pytest.fixture
+def fault_proxy() -> Iterator[Callable[[str], FaultProxy]]:
+    """``fault_proxy("host:port")`` starts a :class:`FaultProxy` to it; closed after the test."""
+    proxies: list[FaultProxy] = []
+
+    def factory(target: str) -> FaultProxy:
+        proxy = FaultProxy(target)
+        proxies.append(proxy)
+        return proxy.start()
+
+    try:
+        yield factory
+    finally:
+        for proxy in proxies:
+            proxy.close()
 
 
 @pytest.fixture(scope="session")

@@ -16,6 +16,8 @@ import logging
 import socket
 import struct
 import time
+import tracemalloc
+import zlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -35,6 +37,7 @@ from gnsqlite.errors import (
     ConnectionClosedError,
     NegotiationError,
     NSQTimeoutError,
+    RemoteProtocolError,
     UnauthorizedError,
 )
 from gnsqlite.protocol import FRAME_TYPE_ERROR, FRAME_TYPE_MESSAGE, FRAME_TYPE_RESPONSE
@@ -636,3 +639,45 @@ def test_a_failing_callback_is_logged_and_the_connection_goes_on(
         assert "handler bug" in caplog.text
     finally:
         conn.close()
+
+
+def test_a_deflate_bomb_is_decoded_in_bounded_steps_and_refused(scripted: Any) -> None:
+    """256 KiB of deflate that inflate to 256 MiB: the client never holds more than a step.
+
+    The stream is a frame header claiming 256 MiB (over ``max_frame_size``)
+    followed by zeros; decoded 64 KiB at a time, the header is refused before
+    the rest is inflated.
+    """
+    bomb_size = 256 * 1024 * 1024
+    compressor = zlib.compressobj(9, zlib.DEFLATED, -15)
+    zeros = bytes(1024 * 1024)
+    parts = [compressor.compress(struct.pack(">I", bomb_size) + zeros[:4])]
+    parts += [compressor.compress(zeros) for _ in range(bomb_size // len(zeros))]
+    parts.append(compressor.flush(zlib.Z_SYNC_FLUSH))
+    bomb = b"".join(parts)
+    assert len(bomb) < 512 * 1024
+    del parts, zeros
+
+    def script(peer: Peer) -> None:
+        peer.handshake({"deflate": True, "deflate_level": 9, "max_rdy_count": 10})
+        peer.codec = make_codec("deflate", 9)
+        peer.respond()  # the compressed OK that confirms the upgrade
+        assert peer.read_command()[0] == b"PUB t"
+        with contextlib.suppress(OSError):
+            peer.sock.sendall(bomb)
+        with contextlib.suppress(EOFError, OSError):
+            ignore_all(peer)
+
+    conn = Connection(scripted(script).address, ConnectionConfig(deflate=True))
+    tracemalloc.start()
+    try:
+        conn.connect()
+        result = conn.publish("t", b"x")
+        wait_until(lambda: conn.closed, timeout=10, message="the bomb ended the connection")
+        assert result.ready() and not result.successful()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+        conn.close()
+    assert isinstance(conn.error, RemoteProtocolError), conn.error
+    assert peak < 16 * 1024 * 1024, f"peak {peak / 2**20:.1f} MiB while reading the bomb"

@@ -1,0 +1,122 @@
+"""FaultProxy: each fault does to a plain TCP client what it says (an echo server behind it)."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from gnsqlite.testing import FaultProxy, PieceProxy, wait_until
+
+
+@pytest.fixture
+def echo() -> Iterator[str]:
+    """A threaded echo server on 127.0.0.1; yields its address."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    peers: list[socket.socket] = []
+
+    def serve(sock: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := sock.recv(4096):
+                sock.sendall(data)
+        with contextlib.suppress(OSError):
+            sock.close()
+
+    def accept() -> None:
+        while True:
+            try:
+                sock, _ = listener.accept()
+            except OSError:
+                return
+            peers.append(sock)
+            threading.Thread(target=serve, args=(sock,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    yield f"127.0.0.1:{listener.getsockname()[1]}"
+    listener.close()
+    for sock in peers:
+        with contextlib.suppress(OSError):
+            sock.close()
+
+
+def dial(proxy: FaultProxy) -> socket.socket:
+    host, port = proxy.address.split(":")
+    sock = socket.create_connection((host, int(port)), timeout=5.0)
+    wait_until(lambda: proxy.connections, timeout=5, message="proxy accepted")
+    return sock
+
+
+def test_forwards_and_cuts_with_a_reset(
+    fault_proxy: Callable[[str], FaultProxy], echo: str
+) -> None:
+    proxy = fault_proxy(echo)
+    sock = dial(proxy)
+    sock.sendall(b"hello")
+    assert sock.recv(100) == b"hello"
+    assert proxy.cut() == 1
+    with pytest.raises(ConnectionResetError):
+        sock.sendall(b"x")
+        sock.recv(100)
+    assert proxy.cuts == 1 and proxy.connections == []
+    sock.close()
+
+
+def test_half_close_toward_client_is_end_of_stream(
+    fault_proxy: Callable[[str], FaultProxy], echo: str
+) -> None:
+    proxy = fault_proxy(echo)
+    sock = dial(proxy)
+    assert proxy.half_close("client") == 1
+    assert sock.recv(100) == b""
+    with pytest.raises(ValueError, match="toward must be"):
+        proxy.half_close("sideways")
+    sock.close()
+
+
+def test_stall_holds_bytes_until_resume_and_delay_adds_latency(
+    fault_proxy: Callable[[str], FaultProxy], echo: str
+) -> None:
+    proxy = fault_proxy(echo)
+    sock = dial(proxy)
+    proxy.stall()
+    sock.sendall(b"held")
+    sock.settimeout(0.3)
+    with pytest.raises(TimeoutError):
+        sock.recv(100)
+    proxy.resume()
+    sock.settimeout(5.0)
+    assert sock.recv(100) == b"held"
+    proxy.delay(0.2)
+    started = time.monotonic()
+    sock.sendall(b"late")
+    assert sock.recv(100) == b"late"
+    assert time.monotonic() - started >= 0.4  # held once each way
+    sock.close()
+
+
+def test_refused_when_the_server_is_down() -> None:
+    spare = socket.socket()
+    spare.bind(("127.0.0.1", 0))
+    address = f"127.0.0.1:{spare.getsockname()[1]}"
+    spare.close()  # nothing listens there now
+    with FaultProxy(address) as proxy:
+        host, port = proxy.address.split(":")
+        sock = socket.create_connection((host, int(port)), timeout=5.0)
+        with pytest.raises((ConnectionResetError, ConnectionAbortedError)):
+            if sock.recv(100) == b"":
+                raise ConnectionAbortedError("closed")
+        sock.close()
+        assert proxy.accepted == 0
+
+
+def test_piece_proxy_still_validates() -> None:
+    with pytest.raises(ValueError, match="piece_size must be 1 or more"):
+        PieceProxy("127.0.0.1:1", piece_size=0)
+    with pytest.raises(ValueError, match="delay must be 0 s or more"):
+        FaultProxy("127.0.0.1:1").delay(-1)
