@@ -115,7 +115,10 @@ class Consumer:
     (``"exponential"``, ``"full_jitter"``, ``None``, or an object with
     ``duration(level)``), ``max_backoff_duration``,
     ``lookupd_poll_interval``, ``lookupd_poll_jitter`` (fraction of the
-    interval), ``low_rdy_idle_timeout``, ``rdy_redistribute_interval``,
+    interval), ``low_rdy_idle_timeout`` and ``low_rdy_timeout`` (when RDY
+    rotates: how long an idle, and any, connection keeps it),
+    ``rdy_redistribute_interval`` (how often RDY is shared out again, by
+    demand or in turn),
     ``reconnect_interval``/``max_reconnect_interval`` (static nsqd, and lookupd
     polls after every lookupd failed),
     ``on_giving_up(message)``. Other keywords are connection options
@@ -164,7 +167,10 @@ class Consumer:
         self._concurrency = self.config.concurrency
         self._rng = random.Random()
         self._planner = RdyPlanner(
-            self.config.max_in_flight, self.config.low_rdy_idle_timeout, self._rng
+            self.config.max_in_flight,
+            self.config.low_rdy_idle_timeout,
+            self._rng,
+            low_rdy_timeout=self.config.low_rdy_timeout,
         )
         self._backoff = (
             Backoff(self._strategy, self.config.max_backoff_duration)
@@ -338,7 +344,7 @@ class Consumer:
             raise ConfigError(f"max_in_flight={max_in_flight!r} is out of range: use 0 or more")
         # In backoff the planner keeps its mode (RDY 0, or the one probe) and
         # applies the new budget when the flow resumes.
-        self._send_rdy(self._planner.set_max_in_flight(max_in_flight))
+        self._send_rdy(self._planner.set_max_in_flight(max_in_flight, time.monotonic()))
 
     def is_starved(self) -> bool:
         """True when a connection's in-flight count reached 85% of its last RDY.
@@ -388,7 +394,7 @@ class Consumer:
             self._send_rdy(self._planner.probe())
         else:
             log.info("%s: backoff over, resuming the full flow", self)
-            self._send_rdy(self._planner.resume())
+            self._send_rdy(self._planner.resume(time.monotonic()))
 
     def _window_ended(self) -> None:
         if self._backoff is not None:
@@ -448,7 +454,7 @@ class Consumer:
             self.connected.clear()
         # Its unanswered messages, gone with the link, can no longer be
         # answered: nsqd redelivers them.
-        self._send_rdy(self._planner.remove(conn.name))
+        self._send_rdy(self._planner.remove(conn.name, time.monotonic()))
         if self._in_flight() == 0:
             self._drained.set()
         if self._closing or error is None:
@@ -698,7 +704,7 @@ class Consumer:
 
     def _message_done(self, conn: Connection) -> bool:
         """The planner's count drops (RDY may top up); ``False`` once closing."""
-        self._send_rdy(self._planner.message_done(conn.name))
+        self._send_rdy(self._planner.message_done(conn.name, time.monotonic()))
         if self._closing:
             if self._in_flight() == 0:
                 self._drained.set()
@@ -722,6 +728,11 @@ class Consumer:
         """Per-connection and total counters, backoff state and starvation.
 
         ``last_message_time`` is wall-clock seconds (``time.time()``), or ``None``.
+        ``rdy_target`` is the count the RDY policy wants for a connection (its
+        ``last_rdy`` may be lower while others answer what they hold) and
+        ``rdy_reason`` why: a key of :data:`gnsqlite.flow.rdy.REASONS`
+        (``"even"``, ``"demand"``, ``"idle"``, ``"rotation"``, ``"waiting"``,
+        ``"backoff"``, ``"probe"`` ...).
         """
         now = time.monotonic()
         wall_offset = time.time() - now  # the planner's monotonic times as wall-clock
@@ -734,6 +745,8 @@ class Consumer:
                     "address": name,
                     "rdy": flow.rdy if flow else 0,
                     "last_rdy": flow.last_rdy if flow else 0,
+                    "rdy_target": flow.target if flow else 0,
+                    "rdy_reason": flow.reason if flow else "closed",
                     "in_flight": flow.in_flight if flow else 0,
                     "received": link.received,
                     "finished": link.finished,
