@@ -32,9 +32,11 @@ about connections, messages and answers in between. The rules:
   (busy or not); freed RDY goes to the connections that have waited longest
   (first come, first served; one that just gave up goes last). Hence, with
   ``n`` connections, ``m = max_in_flight``, evaluation interval ``I`` and busy
-  timeout ``T``, a holder keeps RDY at most ``T + I``, and a waiting
-  connection gets it within ``ceil((n - m) / m) * (T + I)`` seconds, plus the
-  time to answer the message the giver still holds (:func:`rotation_bound`).
+  timeout ``T``, a turn ends at the evaluation nearest to ``T`` after it
+  began (it lasts ``T``, give or take ``I / 2``), and a waiting connection
+  gets RDY within ``ceil((n - m) / m)`` turns, that is within
+  ``ceil((n - m) / m) * (T + I / 2)`` seconds, plus the time to answer the
+  message the giver still holds (:func:`rotation_bound`).
 * **Backoff.** The planner is *paused* (``RDY 0`` everywhere) or *probing*
   (``RDY 1`` on one connection); ``resume`` brings the rules above back.
 * **Top-ups.** The RDY count is sent again when what remains of it drops to 0
@@ -60,6 +62,7 @@ __all__ = [
     "RESEND_RATIO",
     "STARVATION_RATIO",
     "rotation_bound",
+    "turn_length",
 ]
 
 #: The guide's constant: a connection is starved when its in-flight count
@@ -100,7 +103,17 @@ def rotation_bound(
     if max_in_flight <= 0 or connections <= max_in_flight:
         return 0.0
     rounds = math.ceil((connections - max_in_flight) / max_in_flight)
-    return rounds * (low_rdy_timeout + interval)
+    return rounds * turn_length(low_rdy_timeout, interval)
+
+
+def turn_length(low_rdy_timeout: float, interval: float) -> float:
+    """The longest a connection holds scarce RDY, in seconds.
+
+    A turn ends at the evaluation nearest to ``low_rdy_timeout`` after it
+    began, so it lasts that within half an ``interval`` either way (rounding to
+    the nearest keeps a late or early timer from adding a whole interval).
+    """
+    return low_rdy_timeout + interval / 2
 
 
 @dataclass
@@ -170,6 +183,7 @@ class RdyPlanner:
         self.mode = self.FULL
         self._starved: set[str] = set()  # kept up to date so is_starved() is O(1)
         self._short: set[str] = set()  # connections below their target
+        self._last_evaluation: float | None = None
 
     # -- queries -----------------------------------------------------------
 
@@ -210,8 +224,9 @@ class RdyPlanner:
     # -- the one place RDY changes -----------------------------------------
 
     def _send(self, flow: ConnFlow, count: int, now: float | None, out: list[Command]) -> None:
-        if count > 0 and flow.last_rdy == 0 and now is not None:
-            flow.rdy_handed_at = now  # a hand-over starts a fresh idle and busy clock
+        if count > 0 and flow.last_rdy == 0 and now is not None and not self.scarce:
+            # A hand-over starts a fresh idle clock (scarce RDY: from when it was chosen).
+            flow.rdy_handed_at = now
         if count == 0 and flow.last_rdy > 0 and self.mode == self.FULL and now is not None:
             flow.waiting_since = now
         flow.last_rdy = count
@@ -261,7 +276,9 @@ class RdyPlanner:
 
     # -- the policies ----------------------------------------------------------
 
-    def _targets(self, now: float | None, rotate: bool = False) -> dict[str, tuple[int, str]]:
+    def _targets(self, now: float | None, half: float = -1.0) -> dict[str, tuple[int, str]]:
+        """Every connection's (target, reason); ``half`` >= 0 (half the time since the
+        last evaluation) only at an evaluation."""
         flows = list(self.conns.values())
         if self.mode == self.PAUSED:
             return {f.name: (0, "backoff") for f in flows}
@@ -272,19 +289,19 @@ class RdyPlanner:
             keep = holders[0] if holders else (self.rng.choice(flows) if flows else None)
             return {f.name: (1, "probe") if f is keep else (0, "backoff") for f in flows}
         if self.scarce:
-            return self._rotation_targets(now, rotate)
+            return self._rotation_targets(now, half)
         return self._demand_targets()
 
-    def _rotation_targets(self, now: float | None, rotate: bool) -> dict[str, tuple[int, str]]:
+    def _rotation_targets(self, now: float | None, half: float) -> dict[str, tuple[int, str]]:
         """0 or 1 each: holders keep theirs for their turn, the longest waiting get the rest."""
         flows = list(self.conns.values())
         holders = [f for f in flows if f.last_rdy > 0 or f.target > 0]
         released: list[ConnFlow] = []
-        if rotate and now is not None:
+        if half >= 0 and now is not None:  # an evaluation: turns may end
             for f in holders:
                 turn = f.rdy_handed_at if f.rdy_handed_at is not None else f.connected_at
                 idle = now - f.idle_since() >= self.low_rdy_idle_timeout
-                if idle or now - turn >= self.low_rdy_timeout:
+                if idle or now - turn >= self.low_rdy_timeout - half:
                     released.append(f)
         keep = [f for f in holders if f not in released]
         # Fewer slots than holders (max_in_flight lowered): the latest hand-overs keep theirs.
@@ -451,6 +468,8 @@ class RdyPlanner:
             f.ask = max(1, math.ceil(f.window_peak * DEMAND_HEADROOM) + 1)
             f.window_peak = f.in_flight
             f.window_saturated = f.name in self._starved
+        half = (now - self._last_evaluation) / 2 if self._last_evaluation is not None else 0.0
+        self._last_evaluation = now
         if self.mode != self.FULL:
             return []
-        return self._apply(self._targets(now, rotate=True), now)
+        return self._apply(self._targets(now, max(0.0, half)), now)

@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import collections
 import time
-from collections.abc import Iterator
 
 import gevent
 import gevent.event
-import pytest
 
 from gnsqlite.consumer import Consumer
 from gnsqlite.flow.rdy import rotation_bound
@@ -41,14 +39,6 @@ def publish(server: NsqdServer, bodies: list[bytes]) -> None:
 def in_flight(server: NsqdServer) -> int:
     """nsqd's in-flight count for the channel (0 before the consumer created it)."""
     return int(server.channel_stats(TOPIC, CHANNEL).get("in_flight_count", 0))
-
-
-@pytest.fixture
-def consumers() -> Iterator[list[Consumer]]:
-    made: list[Consumer] = []
-    yield made
-    for consumer in made:
-        consumer.close(timeout=5.0)
 
 
 def steady_publisher(server: NsqdServer, per_second: int, stop: gevent.event.Event) -> None:

@@ -244,6 +244,6 @@ def test_every_count_says_why(mode: str, reason: str) -> None:
 
 
 def test_rotation_bound() -> None:
-    assert rotation_bound(3, 1, 2.0, 1.0) == 6.0
-    assert rotation_bound(5, 2, 10.0, 5.0) == 30.0
+    assert rotation_bound(3, 1, 2.0, 1.0) == 5.0  # two turns of 2 (+0.5) s before the third
+    assert rotation_bound(5, 2, 10.0, 5.0) == 25.0
     assert rotation_bound(3, 3, 2.0, 1.0) == 0.0

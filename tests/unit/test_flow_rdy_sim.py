@@ -78,8 +78,8 @@ class Sim:
         for _, name in due:
             self.nsqd[name].in_flight -= 1
             self.send(self.planner.message_done(name, self.now))
-        if self.now >= self.next_eval:
-            self.next_eval = self.now + self.interval
+        if self.now >= self.next_eval - 1e-9:
+            self.next_eval += self.interval  # periodic, as the timer wheel's call_every
             self.send(self.planner.redistribute(self.now))
         for name, server in list(self.nsqd.items()):
             server.backlog += server.rate * DT
