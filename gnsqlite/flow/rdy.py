@@ -137,6 +137,7 @@ class ConnFlow:
     ask: int = 1  # what it asks for when not hungry
     window_peak: int = 0  # the highest in-flight count in this window
     window_saturated: bool = False  # starved at some point in this window
+    reserve: int = 0  # what nsqd may still hold after its RDY was lowered (see committed)
 
     @property
     def starved(self) -> bool:
@@ -145,8 +146,13 @@ class ConnFlow:
 
     @property
     def committed(self) -> int:
-        """What it takes of the budget in full flow: its RDY, or more while it holds more."""
-        return max(self.last_rdy, self.in_flight)
+        """What nsqd may hold in flight for it: what it takes of the budget in full flow.
+
+        Its RDY, or more while it holds more messages; after its RDY was
+        lowered, the old count less the answers sent since (nsqd may have sent
+        messages not received yet), until the next evaluation.
+        """
+        return max(self.last_rdy, self.in_flight, self.reserve)
 
     def idle_since(self) -> float:
         """The start of its idle clock: its last message, connection or RDY hand-over."""
@@ -184,6 +190,10 @@ class RdyPlanner:
         self._starved: set[str] = set()  # kept up to date so is_starved() is O(1)
         self._short: set[str] = set()  # connections below their target
         self._last_evaluation: float | None = None
+        #: Floor grants (RDY 1 to a connection holding none) made since the last
+        #: evaluation while messages might still be on the wire to others: by
+        #: this many at most, nsqd may hold more than ``max_in_flight`` until then.
+        self.overdraft = 0
 
     # -- queries -----------------------------------------------------------
 
@@ -229,36 +239,50 @@ class RdyPlanner:
             flow.rdy_handed_at = now
         if count == 0 and flow.last_rdy > 0 and self.mode == self.FULL and now is not None:
             flow.waiting_since = now
+        if count < flow.last_rdy and self.mode == self.FULL and not self.scarce:
+            flow.reserve = flow.committed
         flow.last_rdy = count
         flow.rdy = count
         self._check(flow)
         out.append((flow.name, count))
 
-    def _free(self) -> int:
-        if self.mode == self.FULL:
-            return self.max_in_flight - sum(f.committed for f in self.conns.values())
-        return self.max_in_flight - self.total_rdy
+    def _free(self) -> tuple[int, int]:
+        """The budget left: counting reserves (for shares), and not (for the floor RDY 1)."""
+        if self.mode != self.FULL:
+            free = self.max_in_flight - self.total_rdy
+            return free, free
+        flows = self.conns.values()
+        held = sum(max(f.last_rdy, f.in_flight) for f in flows)
+        return self.max_in_flight - sum(f.committed for f in flows), self.max_in_flight - held
 
     def _fill(self, now: float | None, out: list[Command], eager: bool = True) -> None:
         """Hand free budget to the connections below their target, longest waiting first.
 
+        A connection's first RDY (1) is never withheld for messages that may
+        still be on the wire to another: only its share above 1 waits for them.
         Unless ``eager``, a grant waits until it can add a quarter of the
         target at least (or meet it), so answers do not trickle RDY one by one.
         """
         if not self._short:
             return
-        free = self._free()
+        free, loose = self._free()
         short = sorted(
             (self.conns[n] for n in self._short), key=lambda f: (f.waiting_since, f.name)
         )
+        full = self.mode == self.FULL
         for f in short:
-            if free <= 0:
+            if loose <= 0:
                 return
-            held = f.committed if self.mode == self.FULL else f.last_rdy
-            grant = min(f.target, held + free)
+            held = f.committed if full else f.last_rdy  # its own reserve is its to use
+            grant = min(f.target, held + max(0, free))
+            if grant <= f.last_rdy == 0 and f.in_flight == 0:
+                grant = 1  # the floor
+                if free <= 0:
+                    self.overdraft += 1
             step = max(1, math.ceil(f.target * RESEND_RATIO))
             if grant > f.last_rdy and (eager or grant == f.target or grant - f.last_rdy >= step):
                 free -= max(0, grant - held)
+                loose -= max(0, grant - max(f.last_rdy, f.in_flight))
                 self._send(f, grant, now, out)
 
     def _apply(self, targets: dict[str, tuple[int, str]], now: float | None) -> list[Command]:
@@ -424,10 +448,13 @@ class RdyPlanner:
         if flow is None:
             return []
         out: list[Command] = []
-        freed = flow.in_flight > flow.last_rdy  # it held more than its RDY
+        before = flow.committed
         if flow.in_flight > 0:
             flow.in_flight -= 1
-            self._check(flow)
+        if flow.reserve > 0:
+            flow.reserve -= 1  # the RDY went out before this answer: nsqd sends no more
+        self._check(flow)
+        freed = flow.committed < before
         low = flow.rdy <= 0 or flow.rdy < flow.last_rdy * RESEND_RATIO
         if self.mode == self.FULL and flow.last_rdy > 0 and low:
             self._send(flow, flow.last_rdy, now, out)
@@ -463,6 +490,7 @@ class RdyPlanner:
         docstring). Does nothing in backoff but close the windows.
         """
         for f in self.conns.values():
+            f.reserve = 0  # what was on the wire when its RDY was lowered has arrived
             f.evaluations += 1
             f.hungry = f.window_saturated
             f.ask = max(1, math.ceil(f.window_peak * DEMAND_HEADROOM) + 1)
@@ -470,6 +498,7 @@ class RdyPlanner:
             f.window_saturated = f.name in self._starved
         half = (now - self._last_evaluation) / 2 if self._last_evaluation is not None else 0.0
         self._last_evaluation = now
+        self.overdraft = 0
         if self.mode != self.FULL:
             return []
         return self._apply(self._targets(now, max(0.0, half)), now)

@@ -115,7 +115,7 @@ class Sim:
             # What nsqd may hold in flight never exceeds max_in_flight because
             # of a grant: above it (the budget was lowered, backoff probed) it
             # only drains.
-            assert committed <= max(p.max_in_flight, self.ceiling)
+            assert committed <= max(p.max_in_flight, self.ceiling) + p.overdraft
             self.ceiling = committed if committed > p.max_in_flight else 0
         else:
             self.ceiling = max(self.ceiling, committed)
