@@ -406,6 +406,7 @@ class Consumer:
         if self._closing or address in self._connecting or address in self._links:
             return
         self._connecting.add(address)
+        self._planner.set_connecting(len(self._connecting))
         self._tasks.spawn(self._connect, address, discovered)
 
     def _connect(self, address: str, discovered: bool) -> None:
@@ -421,6 +422,7 @@ class Consumer:
             conn.subscribe(self.topic, self.channel, timeout=self.connection_config.connect_timeout)
         except (NSQError, OSError, ValueError) as exc:
             self._connecting.discard(address)
+            self._send_rdy(self._planner.set_connecting(len(self._connecting), time.monotonic()))
             conn.close(0)
             log.warning("%s: cannot subscribe on %s: %s", self, address, exc)
             if not discovered:
@@ -431,6 +433,8 @@ class Consumer:
             conn.close(0)
             raise
         self._connecting.discard(address)
+        # No rebalance here: add() below shares the budget out with this one counted.
+        self._planner.connecting = len(self._connecting)
         if self._closing:
             conn.close()
             return

@@ -6,15 +6,20 @@ about connections, messages and answers in between. The rules:
 
 * **Budget.** The sum of the RDY counts last sent never exceeds
   ``max_in_flight`` (decreases are emitted before increases). In full flow the
-  planner also counts the messages a connection still holds: budget taken
-  from a connection whose in-flight count is above its new RDY is handed on
-  only as those messages are answered, so the messages in flight over all
-  nsqd stay within ``max_in_flight`` too (except for messages already on the
-  wire when a count was lowered). No connection exceeds its ``max_rdy_count``.
+  planner also counts what nsqd may hold for a connection
+  (:attr:`ConnFlow.committed`): its in-flight count when above its RDY, and,
+  after its RDY was lowered, the old count less the answers sent since (nsqd
+  may have sent messages that are still on the wire) until the next
+  evaluation. Budget taken from one connection reaches another only as that
+  is answered, so nsqd holds at most ``max_in_flight`` for the consumer in all.
+  The one exception: a connection holding no RDY gets its ``RDY 1`` at once
+  (:attr:`RdyPlanner.overdraft` counts those, at most one per connection, until
+  the next evaluation). No connection exceeds its ``max_rdy_count``.
 * **Start.** A new connection starts at ``RDY 1``; until it receives a message
   it holds its even share in reserve (``"new"``) for two evaluations, so the
-  first connections to receive are not favoured. Its first message opens its
-  share at once.
+  first connections to receive are not favoured; connections still being set
+  up (:meth:`RdyPlanner.set_connecting`) hold theirs back too. Its first
+  message opens its share at once.
 * **Shares by demand** (``max_in_flight`` >= connections). Every connection
   keeps at least ``RDY 1``. At each evaluation a connection that used its RDY
   fully in the last window (its in-flight count reached 85% of its RDY: the
@@ -194,6 +199,8 @@ class RdyPlanner:
         #: evaluation while messages might still be on the wire to others: by
         #: this many at most, nsqd may hold more than ``max_in_flight`` until then.
         self.overdraft = 0
+        #: Connections being set up (set_connecting): their even shares are held back.
+        self.connecting = 0
 
     # -- queries -----------------------------------------------------------
 
@@ -351,8 +358,12 @@ class RdyPlanner:
         n = len(flows)
         if n == 0:
             return {}
-        budget = self.max_in_flight
-        even = budget // n
+        # Connections on their way keep their even shares free, so the first
+        # to subscribe does not take the budget only to give it back.
+        slots = n + self.connecting
+        budget = self.max_in_flight - min(self.connecting * (self.max_in_flight // slots),
+                                          self.max_in_flight - n)  # fmt: skip
+        even = self.max_in_flight // slots
         asks: dict[str, int] = {}
         for f in flows:
             reserved = not f.warmed and f.evaluations < NEW_EVALUATIONS
@@ -407,6 +418,16 @@ class RdyPlanner:
             name, max(1, max_rdy_count), connected_at=now, waiting_since=now
         )
         return self._rebalance(now)
+
+    def set_connecting(self, count: int, now: float | None = None) -> list[Command]:
+        """``count`` connections are being set up: hold their even shares back.
+
+        Takes effect at the next change; when fewer are on their way than
+        before (one failed), what was held back is shared out at once.
+        """
+        fewer = count < self.connecting
+        self.connecting = count
+        return self._rebalance(now) if fewer else []
 
     def remove(self, name: str, now: float | None = None) -> list[Command]:
         """A connection ended: its RDY (and what it held) is free for the others."""
@@ -499,6 +520,8 @@ class RdyPlanner:
         half = (now - self._last_evaluation) / 2 if self._last_evaluation is not None else 0.0
         self._last_evaluation = now
         self.overdraft = 0
+        #: Connections being set up (set_connecting): their even shares are held back.
+        self.connecting = 0
         if self.mode != self.FULL:
             return []
         return self._apply(self._targets(now, max(0.0, half)), now)

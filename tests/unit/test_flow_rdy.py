@@ -254,3 +254,18 @@ def test_rotation_bound() -> None:
     assert rotation_bound(3, 1, 2.0, 1.0) == 5.0  # two turns of 2 (+0.5) s before the third
     assert rotation_bound(5, 2, 10.0, 5.0) == 25.0
     assert rotation_bound(3, 3, 2.0, 1.0) == 0.0
+
+
+def test_connections_on_their_way_keep_their_shares_free() -> None:
+    p = planner(99)
+    p.set_connecting(3)
+    p.add("a", 2500, now=0.0)
+    p.set_connecting(2)
+    assert p.message_received("a", now=0.1) == [("a", 33)]  # not 99, to give back later
+    p.connecting = 1  # as the Consumer does when a connection subscribed: add() follows
+    p.add("b", 2500, now=0.2)  # b holds RDY 1 and its share in reserve until it receives
+    assert p.conns["a"].last_rdy == 33
+    out = p.set_connecting(0, now=0.3)  # the third failed: its share is shared out
+    assert out == [("a", p.conns["a"].target)] and p.conns["a"].target in (49, 50)
+    assert p.conns["a"].reserve == 0  # nothing was lowered, so nothing is held in reserve
+    assert_within_budget(p)
