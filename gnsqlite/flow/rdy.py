@@ -213,11 +213,16 @@ class RdyPlanner:
         """True when any connection is starved (the guide's definition)."""
         return bool(self._starved)
 
-    def _check(self, flow: ConnFlow) -> None:
-        if flow.starved:
+    def _check_starved(self, flow: ConnFlow) -> bool:
+        """Keep ``_starved`` up to date (per message: the hot path); returns ``flow.starved``."""
+        if flow.in_flight > 0 and flow.in_flight >= flow.last_rdy * STARVATION_RATIO:
             self._starved.add(flow.name)
-        else:
-            self._starved.discard(flow.name)
+            return True
+        self._starved.discard(flow.name)
+        return False
+
+    def _check(self, flow: ConnFlow) -> None:
+        self._check_starved(flow)
         if flow.last_rdy < flow.target:
             self._short.add(flow.name)
         else:
@@ -445,11 +450,10 @@ class RdyPlanner:
         flow.in_flight += 1
         flow.rdy -= 1
         flow.last_message_at = now
-        self._check(flow)
+        if self._check_starved(flow):
+            flow.window_saturated = True
         if flow.in_flight > flow.window_peak:
             flow.window_peak = flow.in_flight
-        if flow.name in self._starved:
-            flow.window_saturated = True
         if not flow.warmed:
             flow.warmed = True
             flow.hungry = True
@@ -469,18 +473,20 @@ class RdyPlanner:
         if flow is None:
             return []
         out: list[Command] = []
-        before = flow.committed
+        # Only a connection holding more than its RDY frees budget by answering.
+        holding_more = flow.reserve > 0 or flow.in_flight > flow.last_rdy
+        before = flow.committed if holding_more else 0
         if flow.in_flight > 0:
             flow.in_flight -= 1
         if flow.reserve > 0:
             flow.reserve -= 1  # the RDY went out before this answer: nsqd sends no more
-        self._check(flow)
-        freed = flow.committed < before
-        low = flow.rdy <= 0 or flow.rdy < flow.last_rdy * RESEND_RATIO
-        if self.mode == self.FULL and flow.last_rdy > 0 and low:
-            self._send(flow, flow.last_rdy, now, out)
-        if freed and self.mode == self.FULL:
-            self._fill(now, out, eager=False)
+        self._check_starved(flow)
+        rdy = flow.rdy
+        if self.mode == self.FULL:
+            if flow.last_rdy > 0 and (rdy <= 0 or rdy < flow.last_rdy * RESEND_RATIO):
+                self._send(flow, flow.last_rdy, now, out)
+            if holding_more and self._short and flow.committed < before:
+                self._fill(now, out, eager=False)
         return out
 
     def set_max_in_flight(self, max_in_flight: int, now: float | None = None) -> list[Command]:
