@@ -300,6 +300,9 @@ class ConsumerConfig(_Validated):
     lookupd_poll_jitter: float = option(0.3, float, lo=0.0, hi=1.0)
     lookupd_request_timeout: float = option(2.0, float, lo=0.001, unit="s")
     low_rdy_idle_timeout: float = option(10.0, float, lo=0.001, unit="s")
+    #: When RDY rotates (max_in_flight < connections), the longest a connection
+    #: holds it while others wait, busy or not (go-nsq's name and default).
+    low_rdy_timeout: float = option(30.0, float, lo=0.001, unit="s")
     rdy_redistribute_interval: float = option(5.0, float, lo=0.001, unit="s")
     reconnect_interval: float = option(1.0, float, lo=0.001, unit="s")
     max_reconnect_interval: float = option(60.0, float, lo=0.001, unit="s")

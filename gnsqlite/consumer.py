@@ -115,7 +115,10 @@ class Consumer:
     (``"exponential"``, ``"full_jitter"``, ``None``, or an object with
     ``duration(level)``), ``max_backoff_duration``,
     ``lookupd_poll_interval``, ``lookupd_poll_jitter`` (fraction of the
-    interval), ``low_rdy_idle_timeout``, ``rdy_redistribute_interval``,
+    interval), ``low_rdy_idle_timeout`` and ``low_rdy_timeout`` (when RDY
+    rotates: how long an idle, and any, connection keeps it),
+    ``rdy_redistribute_interval`` (how often RDY is shared out again, by
+    demand or in turn),
     ``reconnect_interval``/``max_reconnect_interval`` (static nsqd, and lookupd
     polls after every lookupd failed),
     ``on_giving_up(message)``. Other keywords are connection options
@@ -164,7 +167,10 @@ class Consumer:
         self._concurrency = self.config.concurrency
         self._rng = random.Random()
         self._planner = RdyPlanner(
-            self.config.max_in_flight, self.config.low_rdy_idle_timeout, self._rng
+            self.config.max_in_flight,
+            self.config.low_rdy_idle_timeout,
+            self._rng,
+            low_rdy_timeout=self.config.low_rdy_timeout,
         )
         self._backoff = (
             Backoff(self._strategy, self.config.max_backoff_duration)
@@ -338,7 +344,7 @@ class Consumer:
             raise ConfigError(f"max_in_flight={max_in_flight!r} is out of range: use 0 or more")
         # In backoff the planner keeps its mode (RDY 0, or the one probe) and
         # applies the new budget when the flow resumes.
-        self._send_rdy(self._planner.set_max_in_flight(max_in_flight))
+        self._send_rdy(self._planner.set_max_in_flight(max_in_flight, time.monotonic()))
 
     def is_starved(self) -> bool:
         """True when a connection's in-flight count reached 85% of its last RDY.
@@ -388,7 +394,7 @@ class Consumer:
             self._send_rdy(self._planner.probe())
         else:
             log.info("%s: backoff over, resuming the full flow", self)
-            self._send_rdy(self._planner.resume())
+            self._send_rdy(self._planner.resume(time.monotonic()))
 
     def _window_ended(self) -> None:
         if self._backoff is not None:
@@ -400,6 +406,7 @@ class Consumer:
         if self._closing or address in self._connecting or address in self._links:
             return
         self._connecting.add(address)
+        self._planner.set_connecting(len(self._connecting))
         self._tasks.spawn(self._connect, address, discovered)
 
     def _connect(self, address: str, discovered: bool) -> None:
@@ -415,6 +422,7 @@ class Consumer:
             conn.subscribe(self.topic, self.channel, timeout=self.connection_config.connect_timeout)
         except (NSQError, OSError, ValueError) as exc:
             self._connecting.discard(address)
+            self._send_rdy(self._planner.set_connecting(len(self._connecting), time.monotonic()))
             conn.close(0)
             log.warning("%s: cannot subscribe on %s: %s", self, address, exc)
             if not discovered:
@@ -425,6 +433,8 @@ class Consumer:
             conn.close(0)
             raise
         self._connecting.discard(address)
+        # No rebalance here: add() below shares the budget out with this one counted.
+        self._planner.connecting = len(self._connecting)
         if self._closing:
             conn.close()
             return
@@ -449,7 +459,7 @@ class Consumer:
         # Its unanswered messages, gone with the link, can no longer be
         # answered: nsqd redelivers them. Those no handler has started
         # leave the queue now, so they are never handled twice.
-        self._send_rdy(self._planner.remove(conn.name))
+        self._send_rdy(self._planner.remove(conn.name, time.monotonic()))
         self._drop_queued(conn)
         if self._in_flight() == 0:
             self._drained.set()
@@ -708,7 +718,7 @@ class Consumer:
 
     def _message_done(self, conn: Connection) -> bool:
         """The planner's count drops (RDY may top up); ``False`` once closing."""
-        self._send_rdy(self._planner.message_done(conn.name))
+        self._send_rdy(self._planner.message_done(conn.name, time.monotonic()))
         if self._closing:
             if self._in_flight() == 0:
                 self._drained.set()
@@ -740,6 +750,11 @@ class Consumer:
         handler.
 
         ``last_message_time`` is wall-clock seconds (``time.time()``), or ``None``.
+        ``rdy_target`` is the count the RDY policy wants for a connection (its
+        ``last_rdy`` may be lower while others answer what they hold) and
+        ``rdy_reason`` why: a key of :data:`gnsqlite.flow.rdy.REASONS`
+        (``"even"``, ``"demand"``, ``"idle"``, ``"rotation"``, ``"waiting"``,
+        ``"backoff"``, ``"probe"`` ...).
         """
         now = time.monotonic()
         wall_offset = time.time() - now  # the planner's monotonic times as wall-clock
@@ -753,6 +768,8 @@ class Consumer:
                     "rdy": flow.last_rdy if flow else 0,
                     "rdy_remaining": max(0, flow.rdy) if flow else 0,
                     "last_rdy": flow.last_rdy if flow else 0,
+                    "rdy_target": flow.target if flow else 0,
+                    "rdy_reason": flow.reason if flow else "closed",
                     "in_flight": flow.in_flight if flow else 0,
                     "received": link.received,
                     "finished": link.finished,

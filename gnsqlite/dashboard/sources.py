@@ -103,7 +103,8 @@ class ConsumerSource:
             "max_in_flight": stats["max_in_flight"],
             "totals": totals,
             "connections": [
-                {k: c[k] for k in ("address", "rdy", "in_flight", *_COUNTERS)} for c in conns
+                {k: c[k] for k in ("address", "rdy", "rdy_reason", "in_flight", *_COUNTERS)}
+                for c in conns
             ],
             "backoff": backoff,
             "starved": starved,

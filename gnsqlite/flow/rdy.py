@@ -1,40 +1,124 @@
 """RDY distribution: how a consumer spreads ``max_in_flight`` over its connections.
 
-The rules, from the client-library guide:
+The consumer calls :meth:`RdyPlanner.redistribute` every
+``rdy_redistribute_interval`` seconds (an *evaluation*) and tells the planner
+about connections, messages and answers in between. The rules:
 
-* a new connection starts at ``RDY 1`` so the first connections are not
-  favoured; once it has received a message it gets its fair share,
-  ``max_in_flight // connections`` (never above its ``max_rdy_count``);
-* the sum of the RDY counts last sent never exceeds ``max_in_flight``
-  (decreases are always emitted before increases);
-* the RDY count is sent again when what remains of it drops to 0 or below
-  25% of the value last sent (checked as messages are answered, in full
-  flow; not while probing in backoff);
-* when ``max_in_flight`` is smaller than the number of connections, each
-  connection holds 0 or 1, and :meth:`RdyPlanner.redistribute` periodically
-  takes the 1 from connections idle longer than ``low_rdy_idle_timeout`` and
-  gives it to others at random, so every nsqd is eventually drained;
-* in backoff the planner is *paused* (``RDY 0`` everywhere) or *probing*
-  (``RDY 1`` on one connection).
+* **Budget.** The sum of the RDY counts last sent never exceeds
+  ``max_in_flight`` (decreases are emitted before increases). In full flow the
+  planner also counts what nsqd may hold for a connection
+  (:attr:`ConnFlow.committed`): its in-flight count when above its RDY, and,
+  after its RDY was lowered, the old count less the answers sent since (nsqd
+  may have sent messages that are still on the wire) until the next
+  evaluation. Budget taken from one connection reaches another only as that
+  is answered, so nsqd holds at most ``max_in_flight`` for the consumer in all.
+  The one exception: a connection holding no RDY gets its ``RDY 1`` at once
+  (:attr:`RdyPlanner.overdraft` counts those, at most one per connection, until
+  the next evaluation). No connection exceeds its ``max_rdy_count``.
+* **Start.** A new connection starts at ``RDY 1``; until it receives a message
+  it holds its even share in reserve (``"new"``) for two evaluations, so the
+  first connections to receive are not favoured; connections still being set
+  up (:meth:`RdyPlanner.set_connecting`) hold theirs back too. Its first
+  message opens its share at once.
+* **Shares by demand** (``max_in_flight`` >= connections). Every connection
+  keeps at least ``RDY 1``. At each evaluation a connection that used its RDY
+  fully in the last window (its in-flight count reached 85% of its RDY: the
+  guide's *starved*) asks for as much as it may get; one that did not asks
+  for its peak in-flight count plus a quarter, plus one. The budget is shared
+  by water-filling: small asks are met in full, the rest is split evenly over
+  the hungry connections, and what nobody asked for is spread evenly. So an
+  nsqd with messages gets the budget idle ones leave (``"demand"``), idle ones
+  keep their minimum (``"idle"``), equal demand gives equal shares
+  (``"even"``). A connection that wakes up (a message on its ``RDY 1``) gets
+  its share back at the next evaluation, as the others answer what they hold.
+* **Rotation** (``max_in_flight`` < connections). Each connection holds 0 or 1.
+  At an evaluation a holder gives its 1 up when it received nothing for
+  ``low_rdy_idle_timeout``, or when it has held it for ``low_rdy_timeout``
+  (busy or not); freed RDY goes to the connections that have waited longest
+  (first come, first served; one that just gave up goes last). Hence, with
+  ``n`` connections, ``m = max_in_flight``, evaluation interval ``I`` and busy
+  timeout ``T``, a turn ends at the evaluation nearest to ``T`` after it
+  began (it lasts ``T``, give or take ``I / 2``), and a waiting connection
+  gets RDY within ``ceil((n - m) / m)`` turns, that is within
+  ``ceil((n - m) / m) * (T + I / 2)`` seconds, plus the time to answer the
+  message the giver still holds (:func:`rotation_bound`).
+* **Backoff.** The planner is *paused* (``RDY 0`` everywhere) or *probing*
+  (``RDY 1`` on one connection); ``resume`` brings the rules above back.
+* **Top-ups.** The RDY count is sent again when what remains of it drops to 0
+  or below 25% of the value last sent (checked as messages are answered, in
+  full flow; not while probing in backoff).
 
-Every method returns the RDY commands to send as ``(connection name,
-count)`` pairs, in order. Nothing here does I/O or reads a clock.
+Each connection's :attr:`ConnFlow.reason` says why it holds its count (see
+:data:`REASONS`). Every method returns the RDY commands to send as
+``(connection name, count)`` pairs, in order. Nothing here does I/O or reads a
+clock: times are float seconds passed in as ``now``.
 """
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 
-__all__ = ["ConnFlow", "RdyPlanner", "STARVATION_RATIO", "RESEND_RATIO"]
+__all__ = [
+    "ConnFlow",
+    "RdyPlanner",
+    "REASONS",
+    "RESEND_RATIO",
+    "STARVATION_RATIO",
+    "rotation_bound",
+    "turn_length",
+]
 
 #: The guide's constant: a connection is starved when its in-flight count
 #: reaches 85% of its last RDY, anticipating starvation rather than waiting.
 STARVATION_RATIO = 0.85
 #: RDY is sent again when what remains of it falls below this share.
 RESEND_RATIO = 0.25
+#: Headroom over a connection's peak in-flight count when it is not hungry.
+DEMAND_HEADROOM = 1.25
+#: Evaluations a new connection that received nothing keeps its share reserved.
+NEW_EVALUATIONS = 2
+
+#: Why a connection holds its RDY count (:attr:`ConnFlow.reason`).
+REASONS = {
+    "new": "connected recently, nothing received yet: RDY 1, its even share kept in reserve",
+    "even": "an even share of max_in_flight",
+    "demand": "more than an even share: it uses its RDY fully and others leave theirs",
+    "idle": "less than an even share: it used little of its RDY in the last evaluation",
+    "max_rdy_count": "capped by nsqd's max_rdy_count",
+    "rotation": "holds the scarce RDY (max_in_flight < connections) for its turn",
+    "waiting": "waits its turn for the scarce RDY (max_in_flight < connections)",
+    "backoff": "RDY 0 during a backoff window",
+    "probe": "RDY 1 to test the waters after a backoff window",
+    "paused": "max_in_flight is 0",
+}
 
 Command = tuple[str, int]
+
+
+def rotation_bound(
+    connections: int, max_in_flight: int, low_rdy_timeout: float, interval: float
+) -> float:
+    """The longest a connection waits for scarce RDY, in seconds (see the module docstring).
+
+    ``interval`` is the time between evaluations; the time the giver takes to
+    answer the message it holds is not included. 0 when RDY is not scarce.
+    """
+    if max_in_flight <= 0 or connections <= max_in_flight:
+        return 0.0
+    rounds = math.ceil((connections - max_in_flight) / max_in_flight)
+    return rounds * turn_length(low_rdy_timeout, interval)
+
+
+def turn_length(low_rdy_timeout: float, interval: float) -> float:
+    """The longest a connection holds scarce RDY, in seconds.
+
+    A turn ends at the evaluation nearest to ``low_rdy_timeout`` after it
+    began, so it lasts that within half an ``interval`` either way (rounding to
+    the nearest keeps a late or early timer from adding a whole interval).
+    """
+    return low_rdy_timeout + interval / 2
 
 
 @dataclass
@@ -49,12 +133,31 @@ class ConnFlow:
     in_flight: int = 0
     warmed: bool = False  # received a message since it connected
     last_message_at: float | None = None  # when the last message arrived
-    rdy_handed_at: float | None = None  # when redistribute() last gave it the scarce RDY
+    rdy_handed_at: float | None = None  # when it last went from RDY 0 to more
+    waiting_since: float = 0.0  # when it last lost its RDY in full flow (or connected)
+    target: int = 0  # the count the policy wants it to have
+    reason: str = "new"  # why it holds its count: a key of REASONS
+    evaluations: int = 0  # evaluations since it connected
+    hungry: bool = True  # used its RDY fully in the last window
+    ask: int = 1  # what it asks for when not hungry
+    window_peak: int = 0  # the highest in-flight count in this window
+    window_saturated: bool = False  # starved at some point in this window
+    reserve: int = 0  # what nsqd may still hold after its RDY was lowered (see committed)
 
     @property
     def starved(self) -> bool:
         """The guide's ``is_starved`` test for this connection."""
         return self.in_flight > 0 and self.in_flight >= self.last_rdy * STARVATION_RATIO
+
+    @property
+    def committed(self) -> int:
+        """What nsqd may hold in flight for it: what it takes of the budget in full flow.
+
+        Its RDY, or more while it holds more messages; after its RDY was
+        lowered, the old count less the answers sent since (nsqd may have sent
+        messages not received yet), until the next evaluation.
+        """
+        return max(self.last_rdy, self.in_flight, self.reserve)
 
     def idle_since(self) -> float:
         """The start of its idle clock: its last message, connection or RDY hand-over."""
@@ -66,7 +169,11 @@ class ConnFlow:
 
 
 class RdyPlanner:
-    """Decides every RDY count of a consumer; see the module docstring."""
+    """Decides every RDY count of a consumer; see the module docstring.
+
+    ``low_rdy_idle_timeout`` and ``low_rdy_timeout`` are seconds; ``rng``
+    chooses the connection that probes after a backoff window.
+    """
 
     FULL = "full"
     PAUSED = "paused"
@@ -77,13 +184,23 @@ class RdyPlanner:
         max_in_flight: int,
         low_rdy_idle_timeout: float = 10.0,
         rng: random.Random | None = None,
+        low_rdy_timeout: float = 30.0,
     ) -> None:
         self.max_in_flight = max_in_flight
         self.low_rdy_idle_timeout = low_rdy_idle_timeout
+        self.low_rdy_timeout = low_rdy_timeout
         self.rng = rng if rng is not None else random.Random()
         self.conns: dict[str, ConnFlow] = {}
         self.mode = self.FULL
         self._starved: set[str] = set()  # kept up to date so is_starved() is O(1)
+        self._short: set[str] = set()  # connections below their target
+        self._last_evaluation: float | None = None
+        #: Floor grants (RDY 1 to a connection holding none) made since the last
+        #: evaluation while messages might still be on the wire to others: by
+        #: this many at most, nsqd may hold more than ``max_in_flight`` until then.
+        self.overdraft = 0
+        #: Connections being set up (set_connecting): their even shares are held back.
+        self.connecting = 0
 
     # -- queries -----------------------------------------------------------
 
@@ -96,14 +213,23 @@ class RdyPlanner:
         """True when any connection is starved (the guide's definition)."""
         return bool(self._starved)
 
-    def _check_starved(self, flow: ConnFlow) -> None:
-        if flow.starved:
+    def _check_starved(self, flow: ConnFlow) -> bool:
+        """Keep ``_starved`` up to date (per message: the hot path); returns ``flow.starved``."""
+        if flow.in_flight > 0 and flow.in_flight >= flow.last_rdy * STARVATION_RATIO:
             self._starved.add(flow.name)
+            return True
+        self._starved.discard(flow.name)
+        return False
+
+    def _check(self, flow: ConnFlow) -> None:
+        self._check_starved(flow)
+        if flow.last_rdy < flow.target:
+            self._short.add(flow.name)
         else:
-            self._starved.discard(flow.name)
+            self._short.discard(flow.name)
 
     def share(self, flow: ConnFlow) -> int:
-        """The full-flow RDY count ``flow`` deserves (0 or 1 when connections outnumber
+        """The even RDY count ``flow`` would get (0 or 1 when connections outnumber
         ``max_in_flight``)."""
         n = len(self.conns)
         if n == 0 or self.max_in_flight <= 0:
@@ -119,62 +245,202 @@ class RdyPlanner:
 
     # -- the one place RDY changes -----------------------------------------
 
-    def _send(self, flow: ConnFlow, count: int, out: list[Command]) -> None:
+    def _send(self, flow: ConnFlow, count: int, now: float | None, out: list[Command]) -> None:
+        if count > 0 and flow.last_rdy == 0 and now is not None and not self.scarce:
+            # A hand-over starts a fresh idle clock (scarce RDY: from when it was chosen).
+            flow.rdy_handed_at = now
+        if count == 0 and flow.last_rdy > 0 and self.mode == self.FULL and now is not None:
+            flow.waiting_since = now
+        if count < flow.last_rdy and self.mode == self.FULL and not self.scarce:
+            flow.reserve = flow.committed
         flow.last_rdy = count
         flow.rdy = count
-        self._check_starved(flow)
+        self._check(flow)
         out.append((flow.name, count))
 
-    def _budget(self) -> int:
-        return self.max_in_flight - self.total_rdy
+    def _free(self) -> tuple[int, int]:
+        """The budget left: counting reserves (for shares), and not (for the floor RDY 1)."""
+        if self.mode != self.FULL:
+            free = self.max_in_flight - self.total_rdy
+            return free, free
+        flows = self.conns.values()
+        held = sum(max(f.last_rdy, f.in_flight) for f in flows)
+        return self.max_in_flight - sum(f.committed for f in flows), self.max_in_flight - held
 
-    def _rebalance(self) -> list[Command]:
-        """Bring every connection to what the mode allows: decreases first."""
+    def _fill(self, now: float | None, out: list[Command], eager: bool = True) -> None:
+        """Hand free budget to the connections below their target, longest waiting first.
+
+        A connection's first RDY (1) is never withheld for messages that may
+        still be on the wire to another: only its share above 1 waits for them.
+        Unless ``eager``, a grant waits until it can add a quarter of the
+        target at least (or meet it), so answers do not trickle RDY one by one.
+        """
+        if not self._short:
+            return
+        free, loose = self._free()
+        short = sorted(
+            (self.conns[n] for n in self._short), key=lambda f: (f.waiting_since, f.name)
+        )
+        full = self.mode == self.FULL
+        for f in short:
+            if loose <= 0:
+                return
+            held = f.committed if full else f.last_rdy  # its own reserve is its to use
+            grant = min(f.target, held + max(0, free))
+            if grant <= f.last_rdy == 0 and f.in_flight == 0:
+                grant = 1  # the floor
+                if free <= 0:
+                    self.overdraft += 1
+            step = max(1, math.ceil(f.target * RESEND_RATIO))
+            if grant > f.last_rdy and (eager or grant == f.target or grant - f.last_rdy >= step):
+                free -= max(0, grant - held)
+                loose -= max(0, grant - max(f.last_rdy, f.in_flight))
+                self._send(f, grant, now, out)
+
+    def _apply(self, targets: dict[str, tuple[int, str]], now: float | None) -> list[Command]:
+        """Set every target and reason; send decreases first, then grant what the budget allows."""
         out: list[Command] = []
         flows = list(self.conns.values())
+        for f in flows:
+            f.target, f.reason = targets[f.name]
+            self._check(f)
+        for f in flows:
+            if f.target < f.last_rdy:
+                self._send(f, f.target, now, out)
+        self._fill(now, out)
+        return out
+
+    # -- the policies ----------------------------------------------------------
+
+    def _targets(self, now: float | None, half: float = -1.0) -> dict[str, tuple[int, str]]:
+        """Every connection's (target, reason); ``half`` >= 0 (half the time since the
+        last evaluation) only at an evaluation."""
+        flows = list(self.conns.values())
         if self.mode == self.PAUSED:
-            targets = {f.name: 0 for f in flows}
-        elif self.mode == self.PROBING:
+            return {f.name: (0, "backoff") for f in flows}
+        if self.max_in_flight <= 0:
+            return {f.name: (0, "paused") for f in flows}
+        if self.mode == self.PROBING:
             holders = [f for f in flows if f.last_rdy > 0]
             keep = holders[0] if holders else (self.rng.choice(flows) if flows else None)
-            targets = {f.name: 1 if f is keep and self.max_in_flight > 0 else 0 for f in flows}
-        elif self.scarce:
-            # Keep the 1s where they are (redistribute moves them), but never
-            # more of them than max_in_flight; hand out the rest at random.
-            targets = {f.name: min(f.last_rdy, 1) for f in flows}
-            holders = [f for f in flows if targets[f.name] > 0]
-            for f in holders[self.max_in_flight :]:
-                targets[f.name] = 0
-            free = self.max_in_flight - sum(targets.values())
-            empty = [f for f in flows if targets[f.name] == 0]
-            for f in self.rng.sample(empty, min(free, len(empty))):
-                targets[f.name] = 1
-        else:
-            targets = {f.name: self.share(f) if f.warmed else min(1, self.share(f)) for f in flows}
+            return {f.name: (1, "probe") if f is keep else (0, "backoff") for f in flows}
+        if self.scarce:
+            return self._rotation_targets(now, half)
+        return self._demand_targets()
+
+    def _rotation_targets(self, now: float | None, half: float) -> dict[str, tuple[int, str]]:
+        """0 or 1 each: holders keep theirs for their turn, the longest waiting get the rest."""
+        flows = list(self.conns.values())
+        holders = [f for f in flows if f.last_rdy > 0 or f.target > 0]
+        released: list[ConnFlow] = []
+        if half >= 0 and now is not None:  # an evaluation: turns may end
+            for f in holders:
+                turn = f.rdy_handed_at if f.rdy_handed_at is not None else f.connected_at
+                idle = now - f.idle_since() >= self.low_rdy_idle_timeout
+                if idle or now - turn >= self.low_rdy_timeout - half:
+                    released.append(f)
+        keep = [f for f in holders if f not in released]
+        # Fewer slots than holders (max_in_flight lowered): the latest hand-overs keep theirs.
+        keep.sort(key=lambda f: (-(f.rdy_handed_at or f.connected_at), f.name))
+        keep = keep[: self.max_in_flight]
+        waiting = [f for f in flows if f not in keep and f not in released]
+        waiting.sort(key=lambda f: (f.waiting_since, f.name))
+        released.sort(key=lambda f: (f.rdy_handed_at or f.connected_at, f.name))
+        handed = (waiting + released)[: self.max_in_flight - len(keep)]
+        chosen = set(map(id, keep + handed))
+        if now is not None:
+            for f in released:
+                if id(f) not in chosen:
+                    f.waiting_since = now  # to the back of the line
+            for f in handed:
+                if f.target == 0 or f in released:
+                    f.rdy_handed_at = now  # its turn starts now (again, if no one else waits)
+        return {f.name: (1, "rotation") if id(f) in chosen else (0, "waiting") for f in flows}
+
+    def _demand_targets(self) -> dict[str, tuple[int, str]]:
+        """Water-filling: small asks met in full, the rest even over the hungry, spare spread."""
+        flows = sorted(self.conns.values(), key=lambda f: f.name)
+        n = len(flows)
+        if n == 0:
+            return {}
+        # Connections on their way keep their even shares free, so the first
+        # to subscribe does not take the budget only to give it back.
+        slots = n + self.connecting
+        budget = self.max_in_flight - min(self.connecting * (self.max_in_flight // slots),
+                                          self.max_in_flight - n)  # fmt: skip
+        even = self.max_in_flight // slots
+        asks: dict[str, int] = {}
         for f in flows:
-            if targets[f.name] < f.last_rdy:
-                self._send(f, targets[f.name], out)
+            reserved = not f.warmed and f.evaluations < NEW_EVALUATIONS
+            ask = f.max_rdy_count if (f.hungry or reserved) else f.ask
+            asks[f.name] = max(1, min(ask, f.max_rdy_count))
+        alloc = dict.fromkeys(asks, 0)
+        remaining, left = budget, n
+        for f in sorted(flows, key=lambda f: (asks[f.name], f.name)):
+            give = min(asks[f.name], remaining // left)
+            alloc[f.name] = give
+            remaining -= give
+            left -= 1
+        # What the floor division left over: first to those still asking, then to all.
+        for wanting in (True, False):
+            while remaining > 0:
+                takers = [
+                    f
+                    for f in flows
+                    if alloc[f.name] < f.max_rdy_count
+                    and (not wanting or alloc[f.name] < asks[f.name])
+                ]
+                if not takers:
+                    break
+                level = min(alloc[f.name] for f in takers)
+                for f in takers:
+                    if remaining > 0 and alloc[f.name] == level:
+                        alloc[f.name] += 1
+                        remaining -= 1
+        targets: dict[str, tuple[int, str]] = {}
         for f in flows:
-            want = targets[f.name]
-            if want > f.last_rdy:
-                grant = min(want, f.last_rdy + self._budget())
-                if grant > f.last_rdy:
-                    self._send(f, grant, out)
-        return out
+            count = alloc[f.name]
+            if not f.warmed and f.evaluations < NEW_EVALUATIONS:
+                targets[f.name] = (min(1, count), "new")  # its share stays in reserve
+            elif count >= f.max_rdy_count and f.max_rdy_count < even:
+                targets[f.name] = (count, "max_rdy_count")
+            elif count > even + 1:
+                targets[f.name] = (count, "demand")
+            elif count < even:
+                targets[f.name] = (count, "idle")
+            else:
+                targets[f.name] = (count, "even")
+        return targets
+
+    def _rebalance(self, now: float | None = None) -> list[Command]:
+        return self._apply(self._targets(now), now)
 
     # -- events ------------------------------------------------------------
 
     def add(self, name: str, max_rdy_count: int, now: float) -> list[Command]:
         """A connection subscribed: it starts at RDY 1 (when the budget allows)."""
-        self.conns[name] = ConnFlow(name, max(1, max_rdy_count), connected_at=now)
-        return self._rebalance()
+        self.conns[name] = ConnFlow(
+            name, max(1, max_rdy_count), connected_at=now, waiting_since=now
+        )
+        return self._rebalance(now)
 
-    def remove(self, name: str) -> list[Command]:
-        """A connection ended: its RDY is free for the others."""
+    def set_connecting(self, count: int, now: float | None = None) -> list[Command]:
+        """``count`` connections are being set up: hold their even shares back.
+
+        Takes effect at the next change; when fewer are on their way than
+        before (one failed), what was held back is shared out at once.
+        """
+        fewer = count < self.connecting
+        self.connecting = count
+        return self._rebalance(now) if fewer else []
+
+    def remove(self, name: str, now: float | None = None) -> list[Command]:
+        """A connection ended: its RDY (and what it held) is free for the others."""
         self._starved.discard(name)
+        self._short.discard(name)
         if self.conns.pop(name, None) is None:
             return []
-        return self._rebalance()
+        return self._rebalance(now)
 
     def message_received(self, name: str, now: float) -> list[Command]:
         """A message arrived on ``name``: count it; its first message opens its share."""
@@ -184,37 +450,49 @@ class RdyPlanner:
         flow.in_flight += 1
         flow.rdy -= 1
         flow.last_message_at = now
-        self._check_starved(flow)
+        if self._check_starved(flow):
+            flow.window_saturated = True
+        if flow.in_flight > flow.window_peak:
+            flow.window_peak = flow.in_flight
         if not flow.warmed:
             flow.warmed = True
+            flow.hungry = True
             if self.mode == self.FULL and not self.scarce:
-                return self._rebalance()
+                return self._rebalance(now)
         return []
 
-    def message_done(self, name: str) -> list[Command]:
+    def message_done(self, name: str, now: float | None = None) -> list[Command]:
         """A message from ``name`` was answered (FIN or REQ): top its RDY up when low.
 
         The top-up is decided here rather than on arrival so that it travels
         in the same write as the FIN. While probing, the one message is the
         test and its result decides what comes next, so nothing is topped up.
+        An answer may also free budget a connection below its target waits for.
         """
         flow = self.conns.get(name)
         if flow is None:
             return []
+        out: list[Command] = []
+        # Only a connection holding more than its RDY frees budget by answering.
+        holding_more = flow.reserve > 0 or flow.in_flight > flow.last_rdy
+        before = flow.committed if holding_more else 0
         if flow.in_flight > 0:
             flow.in_flight -= 1
-            self._check_starved(flow)
-        low = flow.rdy <= 0 or flow.rdy < flow.last_rdy * RESEND_RATIO
-        if self.mode == self.FULL and flow.last_rdy > 0 and low:
-            out: list[Command] = []
-            self._send(flow, flow.last_rdy, out)
-            return out
-        return []
+        if flow.reserve > 0:
+            flow.reserve -= 1  # the RDY went out before this answer: nsqd sends no more
+        self._check_starved(flow)
+        rdy = flow.rdy
+        if self.mode == self.FULL:
+            if flow.last_rdy > 0 and (rdy <= 0 or rdy < flow.last_rdy * RESEND_RATIO):
+                self._send(flow, flow.last_rdy, now, out)
+            if holding_more and self._short and flow.committed < before:
+                self._fill(now, out, eager=False)
+        return out
 
-    def set_max_in_flight(self, max_in_flight: int) -> list[Command]:
+    def set_max_in_flight(self, max_in_flight: int, now: float | None = None) -> list[Command]:
         """Change ``max_in_flight`` at run time; 0 pauses the flow."""
         self.max_in_flight = max_in_flight
-        return self._rebalance()
+        return self._rebalance(now)
 
     def pause(self) -> list[Command]:
         """Backoff: ``RDY 0`` everywhere."""
@@ -226,33 +504,30 @@ class RdyPlanner:
         self.mode = self.PROBING
         return self._rebalance()
 
-    def resume(self) -> list[Command]:
+    def resume(self, now: float | None = None) -> list[Command]:
         """Backoff is over: every connection gets its share again."""
         self.mode = self.FULL
-        return self._rebalance()
+        return self._rebalance(now)
 
     def redistribute(self, now: float) -> list[Command]:
-        """Rotate scarce RDY away from idle connections (call it periodically).
+        """An evaluation (call it every ``rdy_redistribute_interval`` seconds).
 
-        Only acts in full flow with more connections than ``max_in_flight``:
-        a connection holding RDY that received nothing for
-        ``low_rdy_idle_timeout`` seconds gives it up, and the freed RDY goes
-        to connections holding none, chosen at random (others first).
+        Closes the demand window of every connection, then, in full flow,
+        shares the budget by demand or rotates scarce RDY (see the module
+        docstring). Does nothing in backoff but close the windows.
         """
-        if self.mode != self.FULL or not self.scarce:
-            return self._rebalance() if self.mode == self.FULL else []
-        out: list[Command] = []
-        freed: list[ConnFlow] = []
         for f in self.conns.values():
-            if f.last_rdy > 0 and now - f.idle_since() > self.low_rdy_idle_timeout:
-                self._send(f, 0, out)
-                freed.append(f)
-        others = [f for f in self.conns.values() if f.last_rdy == 0 and f not in freed]
-        budget = self._budget()
-        # The ones just idled get it back only if no one else can take it.
-        pool = others if len(others) >= budget else others + freed
-        for f in self.rng.sample(pool, min(budget, len(pool))):
-            # A connection handed the RDY starts a fresh idle clock.
-            f.rdy_handed_at = now
-            self._send(f, 1, out)
-        return out
+            f.reserve = 0  # what was on the wire when its RDY was lowered has arrived
+            f.evaluations += 1
+            f.hungry = f.window_saturated
+            f.ask = max(1, math.ceil(f.window_peak * DEMAND_HEADROOM) + 1)
+            f.window_peak = f.in_flight
+            f.window_saturated = f.name in self._starved
+        half = (now - self._last_evaluation) / 2 if self._last_evaluation is not None else 0.0
+        self._last_evaluation = now
+        self.overdraft = 0
+        #: Connections being set up (set_connecting): their even shares are held back.
+        self.connecting = 0
+        if self.mode != self.FULL:
+            return []
+        return self._apply(self._targets(now, max(0.0, half)), now)

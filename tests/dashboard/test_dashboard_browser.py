@@ -100,7 +100,7 @@ def test_the_page_shows_live_growing_figures_matching_stats(
             lambda page: page.inner_text("[data-source=consumer0] table.conns tbody tr")
         )
         conn = consumer.stats()["connections"][0]
-        assert row.split() == [conn["address"], str(conn["rdy"]), "0",
+        assert row.split() == [conn["address"], str(conn["rdy"]), conn["rdy_reason"], "0",
                                f"{published:,}", f"{published:,}", "0"]  # fmt: skip
 
         # a body with HTML is shown as text, never as markup

@@ -26,7 +26,8 @@ class _FakeConsumer:
 
 
 def _conn(address: str, received: int, finished: int, requeued: int = 0) -> dict[str, Any]:
-    return {"address": address, "rdy": 5, "in_flight": received - finished - requeued,
+    return {"address": address, "rdy": 5, "rdy_reason": "even",
+            "in_flight": received - finished - requeued,
             "received": received, "finished": finished, "requeued": requeued}  # fmt: skip
 
 
@@ -37,6 +38,7 @@ def test_counters_stay_cumulative_when_a_connection_goes_and_comes_back() -> Non
     state, events = source.sample()
     assert state["totals"]["received"] == 15 and state["totals"]["finished"] == 14
     assert events == ["connected to a:1", "connected to b:1"]
+    assert [(c["rdy"], c["rdy_reason"]) for c in state["connections"]] == [(5, "even")] * 2
 
     consumer.conns = [_conn("a:1", 12, 12)]  # b went away with its counts
     consumer.backoff, consumer.starved = "window", True

@@ -10,7 +10,6 @@ import collections
 import gc
 import logging
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import gevent
@@ -57,14 +56,6 @@ def live_greenlets() -> set[int]:
         and g is not greenlet.getcurrent()
         and not isinstance(g, gevent.hub.Hub)
     }
-
-
-@pytest.fixture
-def consumers() -> Iterator[list[Consumer]]:
-    made: list[Consumer] = []
-    yield made
-    for consumer in made:
-        consumer.close(timeout=5.0)
 
 
 def test_constructor_validates_and_starts_nothing() -> None:

@@ -13,7 +13,7 @@ import json
 import logging
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import gevent
@@ -31,14 +31,6 @@ from gnsqlite.consumer import Consumer
 from gnsqlite.flow import ExponentialBackoff
 from gnsqlite.message import Message
 from gnsqlite.testing import NsqdServer, wait_until
-
-
-@pytest.fixture
-def consumers() -> Iterator[list[Consumer]]:
-    made: list[Consumer] = []
-    yield made
-    for consumer in made:
-        consumer.close(timeout=5.0)
 
 
 class SubProxy:

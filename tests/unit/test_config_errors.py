@@ -162,3 +162,12 @@ def test_consumer_config_rules() -> None:
     assert cfg.replace(max_in_flight=7).max_in_flight == 7
     with pytest.raises(ConfigError):
         cfg.replace(max_attempts=-3)
+
+
+def test_low_rdy_timeout_is_float_seconds() -> None:
+    assert ConsumerConfig().low_rdy_timeout == 30.0  # go-nsq's default
+    assert ConsumerConfig.from_mapping({"low_rdy_timeout": "2.5"}).low_rdy_timeout == 2.5
+    with pytest.raises(ConfigError, match=r"low_rdy_timeout=0 is out of range: use 0\.001 s"):
+        ConsumerConfig(low_rdy_timeout=0)
+    with pytest.raises(ConfigError, match="low_rdy_timeout='soon' must be float, not str"):
+        ConsumerConfig(low_rdy_timeout="soon")

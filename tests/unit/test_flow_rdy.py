@@ -7,12 +7,15 @@ import random
 import pytest
 
 from gnsqlite.flow import RdyPlanner
+from gnsqlite.flow.rdy import rotation_bound
 
 pytestmark = pytest.mark.no_server
 
 
-def planner(max_in_flight: int, idle: float = 10.0) -> RdyPlanner:
-    return RdyPlanner(max_in_flight, low_rdy_idle_timeout=idle, rng=random.Random(7))
+def planner(max_in_flight: int, idle: float = 10.0, busy: float = 30.0) -> RdyPlanner:
+    return RdyPlanner(
+        max_in_flight, low_rdy_idle_timeout=idle, rng=random.Random(7), low_rdy_timeout=busy
+    )
 
 
 def assert_within_budget(p: RdyPlanner) -> None:
@@ -27,7 +30,11 @@ def test_new_connection_starts_at_one_then_gets_its_share() -> None:
     assert p.message_received("a", now=1.0) == [("a", 100)]
     assert p.add("b", 2500, now=2.0) == [("a", 50), ("b", 1)]
     assert_within_budget(p)
-    assert p.message_received("b", now=3.0) == [("b", 50)]
+    # a had RDY 100: until it answers, or the next evaluation, nsqd may have
+    # sent it up to 100, so b's share waits (its RDY 1 never does).
+    assert p.message_received("b", now=3.0) == []
+    assert p.conns["a"].committed == 100
+    assert p.redistribute(4.0) == [("b", 50)]
     assert_within_budget(p)
 
 
@@ -37,7 +44,8 @@ def test_sum_never_exceeds_max_in_flight_with_uneven_division() -> None:
         p.add(name, 2500, now=0.0)
         p.message_received(name, now=0.0)
         assert_within_budget(p)
-    assert sorted(f.last_rdy for f in p.conns.values()) == [3, 3, 3]
+    p.redistribute(1.0)
+    assert sorted(f.last_rdy for f in p.conns.values()) == [3, 3, 4]  # the remainder is used
 
 
 def test_max_rdy_count_is_never_exceeded() -> None:
@@ -122,8 +130,10 @@ def test_backoff_modes_pause_probe_resume() -> None:
     probe = p.probe()
     assert len(probe) == 1 and probe[0][1] == 1
     assert_within_budget(p)
-    resumed = p.resume()
-    assert sorted(resumed) == [("a", 3), ("b", 3)]
+    p.resume()
+    assert_within_budget(p)
+    p.redistribute(1.0)
+    assert sorted(f.last_rdy for f in p.conns.values()) == [3, 3]
     assert p.total_rdy == 6
 
 
@@ -177,3 +187,85 @@ def test_random_walk_keeps_the_invariants() -> None:
                 p.message_done(name)
         assert_within_budget(p)
         assert p.is_starved() == any(f.starved for f in p.conns.values())
+
+
+def test_a_busy_connection_gives_scarce_rdy_up_after_low_rdy_timeout() -> None:
+    p = planner(1, idle=5.0, busy=3.0)
+    for name in "abc":
+        p.add(name, 2500, now=0.0)
+    assert [(n, f.last_rdy, f.reason) for n, f in p.conns.items()] == [
+        ("a", 1, "rotation"), ("b", 0, "waiting"), ("c", 0, "waiting")
+    ]
+    order = []
+    now = 0.0
+    for _ in range(6):
+        now += 1.5
+        p.message_received("a" if not order else order[-1], now)  # the holder is busy
+        p.message_done("a" if not order else order[-1], now)
+        for name, count in p.redistribute(now):
+            if count:
+                order.append(name)
+        assert_within_budget(p)
+    # Every 3 s the turn passes on, first come first served: b and c waited since 0.
+    assert order == ["b", "c", "a"]
+
+
+def test_scarce_rdy_waits_for_the_giver_to_answer_what_it_holds() -> None:
+    p = planner(1, busy=1.0)
+    p.add("a", 2500, now=0.0)
+    p.add("b", 2500, now=0.0)
+    p.message_received("a", now=0.5)
+    assert p.redistribute(2.0) == [("a", 0)]  # b's turn, but a still holds a message
+    assert p.conns["b"].reason == "rotation"
+    assert p.message_done("a", now=2.1) == [("b", 1)]
+
+
+def test_a_lowered_share_is_handed_on_as_its_messages_are_answered() -> None:
+    p = planner(8)
+    p.add("a", 2500, now=0.0)
+    for _ in range(8):
+        p.message_received("a", now=0.0)  # a: RDY 8, 8 in flight
+    # b's share is kept for it; its RDY 1 waits until a has answered one.
+    assert p.add("b", 2500, now=0.1) == [("a", 4)]
+    assert (p.conns["b"].target, p.conns["b"].last_rdy, p.conns["b"].reason) == (1, 0, "new")
+    assert p.message_done("a", now=0.2) == [("b", 1)]
+    assert p.message_received("b", now=0.3) == []  # b opens its share as a answers
+    assert p.conns["b"].target == 4
+    answers = [p.message_done("a", now=0.4) for _ in range(4)]
+    assert answers == [[("b", 2)], [("b", 3)], [("b", 4)], []]
+    assert_within_budget(p)
+    assert sum(f.in_flight for f in p.conns.values()) <= 8
+
+
+@pytest.mark.parametrize(
+    "mode,reason", [("pause", "backoff"), ("probe", "probe"), ("resume", "even")]
+)
+def test_every_count_says_why(mode: str, reason: str) -> None:
+    p = planner(4)
+    p.add("a", 2500, now=0.0)
+    p.message_received("a", now=0.0)
+    getattr(p, mode)()
+    assert p.conns["a"].reason == reason
+    p.set_max_in_flight(0)
+    assert p.conns["a"].reason == ("backoff" if mode == "pause" else "paused")
+
+
+def test_rotation_bound() -> None:
+    assert rotation_bound(3, 1, 2.0, 1.0) == 5.0  # two turns of 2 (+0.5) s before the third
+    assert rotation_bound(5, 2, 10.0, 5.0) == 25.0
+    assert rotation_bound(3, 3, 2.0, 1.0) == 0.0
+
+
+def test_connections_on_their_way_keep_their_shares_free() -> None:
+    p = planner(99)
+    p.set_connecting(3)
+    p.add("a", 2500, now=0.0)
+    p.set_connecting(2)
+    assert p.message_received("a", now=0.1) == [("a", 33)]  # not 99, to give back later
+    p.connecting = 1  # as the Consumer does when a connection subscribed: add() follows
+    p.add("b", 2500, now=0.2)  # b holds RDY 1 and its share in reserve until it receives
+    assert p.conns["a"].last_rdy == 33
+    out = p.set_connecting(0, now=0.3)  # the third failed: its share is shared out
+    assert out == [("a", p.conns["a"].target)] and p.conns["a"].target in (49, 50)
+    assert p.conns["a"].reserve == 0  # nothing was lowered, so nothing is held in reserve
+    assert_within_budget(p)

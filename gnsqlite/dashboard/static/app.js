@@ -73,7 +73,8 @@ function renderConsumer(source) {
   starved.textContent = source.starved ? "starved" : "not starved";
   starved.classList.toggle("warn", !!source.starved);
   fillRows(c.node.querySelector("tbody"), (source.connections || []).map((conn) => [
-    conn.address, fmt(conn.rdy), fmt(conn.in_flight), fmt(conn.received),
+    conn.address, fmt(conn.rdy), { text: conn.rdy_reason || "", cls: "reason" },
+    fmt(conn.in_flight), fmt(conn.received),
     fmt(conn.finished), fmt(conn.requeued),
   ]));
 }

@@ -1,0 +1,201 @@
+"""Where RDY goes, against three live nsqd (embedded, or real with GNSQLITE_NSQD): issue 17.
+
+1. ``max_in_flight=1`` and steady traffic into every nsqd: RDY rotates, so
+   every nsqd is served within the stated bound and none is starved.
+2. ``max_in_flight=30``, one nsqd of three has messages: that connection gets
+   the budget the idle ones leave, and nsqd sees it used.
+3. ``max_in_flight=100``, equal backlogs: even shares, and nsqd never holds
+   more than 100 in flight for the consumer.
+
+Speed is measured by ``benchmarks/bench_rdy.py``; these tests check where RDY
+goes and what nsqd holds, read from ``stats()`` and nsqd's ``/stats``.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+
+import gevent
+import gevent.event
+
+from gnsqlite.consumer import Consumer
+from gnsqlite.flow.rdy import rotation_bound
+from gnsqlite.http import NsqdHTTPClient
+from gnsqlite.message import Message
+from gnsqlite.testing import NsqdServer, wait_until
+from gnsqlite.testing.plugin import NsqCluster
+
+TOPIC = "rdy_test"
+CHANNEL = "ch"
+
+
+def publish(server: NsqdServer, bodies: list[bytes]) -> None:
+    client = NsqdHTTPClient(server.http_address, timeout=10.0)
+    for start in range(0, len(bodies), 500):
+        client.mpub(TOPIC, bodies[start : start + 500])
+
+
+def in_flight(server: NsqdServer) -> int:
+    """nsqd's in-flight count for the channel (0 before the consumer created it)."""
+    return int(server.channel_stats(TOPIC, CHANNEL).get("in_flight_count", 0))
+
+
+def steady_publisher(server: NsqdServer, per_second: int, stop: gevent.event.Event) -> None:
+    """Publish ``per_second`` messages a second into ``server`` until ``stop`` is set."""
+    client = NsqdHTTPClient(server.http_address, timeout=10.0)
+    batch = max(1, per_second // 20)
+    started = time.monotonic()
+    sent = 0
+    while not stop.is_set():
+        client.mpub(TOPIC, [b"x"] * batch)
+        sent += batch
+        # Keep the rate over the whole run even when a round trip was slow.
+        stop.wait(max(0.0, started + sent / per_second - time.monotonic()))
+
+
+def test_scarce_rdy_serves_every_busy_nsqd_in_turn(
+    nsq_cluster: NsqCluster, consumers: list[Consumer]
+) -> None:
+    servers = nsq_cluster.nsqds
+    for server in servers:
+        publish(server, [b"first"])  # the topic exists, so lookupd lists every nsqd
+    interval, busy_timeout, run = 0.5, 1.0, 15.0
+    arrivals: dict[str, list[float]] = collections.defaultdict(list)
+    consumer = Consumer(
+        TOPIC,
+        CHANNEL,
+        lambda m: arrivals[m.nsqd].append(time.monotonic()),
+        lookupd_http_addresses=[nsq_cluster.lookupd.http_address],
+        max_in_flight=1,
+        rdy_redistribute_interval=interval,
+        low_rdy_idle_timeout=2.0,
+        low_rdy_timeout=busy_timeout,
+    )
+    consumers.append(consumer)
+    stop = gevent.event.Event()
+    publishers = [gevent.spawn(steady_publisher, s, 200, stop) for s in servers]
+    try:
+        consumer.start()
+        wait_until(lambda: len(consumer.connections) == 3, timeout=10, message="three nsqd")
+        start = time.monotonic()
+        reasons: set[tuple[str, ...]] = set()
+        while time.monotonic() - start < run:
+            conns = consumer.stats()["connections"]
+            assert sum(c["last_rdy"] for c in conns) <= 1
+            reasons.add(tuple(sorted(c["rdy_reason"] for c in conns)))
+            gevent.sleep(0.1)
+        end = time.monotonic()
+    finally:
+        stop.set()
+        gevent.joinall(publishers, timeout=10, raise_error=True)
+    assert ("rotation", "waiting", "waiting") in reasons
+    bound = rotation_bound(3, 1, busy_timeout, interval)  # 3 s
+    counts = {}
+    for server in servers:
+        times = [t for t in arrivals[server.tcp_address] if start <= t <= end]
+        counts[server.tcp_address] = len(times)
+        assert times, f"{server.tcp_address} was never served"
+        gaps = [b - a for a, b in zip([start, *times], [*times, end], strict=True)]
+        # Margin for timers late on a loaded machine: half the bound, plus a second.
+        assert max(gaps) <= bound * 1.5 + 1.0, (server.tcp_address, max(gaps), bound)
+    fair = sum(counts.values()) / 3
+    assert min(counts.values()) >= fair / 3, counts
+
+
+def test_the_busy_nsqd_gets_the_budget_the_idle_ones_leave(
+    nsq_cluster: NsqCluster, consumers: list[Consumer]
+) -> None:
+    busy, *idle = nsq_cluster.nsqds
+    publish(busy, [b"b%d" % i for i in range(40000)])
+    for server in idle:
+        publish(server, [b"i"])  # one each: they are known, then empty
+
+    def handle(message: Message) -> None:
+        gevent.sleep(0.01)
+
+    consumer = Consumer(
+        TOPIC,
+        CHANNEL,
+        handle,
+        nsqd_tcp_addresses=[s.tcp_address for s in nsq_cluster.nsqds],
+        max_in_flight=30,
+        rdy_redistribute_interval=0.3,
+    )
+    consumers.append(consumer)
+    consumer.start()
+
+    def allocation() -> dict[str, tuple[int, str]]:
+        conns = consumer.stats()["connections"]
+        return {c["address"]: (c["last_rdy"], c["rdy_reason"]) for c in conns}
+
+    wait_until(lambda: len(allocation()) == 3, timeout=10, message="three connections")
+    # A few evaluations: the idle ones' reserved shares and first messages are behind them.
+    wait_until(
+        lambda: allocation().get(busy.tcp_address) == (28, "demand"),
+        timeout=10,
+        message="the busy connection holds 28 of 30",
+    )
+    assert [allocation()[s.tcp_address] for s in idle] == [(1, "idle"), (1, "idle")]
+    # nsqd sees the budget used: most of 30 in flight on the busy one.
+    wait_until(lambda: in_flight(busy) >= 25, timeout=10, message="25+ in flight at nsqd")
+    assert sum(in_flight(s) for s in nsq_cluster.nsqds) <= 30
+
+    # The other nsqd wake up: within an evaluation or two they get their shares back.
+    for server in idle:
+        publish(server, [b"w%d" % i for i in range(5000)])
+    wait_until(
+        lambda: sorted(rdy for rdy, _ in allocation().values()) == [10, 10, 10],
+        timeout=10,
+        message="even shares once all three have messages",
+    )
+    assert {reason for _, reason in allocation().values()} == {"even"}
+
+
+def test_equal_backlogs_never_hold_more_than_max_in_flight(
+    nsq_cluster: NsqCluster, consumers: list[Consumer]
+) -> None:
+    servers = nsq_cluster.nsqds
+    per_server = 10000
+    for server in servers:
+        publish(server, [b"e%d" % i for i in range(per_server)])
+    handled: list[int] = [0]
+
+    def handle(message: Message) -> None:
+        gevent.sleep(0.005)
+        handled[0] += 1
+
+    consumer = Consumer(
+        TOPIC,
+        CHANNEL,
+        handle,
+        nsqd_tcp_addresses=[s.tcp_address for s in servers],
+        max_in_flight=100,
+        rdy_redistribute_interval=0.2,
+    )
+    consumers.append(consumer)
+    samples: list[int] = []
+    held: list[int] = []
+
+    def sample_nsqd() -> None:
+        while True:
+            samples.append(sum(in_flight(s) for s in servers))
+            gevent.sleep(0.01)
+
+    def sample_consumer() -> None:
+        while True:
+            held.append(consumer.stats()["totals"]["in_flight"])
+            gevent.sleep(0.001)
+
+    consumer.start()
+    samplers = [gevent.spawn(sample_nsqd), gevent.spawn(sample_consumer)]
+    try:
+        wait_until(lambda: handled[0] >= 3 * per_server, timeout=60, message="every message")
+    finally:
+        gevent.killall(samplers)
+    assert len(samples) > 20
+    assert max(samples) <= 100, max(samples)
+    assert max(held) <= 100, max(held)
+    for server in servers:
+        wait_until(lambda s=server: s.channel_drained(TOPIC, CHANNEL), timeout=10)
+
