@@ -221,6 +221,9 @@ def _resolve(own: Mapping[str, Any], side: str) -> dict[str, Any]:
 
 def _addresses(name: str, text: str) -> tuple[str, ...]:
     items = [item.strip() for item in text.split(",")]
+    for item in items:
+        if "://" in item:  # "http://host:4161" would parse as host "http://host"
+            raise ConfigError(f"option {name}: give host:port without a scheme, not {item!r}")
     return normalize_addresses(f"option {name}", [item for item in items if item])
 
 
