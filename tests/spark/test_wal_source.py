@@ -22,7 +22,8 @@ CHANNEL = "spark"
 class Sizes:
     """A foreachBatch sink keeping every body and the size of each batch."""
 
-    def __init__(self) -> None:
+    def __init__(self, topic: str = TOPIC) -> None:
+        self.topic = topic
         self.bodies: list[bytes] = []
         self.sizes: list[int] = []
         self.lock = threading.Lock()
@@ -33,7 +34,7 @@ class Sizes:
             if rows:
                 self.sizes.append(len(rows))
             for row in rows:
-                assert row["topic"] == TOPIC and row["attempts"] >= 1
+                assert row["topic"] == self.topic and row["attempts"] >= 1
                 assert row["timestamp"] is not None
                 self.bodies.append(bytes(row["body"]))
 
@@ -130,3 +131,37 @@ def test_wal_source_reads_three_nsqd_found_through_lookupd_exactly_once(
         stats = channel_stats(server, topic, CHANNEL)
         assert stats["message_count"] == 3000
         assert stats["requeue_count"] == 0 and stats["timeout_count"] == 0
+
+
+def test_trigger_available_now_with_a_wal_drains_the_backlog_once_and_stops(
+    spark: Any, nsqd: NsqdServer, tmp_path: Path
+) -> None:
+    topic = "wal_backlog"
+
+    def run(sink: Sizes) -> None:
+        query = (spark.readStream.format("nsq").option("nsqdTcpAddresses", nsqd.tcp_address)
+                 .option("topic", topic).option("channel", CHANNEL)
+                 .option("walLocation", str(tmp_path / "wal"))
+                 .option("maxMessagesPerBatch", 1500).option("availableNowIdleTimeout", 1.0)
+                 .load().writeStream.foreachBatch(sink)
+                 .option("checkpointLocation", str(tmp_path / "ck"))
+                 .trigger(availableNow=True).start())
+        assert query.awaitTermination(120), "the AvailableNow query did not end by itself"
+        assert query.exception() is None
+
+    first = [f"a-{i}".encode() for i in range(5000)]
+    publish(nsqd, first, topic)
+    sink = Sizes(topic)
+    run(sink)
+    assert sorted(sink.bodies) == sorted(first)  # every message, once
+    assert len(sink.sizes) >= 4 and max(sink.sizes) <= 1500  # in batches within the limit
+    assert drained(nsqd, topic, CHANNEL)
+
+    # What arrives after the run ended waits at nsqd for the next run, on the same checkpoint.
+    second = [f"b-{i}".encode() for i in range(700)]
+    publish(nsqd, second, topic)
+    assert channel_stats(nsqd, topic, CHANNEL)["depth"] == len(second)
+    again = Sizes(topic)
+    run(again)
+    assert sorted(again.bodies) == sorted(second)
+    assert drained(nsqd, topic, CHANNEL)
