@@ -99,7 +99,7 @@ class SourceRun(NamedTuple):
 
 
 def bench_source(spark: Any, server: NsqdServer, topic: str, messages: int,
-                 per_batch: int) -> SourceRun:
+                 per_batch: int, extra: dict[str, str] | None = None) -> SourceRun:
     """The WAL source reading ``messages`` published before.
 
     The clock starts at ``query.start()`` (start-up included: the query, the
@@ -122,7 +122,7 @@ def bench_source(spark: Any, server: NsqdServer, topic: str, messages: int,
     query = (spark.readStream.format("nsq").option("nsqdTcpAddresses", server.tcp_address)
              .option("topic", topic).option("channel", "bench")
              .option("walLocation", os.path.join(scratch, "wal"))
-             .option("maxMessagesPerBatch", per_batch).load()
+             .option("maxMessagesPerBatch", per_batch).options(**(extra or {})).load()
              .writeStream.foreachBatch(count)
              .option("checkpointLocation", os.path.join(scratch, "ck")).start())
     try:
@@ -146,6 +146,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3,
                         help="consumer/source pairs; the ratios' median is reported")
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--source-option", action="append", default=[], metavar="KEY=VALUE",
+                        help="another option of the source (e.g. walBatchDelay=0)")
+    parser.add_argument("--no-sink", action="store_true", help="measure the source only")
     args = parser.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     import pyspark
@@ -162,15 +165,17 @@ def main() -> None:
     print(f"PySpark {pyspark.__version__}, master {args.master}, {os.cpu_count()} cores,"
           f" Python {sys.version.split()[0]}, nsqd: {broker} (default flags), 100-byte messages")
     with NsqdServer() as server:
+        extra = dict(o.split("=", 1) for o in args.source_option)
         bench_sink(spark, server, 20_000)  # warm-up
         publish(server, "bench_warmup", 20_000)
-        bench_source(spark, server, "bench_warmup", 20_000, 10_000)
+        bench_source(spark, server, "bench_warmup", 20_000, 10_000, extra)
 
-        producer = publish(server, "bench_producer", args.rows)
-        sink = bench_sink(spark, server, args.rows)
-        print(f"one Producer, MPUB of 1000: {args.rows:>8} msgs  {producer:>10,.0f} msg/s")
-        print(f"batch sink:                 {args.rows:>8} rows  {sink:>10,.0f} rows/s"
-              f"  = {sink / producer:.2f}x the Producer")
+        if not args.no_sink:
+            producer = publish(server, "bench_producer", args.rows)
+            sink = bench_sink(spark, server, args.rows)
+            print(f"one Producer, MPUB of 1000: {args.rows:>8} msgs  {producer:>10,.0f} msg/s")
+            print(f"batch sink:                 {args.rows:>8} rows  {sink:>10,.0f} rows/s"
+                  f"  = {sink / producer:.2f}x the Producer")
 
         bares: list[float] = []
         runs: list[SourceRun] = []
@@ -179,7 +184,7 @@ def main() -> None:
             bares.append(bench_consumer(server, f"bench_consumer{rep}", args.messages))
             publish(server, f"bench_source{rep}", args.messages)
             runs.append(bench_source(spark, server, f"bench_source{rep}", args.messages,
-                                     args.per_batch))
+                                     args.per_batch, extra))
         for bare, run in zip(bares, runs, strict=True):
             print(f"bare Consumer (RDY 2500):   {args.messages:>8} msgs  {bare:>10,.0f} msg/s;"
                   f" WAL source {run.with_startup:>8,.0f} rows/s with start-up"
@@ -188,7 +193,8 @@ def main() -> None:
         pairs = list(zip(bares, runs, strict=True))
         with_startup = statistics.median(r.with_startup / b for b, r in pairs)
         subscribed = statistics.median(r.subscribed / b for b, r in pairs)
-        print(f"WAL source, maxMessagesPerBatch={args.per_batch}, median of {args.repeat}:"
+        print(f"WAL source, maxMessagesPerBatch={args.per_batch} {extra or ''},"
+              f" median of {args.repeat}:"
               f" {with_startup:.2f}x the bare Consumer including the query's start-up (the"
               f" target's figure), {subscribed:.2f}x from the source's subscription")
     spark.stop()

@@ -60,18 +60,24 @@ class Rows:
             return len(self.rows)
 
 
+def wal_query(spark: Any, tmp_path: Path, topic: str, sink: Any, available_now: bool = False,
+              **options: Any) -> Any:
+    """Start ``topic`` (WAL under ``tmp_path``) -> foreachBatch(``sink``); ``options`` as given."""
+    stream = (spark.readStream.format("nsq").option("topic", topic).option("channel", CHANNEL)
+              .option("walLocation", str(tmp_path / "wal")).options(**options).load()
+              .writeStream.foreachBatch(sink)
+              .option("checkpointLocation", str(tmp_path / "ck")))
+    return (stream.trigger(availableNow=True) if available_now else stream).start()
+
+
 def test_wal_source_reads_batches_above_nsqds_rdy_cap_exactly_once(
     spark: Any, nsqd: NsqdServer, tmp_path: Path
 ) -> None:
     expected = {f"w-{i}".encode() for i in range(20_000)}
     publish(nsqd, sorted(expected), TOPIC)
     sink = Sizes()
-    query = (spark.readStream.format("nsq").option("nsqdTcpAddresses", nsqd.tcp_address)
-             .option("topic", TOPIC).option("channel", CHANNEL)
-             .option("walLocation", str(tmp_path / "wal"))
-             .option("maxMessagesPerBatch", 8000).load()
-             .writeStream.foreachBatch(sink)
-             .option("checkpointLocation", str(tmp_path / "ck")).start())
+    query = wal_query(spark, tmp_path, TOPIC, sink, nsqdTcpAddresses=nsqd.tcp_address,
+                      maxMessagesPerBatch=8000)
     try:
         wait_until(lambda: sink.count() >= len(expected) or query.exception(), timeout=180,
                    interval=0.2, message="20,000 rows in the sink")
@@ -103,14 +109,9 @@ def test_wal_source_reads_three_nsqd_found_through_lookupd_exactly_once(
     wait_until(lambda: len(lookupd.producer_addresses(topic)) == len(servers), timeout=10,
                message="lookupd knows the topic on all three nsqd")
     sink = Rows()
-    query = (spark.readStream.format("nsq")
-             .option("lookupdHttpAddresses", nsq_cluster.lookupd.http_address)
-             .option("lookupdPollInterval", 1.0)
-             .option("topic", topic).option("channel", CHANNEL)
-             .option("walLocation", str(tmp_path / "wal"))
-             .option("maxMessagesPerBatch", 2000).load()
-             .writeStream.foreachBatch(sink)
-             .option("checkpointLocation", str(tmp_path / "ck")).start())
+    query = wal_query(spark, tmp_path, topic, sink,
+                      lookupdHttpAddresses=nsq_cluster.lookupd.http_address,
+                      lookupdPollInterval=1.0, maxMessagesPerBatch=2000)
     try:
         wait_until(lambda: sink.count() >= 1500 or query.exception(), timeout=180, interval=0.2,
                    message="the first rows in the sink")
@@ -139,13 +140,9 @@ def test_trigger_available_now_with_a_wal_drains_the_backlog_once_and_stops(
     topic = "wal_backlog"
 
     def run(sink: Sizes) -> None:
-        query = (spark.readStream.format("nsq").option("nsqdTcpAddresses", nsqd.tcp_address)
-                 .option("topic", topic).option("channel", CHANNEL)
-                 .option("walLocation", str(tmp_path / "wal"))
-                 .option("maxMessagesPerBatch", 1500).option("availableNowIdleTimeout", 1.0)
-                 .load().writeStream.foreachBatch(sink)
-                 .option("checkpointLocation", str(tmp_path / "ck"))
-                 .trigger(availableNow=True).start())
+        query = wal_query(spark, tmp_path, topic, sink, available_now=True,
+                          nsqdTcpAddresses=nsqd.tcp_address, maxMessagesPerBatch=1500,
+                          availableNowIdleTimeout=1.0)
         assert query.awaitTermination(120), "the AvailableNow query did not end by itself"
         assert query.exception() is None
 
