@@ -21,6 +21,11 @@ Spark no longer needs. A restarted query re-plans its last batch from the
 same immutable files and gets the same rows; segments written but never
 planned are listed at start and read by the next batch.
 
+While a flood of messages arrives (segments cut at least half full), the
+next batch is held back until it holds ``maxMessagesPerBatch`` rows or its
+oldest segment is ``walBatchDelay`` seconds old: fewer, larger batches, so
+Spark's fixed cost per batch does not starve ingestion.
+
 When the uncommitted segments exceed ``walMaxBytes`` the source stops
 taking messages (RDY 0) and resumes once Spark's commits bring it below.
 A storage failure stops taking messages, gives every unwritten message back
@@ -418,10 +423,9 @@ class NSQWalStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
         trigger makes many small batches whose overhead takes the CPU
         ingestion needs. So while segments are cut at least half full (half of
         ``walSegmentMessages`` arrived within ``walFlushInterval``) and messages
-        keep coming, a batch
-        waits until ``maxMessagesPerBatch`` rows are there, or at most
-        ``walBatchDelay`` seconds after its oldest segment became durable. A
-        slower stream (smaller segments) is planned at once.
+        keep coming, a batch waits until ``maxMessagesPerBatch`` rows are there,
+        or at most ``walBatchDelay`` seconds after its oldest segment became
+        durable. A slower stream (smaller segments) is planned at once.
         """
         o = self.options
         if o.wal_batch_delay <= 0 or self._paused or not self._flooding:
