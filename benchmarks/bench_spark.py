@@ -4,18 +4,22 @@ Prints, in one run on one nsqd with its default flags:
 
 * the bare ``gnsqlite.Consumer`` draining ``--messages`` messages
   (max_in_flight 2500), and the ``nsq`` streaming source with a WAL
-  (``walLocation``) reading as many, as a ratio of the bare consumer;
+  (``walLocation``) reading as many from the same nsqd, as a ratio of the
+  bare consumer, ``--repeat`` pairs (the median ratio). Two figures: with
+  the query's start-up (from ``query.start()``; the target's figure) and
+  from the source's subscription (when nsqd lists its connection, where the
+  bare consumer's clock effectively starts);
 * one ``Producer``'s MPUB rate (1,000 messages per MPUB) for ``--rows``
   messages, and the batch sink (``df.write.format("nsq")``) writing as
   many rows, as a ratio of the Producer.
 
 Messages are 100 bytes. Runs an embedded nsqd, or the real one when
 ``GNSQLITE_NSQD`` names the directory of its binaries, and ``local[2]``
-(``--master`` to change); a short warm-up runs first so the JVM's start-up
-is not counted. Needs ``gnsqlite[spark]`` and Java 17::
+(``--master`` to change); a short warm-up runs first so the JVM's own
+start-up is not counted. Needs ``gnsqlite[spark]`` and Java 17::
 
     GNSQLITE_NSQD=/path/to/nsq/bin python benchmarks/bench_spark.py \\
-        --rows 500000 --messages 200000
+        --rows 500000 --messages 200000 --repeat 3
 """
 
 from __future__ import annotations
@@ -23,11 +27,12 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import threading
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import gevent
 import gevent.event
@@ -84,9 +89,24 @@ def bench_sink(spark: Any, server: NsqdServer, rows: int) -> float:
     return rows / elapsed
 
 
+class SourceRun(NamedTuple):
+    """One run of the streaming source over a backlog."""
+
+    with_startup: float  # rows/s from query.start() until the last row reached foreachBatch
+    subscribed: float  # rows/s from the source's subscription at nsqd until the last row
+    startup: float  # seconds from query.start() until the source subscribed
+    batches: int
+
+
 def bench_source(spark: Any, server: NsqdServer, topic: str, messages: int,
-                 per_batch: int) -> tuple[float, int]:
-    """The WAL source reading ``messages`` published before; rows per second, batches."""
+                 per_batch: int, extra: dict[str, str] | None = None) -> SourceRun:
+    """The WAL source reading ``messages`` published before.
+
+    The clock starts at ``query.start()`` (start-up included: the query, the
+    source's Python process, its connection) and, for the second figure, when
+    nsqd first lists the source's connection on the channel, which is where a
+    bare Consumer's clock effectively starts too.
+    """
     seen = [0]
     batches = [0]
     lock = threading.Lock()
@@ -102,16 +122,20 @@ def bench_source(spark: Any, server: NsqdServer, topic: str, messages: int,
     query = (spark.readStream.format("nsq").option("nsqdTcpAddresses", server.tcp_address)
              .option("topic", topic).option("channel", "bench")
              .option("walLocation", os.path.join(scratch, "wal"))
-             .option("maxMessagesPerBatch", per_batch).load()
+             .option("maxMessagesPerBatch", per_batch).options(**(extra or {})).load()
              .writeStream.foreachBatch(count)
              .option("checkpointLocation", os.path.join(scratch, "ck")).start())
     try:
-        wait_until(lambda: seen[0] >= messages, timeout=600, interval=0.05)
-        elapsed = time.perf_counter() - started
+        wait_until(lambda: server.channel_stats(topic, "bench").get("clients"), timeout=120,
+                   interval=0.02, message="the source subscribed")
+        subscribed = time.perf_counter()
+        wait_until(lambda: seen[0] >= messages, timeout=600, interval=0.02)
+        done = time.perf_counter()
     finally:
         query.stop()
         shutil.rmtree(scratch, ignore_errors=True)
-    return messages / elapsed, batches[0]
+    return SourceRun(messages / (done - started), messages / (done - subscribed),
+                     subscribed - started, batches[0])
 
 
 def main() -> None:
@@ -119,7 +143,12 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=500_000, help="rows for the batch sink")
     parser.add_argument("--messages", type=int, default=200_000, help="messages per source run")
     parser.add_argument("--per-batch", type=int, default=100_000, help="maxMessagesPerBatch")
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="consumer/source pairs; the ratios' median is reported")
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--source-option", action="append", default=[], metavar="KEY=VALUE",
+                        help="another option of the source (e.g. walBatchDelay=0)")
+    parser.add_argument("--no-sink", action="store_true", help="measure the source only")
     args = parser.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     import pyspark
@@ -136,25 +165,38 @@ def main() -> None:
     print(f"PySpark {pyspark.__version__}, master {args.master}, {os.cpu_count()} cores,"
           f" Python {sys.version.split()[0]}, nsqd: {broker} (default flags), 100-byte messages")
     with NsqdServer() as server:
+        extra = dict(o.split("=", 1) for o in args.source_option)
         bench_sink(spark, server, 20_000)  # warm-up
         publish(server, "bench_warmup", 20_000)
-        bench_source(spark, server, "bench_warmup", 20_000, 10_000)
+        bench_source(spark, server, "bench_warmup", 20_000, 10_000, extra)
 
-        producer = publish(server, "bench_producer", args.rows)
-        sink = bench_sink(spark, server, args.rows)
-        print(f"one Producer, MPUB of 1000: {args.rows:>8} msgs  {producer:>10,.0f} msg/s")
-        print(f"batch sink:                 {args.rows:>8} rows  {sink:>10,.0f} rows/s"
-              f"  = {sink / producer:.2f}x the Producer")
+        if not args.no_sink:
+            producer = publish(server, "bench_producer", args.rows)
+            sink = bench_sink(spark, server, args.rows)
+            print(f"one Producer, MPUB of 1000: {args.rows:>8} msgs  {producer:>10,.0f} msg/s")
+            print(f"batch sink:                 {args.rows:>8} rows  {sink:>10,.0f} rows/s"
+                  f"  = {sink / producer:.2f}x the Producer")
 
-        publish(server, "bench_consumer", args.messages)
-        bare = bench_consumer(server, "bench_consumer", args.messages)
-        publish(server, "bench_source", args.messages)
-        source, batches = bench_source(spark, server, "bench_source", args.messages,
-                                       args.per_batch)
-        print(f"bare Consumer (RDY 2500):   {args.messages:>8} msgs  {bare:>10,.0f} msg/s")
-        print(f"WAL source, maxMessagesPerBatch={args.per_batch}: {args.messages} rows"
-              f" {source:>10,.0f} rows/s = {source / bare:.2f}x the bare Consumer"
-              f" ({batches} batches)")
+        bares: list[float] = []
+        runs: list[SourceRun] = []
+        for rep in range(args.repeat):  # alternate, so both see the same machine load
+            publish(server, f"bench_consumer{rep}", args.messages)
+            bares.append(bench_consumer(server, f"bench_consumer{rep}", args.messages))
+            publish(server, f"bench_source{rep}", args.messages)
+            runs.append(bench_source(spark, server, f"bench_source{rep}", args.messages,
+                                     args.per_batch, extra))
+        for bare, run in zip(bares, runs, strict=True):
+            print(f"bare Consumer (RDY 2500):   {args.messages:>8} msgs  {bare:>10,.0f} msg/s;"
+                  f" WAL source {run.with_startup:>8,.0f} rows/s with start-up"
+                  f" ({run.startup:.2f} s), {run.subscribed:>8,.0f} from subscription,"
+                  f" {run.batches} batches")
+        pairs = list(zip(bares, runs, strict=True))
+        with_startup = statistics.median(r.with_startup / b for b, r in pairs)
+        subscribed = statistics.median(r.subscribed / b for b, r in pairs)
+        print(f"WAL source, maxMessagesPerBatch={args.per_batch} {extra or ''},"
+              f" median of {args.repeat}:"
+              f" {with_startup:.2f}x the bare Consumer including the query's start-up (the"
+              f" target's figure), {subscribed:.2f}x from the source's subscription")
     spark.stop()
 
 

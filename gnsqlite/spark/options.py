@@ -93,6 +93,11 @@ OPTIONS: tuple[Spec, ...] = (
           "Messages per WAL segment at most; 0 means maxInFlight"),
     _spec("walFlushInterval", SOURCE, float, 0.05, 0.001, "s",
           "A WAL segment is written at the latest this long after its first message arrived"),
+    _spec("walBatchDelay", SOURCE, float, 2.0, 0.0, "s",
+          "With walLocation, while messages arrive faster than half of walSegmentMessages per"
+          " walFlushInterval (a backlog draining), a micro-batch waits up to this long after its"
+          " oldest segment was written to fill up to maxMessagesPerBatch (fewer, larger"
+          " batches); slower streams are planned at once; 0 never waits"),
     _spec("numPartitions", SOURCE, int, 2, 1, "", "Spark partitions per micro-batch"),
     _spec("maxAttempts", SOURCE, int, 0, 0, "",
           "Finish (drop, with a WARNING) messages delivered more often than this;"
@@ -221,6 +226,9 @@ def _resolve(own: Mapping[str, Any], side: str) -> dict[str, Any]:
 
 def _addresses(name: str, text: str) -> tuple[str, ...]:
     items = [item.strip() for item in text.split(",")]
+    for item in items:
+        if "://" in item:  # "http://host:4161" would parse as host "http://host"
+            raise ConfigError(f"option {name}: give host:port without a scheme, not {item!r}")
     return normalize_addresses(f"option {name}", [item for item in items if item])
 
 
@@ -252,6 +260,7 @@ class SourceOptions:
     wal_max_bytes: int = 1 << 30
     wal_segment_messages: int = 2500
     wal_flush_interval: float = 0.05
+    wal_batch_delay: float = 2.0
 
 
 @dataclass(frozen=True)
@@ -318,6 +327,7 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         wal_max_bytes=v["walMaxBytes"],
         wal_segment_messages=v["walSegmentMessages"] or max_in_flight,
         wal_flush_interval=v["walFlushInterval"],
+        wal_batch_delay=v["walBatchDelay"],
     )
 
 

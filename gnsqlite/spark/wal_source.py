@@ -21,6 +21,11 @@ Spark no longer needs. A restarted query re-plans its last batch from the
 same immutable files and gets the same rows; segments written but never
 planned are listed at start and read by the next batch.
 
+While a flood of messages arrives (segments cut at least half full), the
+next batch is held back until it holds ``maxMessagesPerBatch`` rows or its
+oldest segment is ``walBatchDelay`` seconds old: fewer, larger batches, so
+Spark's fixed cost per batch does not starve ingestion.
+
 When the uncommitted segments exceed ``walMaxBytes`` the source stops
 taking messages (RDY 0) and resumes once Spark's commits bring it below.
 A storage failure stops taking messages, gives every unwritten message back
@@ -37,14 +42,16 @@ from __future__ import annotations
 
 import collections
 import logging
+import operator
 import os
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import gevent
 import gevent.event
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
 from ..consumer import Consumer
@@ -93,24 +100,47 @@ def read_partition(partition: NSQWalPartition,
             )
 
 
+_WIRE_ID = operator.attrgetter("wire_id")
+_BODY = operator.attrgetter("body")
+_TIMESTAMP = operator.attrgetter("timestamp")
+_ATTEMPTS = operator.attrgetter("attempts")
+_NSQD = operator.attrgetter("nsqd")
+
+
+def segment_batch(messages: Sequence[Message]) -> pa.RecordBatch:
+    """``messages`` as one record batch of :data:`~gnsqlite.spark.wal.ROW_SCHEMA`."""
+    nanos = pa.array(map(_TIMESTAMP, messages), pa.int64(), size=len(messages))
+    return pa.RecordBatch.from_arrays([
+        pa.array(map(_WIRE_ID, messages), pa.binary(), size=len(messages)).cast(pa.string()),
+        pa.array(map(_BODY, messages), pa.binary(), size=len(messages)),
+        pc.divide(nanos, 1000).cast(ROW_SCHEMA.field("timestamp").type),
+        pa.array(map(_ATTEMPTS, messages), pa.int32(), size=len(messages)),
+        pa.array(map(_NSQD, messages), pa.string(), size=len(messages)),
+    ], schema=ROW_SCHEMA)
+
+
 class _Dedup:
-    """The ids of the newest WAL rows, bounded: a redelivery of one is finished, not written."""
+    """The ids of the newest WAL rows, bounded: a redelivery of one is finished, not written.
+
+    Ids are kept as the 16 wire bytes, one set per segment, so adding a
+    segment and forgetting the oldest cost no Python step per id.
+    """
 
     def __init__(self, capacity: int) -> None:
         self.capacity = max(1, capacity)
-        self._order: collections.deque[str] = collections.deque()
-        self._ids: set[str] = set()
+        self._sets: collections.deque[frozenset[bytes]] = collections.deque()
+        self._size = 0
 
-    def __contains__(self, mid: str) -> bool:
-        return mid in self._ids
+    def __contains__(self, mid: bytes) -> bool:
+        return any(mid in ids for ids in self._sets)
 
-    def add(self, ids: Sequence[str]) -> None:
-        for mid in ids:
-            if mid not in self._ids:
-                self._ids.add(mid)
-                self._order.append(mid)
-        while len(self._order) > self.capacity:
-            self._ids.discard(self._order.popleft())
+    def add(self, ids: Iterable[bytes]) -> None:
+        """Remember ``ids`` (one segment's); forget the oldest beyond the capacity."""
+        new = frozenset(ids)
+        self._sets.append(new)
+        self._size += len(new)
+        while len(self._sets) > 1 and self._size - len(self._sets[0]) >= self.capacity:
+            self._size -= len(self._sets.popleft())
 
 
 class NSQWalStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
@@ -130,6 +160,8 @@ class NSQWalStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
         self._hub: HubThread | None = None
         self._consumer: Consumer | None = None
         self._index = SegmentIndex()
+        self._durable_at: dict[int, float] = {}  # segment number -> time.monotonic() written
+        self._flooding = False  # the newest segment was at least half full: a flood
         self._next = 0  # the number of the next segment to write
         self._buffer: list[Message] = []
         self._first_arrival = 0.0
@@ -179,8 +211,8 @@ class NSQWalStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
         # holds, so a batch planned again reads the same files.
         hinted = [p[0] + (1 if p[1] else 0) for p in map(position, offsets) if p is not None]
         self._next = max([self._index.next_number(), *hinted])
-        for segment in self._index.newest(2 * self.options.max_in_flight):
-            self._dedup.add(self.store.read_ids(segment))
+        for segment in reversed(self._index.newest(2 * self.options.max_in_flight)):
+            self._dedup.add(i.encode("ascii") for i in self.store.read_ids(segment))
         if segments:
             log.info("%r: %d segments (%d rows, %d bytes) in the WAL at start", self,
                      len(segments), self._index.rows_after(self._index.first()),
@@ -264,7 +296,7 @@ class NSQWalStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
         if self._stopped or self._failure is not None:
             message.requeue(0.0, backoff=False)
             return
-        if message.id in self._dedup:  # already in the WAL: nsqd lost our FIN
+        if message.wire_id in self._dedup:  # already in the WAL: nsqd lost our FIN
             message.finish()
             return
         if not self._buffer:
@@ -298,14 +330,7 @@ class NSQWalStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
             if self._buffer:
                 self._first_arrival = time.monotonic()
                 wake.set()
-            batch = pa.RecordBatch.from_arrays([
-                pa.array([m.id for m in messages], pa.string()),
-                pa.array([m.body for m in messages], pa.binary()),
-                pa.array([m.timestamp // 1000 for m in messages], pa.int64()).cast(
-                    ROW_SCHEMA.field("timestamp").type),
-                pa.array([m.attempts for m in messages], pa.int32()),
-                pa.array([m.nsqd for m in messages], pa.string()),
-            ], schema=ROW_SCHEMA)
+            batch = segment_batch(messages)
             number = self._next
             self._writing = len(messages)
             try:
@@ -323,8 +348,10 @@ class NSQWalStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
             self._next = number + 1
             for message in messages:
                 message.finish()
-            self._dedup.add([m.id for m in messages])
+            self._dedup.add(map(_WIRE_ID, messages))
             self._index.add(segment)
+            self._durable_at[number] = time.monotonic()
+            self._flooding = 2 * len(messages) >= o.wal_segment_messages
             self._update_flow()
 
     def _fail(self, exc: WalStorageError, messages: list[Message]) -> None:
@@ -383,7 +410,34 @@ class NSQWalStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
             return offset(min(end, max(begin, self._available_now_end)))
         if min_rows is not None and self._index.rows_after(begin) < min_rows:
             return offset(begin)
-        return offset(self._index.advance(begin, max_rows))
+        end = self._index.advance(begin, max_rows)
+        if end != begin and self._filling(begin, max_rows):
+            return offset(begin)
+        return offset(end)
+
+    def _filling(self, begin: Position, max_rows: int | None) -> bool:
+        """Hold the next batch back while a flood of messages fills it.
+
+        Each micro-batch costs Spark a fixed planning and scheduling time; while
+        the source drains a backlog, planning whatever the WAL holds at every
+        trigger makes many small batches whose overhead takes the CPU
+        ingestion needs. So while segments are cut at least half full (half of
+        ``walSegmentMessages`` arrived within ``walFlushInterval``) and messages
+        keep coming, a batch waits until ``maxMessagesPerBatch`` rows are there,
+        or at most ``walBatchDelay`` seconds after its oldest segment became
+        durable. A slower stream (smaller segments) is planned at once.
+        """
+        o = self.options
+        if o.wal_batch_delay <= 0 or self._paused or not self._flooding:
+            return False
+        if max_rows is not None and self._index.rows_after(begin) >= max_rows:
+            return False
+        now = time.monotonic()
+        busy = self._buffer or self._writing or now - self._last_arrival < o.wal_flush_interval
+        if not busy:
+            return False
+        oldest = min((t for n, t in self._durable_at.items() if n >= begin[0]), default=0.0)
+        return now - oldest < o.wal_batch_delay
 
     def _wait_quiet(self) -> None:
         """Trigger.AvailableNow: wait until no message arrived for the idle timeout."""
@@ -415,6 +469,8 @@ class NSQWalStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
         stop = position(end)
         assert stop is not None
         gone = self._index.drop_before(stop[0])
+        for segment in gone:
+            self._durable_at.pop(segment.number, None)
         if gone:
             gevent.get_hub().threadpool.spawn(self.store.delete, gone).get()
         self._update_flow()

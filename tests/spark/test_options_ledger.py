@@ -37,6 +37,8 @@ def test_source_options_are_case_insensitive_with_documented_defaults() -> None:
         ({"heartbeatinterval": "0.1"}, "heartbeat_interval"),
         ({"maxmessagesperpublish": "10"}, "'maxmessagesperpublish' is for writing only"),
         ({"nsqdtcpaddresses": "nohost"}, "nsqdTcpAddresses"),
+        ({"lookupdhttpaddresses": "http://127.0.0.1:4161"},
+         "lookupdHttpAddresses: give host:port without a scheme"),
     ],
 )
 def test_a_bad_source_option_is_named(extra: dict[str, str], named: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import threading
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,7 @@ import pytest
 from spark_support import channel_stats, drained, publish
 
 from gnsqlite.testing import NsqdServer, wait_until
+from gnsqlite.testing.plugin import NsqCluster
 
 pytestmark = pytest.mark.slow
 
@@ -20,7 +22,8 @@ CHANNEL = "spark"
 class Sizes:
     """A foreachBatch sink keeping every body and the size of each batch."""
 
-    def __init__(self) -> None:
+    def __init__(self, topic: str = TOPIC) -> None:
+        self.topic = topic
         self.bodies: list[bytes] = []
         self.sizes: list[int] = []
         self.lock = threading.Lock()
@@ -31,7 +34,7 @@ class Sizes:
             if rows:
                 self.sizes.append(len(rows))
             for row in rows:
-                assert row["topic"] == TOPIC and row["attempts"] >= 1
+                assert row["topic"] == self.topic and row["attempts"] >= 1
                 assert row["timestamp"] is not None
                 self.bodies.append(bytes(row["body"]))
 
@@ -40,18 +43,41 @@ class Sizes:
             return len(self.bodies)
 
 
+class Rows:
+    """A foreachBatch sink keeping every (body, nsqd) pair."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[bytes, str]] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        got = [(bytes(r["body"]), r["nsqd"]) for r in df.select("body", "nsqd").collect()]
+        with self.lock:
+            self.rows.extend(got)
+
+    def count(self) -> int:
+        with self.lock:
+            return len(self.rows)
+
+
+def wal_query(spark: Any, tmp_path: Path, topic: str, sink: Any, available_now: bool = False,
+              **options: Any) -> Any:
+    """Start ``topic`` (WAL under ``tmp_path``) -> foreachBatch(``sink``); ``options`` as given."""
+    stream = (spark.readStream.format("nsq").option("topic", topic).option("channel", CHANNEL)
+              .option("walLocation", str(tmp_path / "wal")).options(**options).load()
+              .writeStream.foreachBatch(sink)
+              .option("checkpointLocation", str(tmp_path / "ck")))
+    return (stream.trigger(availableNow=True) if available_now else stream).start()
+
+
 def test_wal_source_reads_batches_above_nsqds_rdy_cap_exactly_once(
     spark: Any, nsqd: NsqdServer, tmp_path: Path
 ) -> None:
     expected = {f"w-{i}".encode() for i in range(20_000)}
     publish(nsqd, sorted(expected), TOPIC)
     sink = Sizes()
-    query = (spark.readStream.format("nsq").option("nsqdTcpAddresses", nsqd.tcp_address)
-             .option("topic", TOPIC).option("channel", CHANNEL)
-             .option("walLocation", str(tmp_path / "wal"))
-             .option("maxMessagesPerBatch", 8000).load()
-             .writeStream.foreachBatch(sink)
-             .option("checkpointLocation", str(tmp_path / "ck")).start())
+    query = wal_query(spark, tmp_path, TOPIC, sink, nsqdTcpAddresses=nsqd.tcp_address,
+                      maxMessagesPerBatch=8000)
     try:
         wait_until(lambda: sink.count() >= len(expected) or query.exception(), timeout=180,
                    interval=0.2, message="20,000 rows in the sink")
@@ -68,3 +94,71 @@ def test_wal_source_reads_batches_above_nsqds_rdy_cap_exactly_once(
     # Spark committed what it processed: the WAL keeps at most the last batch.
     left = list((tmp_path / "wal").glob("*.arrow"))
     assert sum(int(p.name.split("-")[1].split(".")[0]) for p in left) <= 8000
+
+
+def test_wal_source_reads_three_nsqd_found_through_lookupd_exactly_once(
+    spark: Any, nsq_cluster: NsqCluster, tmp_path: Path
+) -> None:
+    topic = "wal_cluster"
+    servers = nsq_cluster.nsqds
+    expected = {f"{i}-{n}".encode(): server.tcp_address
+                for i, server in enumerate(servers) for n in range(3000)}
+    for i, server in enumerate(servers):  # half before the query starts, half while it runs
+        publish(server, [f"{i}-{n}".encode() for n in range(1500)], topic)
+    lookupd = nsq_cluster.lookupd.http
+    wait_until(lambda: len(lookupd.producer_addresses(topic)) == len(servers), timeout=10,
+               message="lookupd knows the topic on all three nsqd")
+    sink = Rows()
+    query = wal_query(spark, tmp_path, topic, sink,
+                      lookupdHttpAddresses=nsq_cluster.lookupd.http_address,
+                      lookupdPollInterval=1.0, maxMessagesPerBatch=2000)
+    try:
+        wait_until(lambda: sink.count() >= 1500 or query.exception(), timeout=180, interval=0.2,
+                   message="the first rows in the sink")
+        for i, server in enumerate(servers):
+            publish(server, [f"{i}-{n}".encode() for n in range(1500, 3000)], topic)
+        wait_until(lambda: sink.count() >= len(expected) or query.exception(), timeout=180,
+                   interval=0.2, message=f"{len(expected)} rows in the sink")
+        assert query.exception() is None
+        wait_until(lambda: all(drained(s, topic, CHANNEL) for s in servers), timeout=30,
+                   interval=0.2, message="every nsqd's channel drained")
+    finally:
+        query.stop()
+    counts = collections.Counter(body for body, _ in sink.rows)
+    assert set(counts) == set(expected) and max(counts.values()) == 1
+    # Each row names the nsqd it came from.
+    assert all(expected[body] == nsqd for body, nsqd in sink.rows)
+    for server in servers:
+        stats = channel_stats(server, topic, CHANNEL)
+        assert stats["message_count"] == 3000
+        assert stats["requeue_count"] == 0 and stats["timeout_count"] == 0
+
+
+def test_trigger_available_now_with_a_wal_drains_the_backlog_once_and_stops(
+    spark: Any, nsqd: NsqdServer, tmp_path: Path
+) -> None:
+    topic = "wal_backlog"
+
+    def run(sink: Sizes) -> None:
+        query = wal_query(spark, tmp_path, topic, sink, available_now=True,
+                          nsqdTcpAddresses=nsqd.tcp_address, maxMessagesPerBatch=1500,
+                          availableNowIdleTimeout=1.0)
+        assert query.awaitTermination(120), "the AvailableNow query did not end by itself"
+        assert query.exception() is None
+
+    first = [f"a-{i}".encode() for i in range(5000)]
+    publish(nsqd, first, topic)
+    sink = Sizes(topic)
+    run(sink)
+    assert sorted(sink.bodies) == sorted(first)  # every message, once
+    assert len(sink.sizes) >= 4 and max(sink.sizes) <= 1500  # in batches within the limit
+    assert drained(nsqd, topic, CHANNEL)
+
+    # What arrives after the run ended waits at nsqd for the next run, on the same checkpoint.
+    second = [f"b-{i}".encode() for i in range(700)]
+    publish(nsqd, second, topic)
+    assert channel_stats(nsqd, topic, CHANNEL)["depth"] == len(second)
+    again = Sizes(topic)
+    run(again)
+    assert sorted(again.bodies) == sorted(second)
+    assert drained(nsqd, topic, CHANNEL)
