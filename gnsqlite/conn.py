@@ -12,6 +12,15 @@ starts the connection's two greenlets:
   so commands written close together (a burst of FINs, pipelined PUBs) share
   a syscall, and commands written by many greenlets never interleave.
 
+When nothing else is on its way (a request with no other request awaiting
+its answer, the FIN or REQ of the last unanswered message) and the socket
+is free, the command is written at once from the calling greenlet instead,
+saving the round trip through the writer on latency-bound paths (one PUB at
+a time, ``max_in_flight=1``). Such a write never waits: what the socket does
+not take at once is left to the writer, before anything queued later, so
+frames still never interleave and a caller never blocks on a slow nsqd. TLS
+connections always write through the writer.
+
 A connection that hears nothing for two heartbeat intervals is dead: the
 reader's receive times out and the connection ends with
 :class:`~gnsqlite.errors.BrokenConnectionError`. Network failures surface as
@@ -159,7 +168,10 @@ class Connection:
         self.last_received = 0.0  # time.monotonic() of the last bytes read
         self._sock: Any = None
         self._codec: Codec | None = None
-        self._outbox: list[bytes] = []
+        self._outbox: list[bytes] = []  # commands queued for the writer, not yet encoded
+        self._unsent = b""  # encoded bytes a direct write left over: the writer's first
+        self._writing = False  # the writer is inside a send that may wait
+        self._unanswered = 0  # messages received and not yet FINished or REQueued
         self._wakeup = gevent.event.Event()
         self._close_wait = gevent.event.Event()
         self._reader: gevent.Greenlet[[], None] | None = None
@@ -464,6 +476,7 @@ class Connection:
 
     def _route(self, event: Event) -> None:
         if isinstance(event, MessageReceived):
+            self._unanswered += 1
             if self.on_message is not None:
                 self._call(self.on_message, event.message)
         elif isinstance(event, Response):
@@ -491,9 +504,41 @@ class Connection:
     def _encode(self, data: bytes) -> bytes:
         return self._codec.encode(data) if self._codec is not None else data
 
-    def _queue(self, data: bytes) -> None:
-        self._outbox.append(data)
-        self._wakeup.set()
+    def _queue(self, data: bytes, flush: bool = False) -> None:
+        """Queue ``data`` for the writer; with ``flush``, write it now if the socket is free.
+
+        A flush writes whatever is queued, then ``data``, from the calling
+        greenlet and never waits: bytes the socket does not take at once,
+        and any failure, are left to the writer greenlet (which ends the
+        connection on an error, as for its own writes).
+        """
+        outbox = self._outbox
+        outbox.append(data)
+        if not flush or self._writing or self._unsent or self._tls or self._draining:
+            self._wakeup.set()
+            return
+        try:
+            encoded = self._encode(outbox[0] if len(outbox) == 1 else b"".join(outbox))
+        except Exception:
+            self._wakeup.set()  # the writer meets the same failure and ends the connection
+            return
+        outbox.clear()
+        try:
+            sent = self._sock.send(encoded, 0, 0.0)  # timeout 0.0: never wait
+        except BlockingIOError:
+            sent = 0
+        except OSError as exc:
+            log.debug("%s: direct write failed (%s); left to the writer", self.name, exc)
+            sent = 0
+        if sent < len(encoded):
+            self._unsent = encoded[sent:]
+            self._wakeup.set()
+
+    def _send(self, data: bytes) -> None:
+        """Send all of ``data``; waits while the socket is full."""
+        sent = self._sock.send(data)
+        if sent < len(data):
+            self._sock.sendall(memoryview(data)[sent:])
 
     def _write_loop(self) -> None:
         outbox = self._outbox
@@ -502,11 +547,18 @@ class Connection:
                 while True:
                     self._wakeup.wait()
                     self._wakeup.clear()
-                    if outbox:
-                        data = b"".join(outbox)
-                        outbox.clear()
-                        self._sock.sendall(self._encode(data))
-                    if self._draining and not outbox:
+                    if outbox or self._unsent:
+                        data = self._unsent
+                        if outbox:
+                            data += self._encode(b"".join(outbox))
+                            outbox.clear()
+                        self._unsent = b""
+                        self._writing = True
+                        try:
+                            self._send(data)
+                        finally:
+                            self._writing = False
+                    if self._draining and not outbox and not self._unsent:
                         return
         except NSQError as exc:  # a network failure, mapped at the edge, or an encoding one
             if not self._closed:
@@ -532,7 +584,7 @@ class Connection:
     def _request(self, data: bytes) -> gevent.event.AsyncResult[bytes]:
         waiter: gevent.event.AsyncResult[bytes] = gevent.event.AsyncResult()
         self.protocol.await_answer(waiter)
-        self._queue(data)
+        self._queue(data, flush=self.protocol.pending_requests == 1)
         return waiter
 
     def request(self, waiter: Waiter, data: bytes) -> None:
@@ -546,7 +598,8 @@ class Connection:
         """
         self._check_open()
         self.protocol.await_answer(waiter)
-        self._queue(data)
+        # Alone in flight (no other request awaits its answer): write it now.
+        self._queue(data, flush=self.protocol.pending_requests == 1)
 
     def publish(self, topic: str, body: bytes | str) -> gevent.event.AsyncResult[bytes]:
         """PUB; the result resolves to ``b"OK"`` or the server's error. Does not block."""
@@ -593,12 +646,19 @@ class Connection:
     def finish(self, message_id: bytes | str) -> None:
         """FIN a message. Does not block."""
         self._check_open()
-        self.send(self.protocol.fin(message_id))
+        data = self.protocol.fin(message_id)
+        last = self._unanswered == 1
+        self._unanswered = max(0, self._unanswered - 1)
+        # The last unanswered message: nothing else will share the write, send it now.
+        self._queue(data, flush=last)
 
     def requeue(self, message_id: bytes | str, delay: float = 0.0) -> None:
         """REQ a message, redelivered after ``delay`` seconds. Does not block."""
         self._check_open()
-        self.send(self.protocol.req(message_id, delay))
+        data = self.protocol.req(message_id, delay)
+        last = self._unanswered == 1
+        self._unanswered = max(0, self._unanswered - 1)
+        self._queue(data, flush=last)
 
     def touch(self, message_id: bytes | str) -> None:
         """TOUCH a message to reset its timeout. Does not block."""
@@ -713,6 +773,7 @@ class Connection:
             waiter.set_exception(failure)
         self._close_wait.set()
         self._outbox.clear()
+        self._unsent = b""
         sock, self._sock = self._sock, None
         if sock is not None:
             with contextlib.suppress(OSError):
