@@ -8,18 +8,19 @@ starts the connection's two greenlets:
   ``on_message`` callback (which must not block), answers to requests resolve
   their :class:`~gevent.event.AsyncResult` in the order the requests were
   written, heartbeats are answered with ``NOP`` at once;
-* the **writer** sends everything queued since it last ran in one ``send``,
-  so commands written close together (a burst of FINs, pipelined PUBs) share
-  a syscall, and commands written by many greenlets never interleave.
+* the **writer** greenlet takes over writing when the socket is full (it
+  waits until nsqd reads) and on TLS connections.
 
-When nothing else is on its way (a request with no other request awaiting
-its answer, the FIN or REQ of the last unanswered message) and the socket
-is free, the command is written at once from the calling greenlet instead,
-saving the round trip through the writer on latency-bound paths (one PUB at
-a time, ``max_in_flight=1``). Such a write never waits: what the socket does
-not take at once is left to the writer, before anything queued later, so
-frames still never interleave and a caller never blocks on a slow nsqd. TLS
-connections always write through the writer.
+Commands are written in batches: the first command queued in a turn of the
+event loop schedules one flush, a callback the hub runs before it next polls
+the sockets, and that flush sends everything queued by then in one ``send``.
+So commands written close together (a burst of FINs, a FIN and its RDY,
+pipelined PUBs) share a syscall, a lone command (one PUB at a time,
+``max_in_flight=1``) goes out without a switch to another greenlet, and
+commands written by many greenlets never interleave. The flush never waits:
+what the socket does not take at once is left to the writer greenlet, ahead
+of anything queued later, so no caller and not the hub ever blocks on a
+slow nsqd.
 
 A connection that hears nothing for two heartbeat intervals is dead: the
 reader's receive times out and the connection ends with
@@ -168,10 +169,11 @@ class Connection:
         self.last_received = 0.0  # time.monotonic() of the last bytes read
         self._sock: Any = None
         self._codec: Codec | None = None
-        self._outbox: list[bytes] = []  # commands queued for the writer, not yet encoded
-        self._unsent = b""  # encoded bytes a direct write left over: the writer's first
-        self._writing = False  # the writer is inside a send that may wait
-        self._unanswered = 0  # messages received and not yet FINished or REQueued
+        self._outbox: list[bytes] = []  # commands queued, not yet encoded
+        self._unsent = b""  # encoded bytes a flush left over: the writer sends them first
+        self._writing = False  # the writer greenlet is inside a send that may wait
+        self._flush_scheduled = False
+        self._loop: Any = None  # the hub's loop, which runs the flushes
         self._wakeup = gevent.event.Event()
         self._close_wait = gevent.event.Event()
         self._reader: gevent.Greenlet[[], None] | None = None
@@ -309,6 +311,7 @@ class Connection:
             log.warning("%s: auth_secret set but nsqd does not require AUTH; not sent", self.name)
         self._sock.settimeout(None)  # the reader bounds its own waits; writes may be long
         self.last_received = time.monotonic()
+        self._loop = gevent.get_hub().loop
         self._reader = gevent.spawn(self._read_loop)
         self._writer = gevent.spawn(self._write_loop)
 
@@ -476,7 +479,6 @@ class Connection:
 
     def _route(self, event: Event) -> None:
         if isinstance(event, MessageReceived):
-            self._unanswered += 1
             if self.on_message is not None:
                 self._call(self.on_message, event.message)
         elif isinstance(event, Response):
@@ -504,34 +506,44 @@ class Connection:
     def _encode(self, data: bytes) -> bytes:
         return self._codec.encode(data) if self._codec is not None else data
 
-    def _queue(self, data: bytes, flush: bool = False) -> None:
-        """Queue ``data`` for the writer; with ``flush``, write it now if the socket is free.
+    def _queue(self, data: bytes) -> None:
+        """Queue ``data``; it goes out with this turn's flush. Never blocks."""
+        self._outbox.append(data)
+        if self._tls:
+            self._wakeup.set()  # gevent's TLS socket cannot try a send without waiting
+        elif not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.run_callback(self._flush)
 
-        A flush writes whatever is queued, then ``data``, from the calling
-        greenlet and never waits: bytes the socket does not take at once,
-        and any failure, are left to the writer greenlet (which ends the
-        connection on an error, as for its own writes).
+    def _flush(self) -> None:
+        """Send what is queued without waiting; runs in the hub, before it polls.
+
+        Bytes the socket does not take at once, and any failure, are left
+        to the writer greenlet (which ends the connection on an error, as
+        for its own writes).
         """
+        self._flush_scheduled = False
         outbox = self._outbox
-        outbox.append(data)
-        if not flush or self._writing or self._unsent or self._tls or self._draining:
-            self._wakeup.set()
+        if not outbox or self._closed:
+            return
+        if self._writing or self._unsent or self._draining:
+            self._wakeup.set()  # the writer is busy or finishing: order is its job
             return
         try:
-            encoded = self._encode(outbox[0] if len(outbox) == 1 else b"".join(outbox))
+            data = self._encode(outbox[0] if len(outbox) == 1 else b"".join(outbox))
         except Exception:
             self._wakeup.set()  # the writer meets the same failure and ends the connection
             return
         outbox.clear()
         try:
-            sent = self._sock.send(encoded, 0, 0.0)  # timeout 0.0: never wait
+            sent = self._sock.send(data, 0, 0.0)  # timeout 0.0: never wait
         except BlockingIOError:
             sent = 0
         except OSError as exc:
-            log.debug("%s: direct write failed (%s); left to the writer", self.name, exc)
+            log.debug("%s: write failed (%s); left to the writer", self.name, exc)
             sent = 0
-        if sent < len(encoded):
-            self._unsent = encoded[sent:]
+        if sent < len(data):
+            self._unsent = data[sent:]
             self._wakeup.set()
 
     def _send(self, data: bytes) -> None:
@@ -584,7 +596,7 @@ class Connection:
     def _request(self, data: bytes) -> gevent.event.AsyncResult[bytes]:
         waiter: gevent.event.AsyncResult[bytes] = gevent.event.AsyncResult()
         self.protocol.await_answer(waiter)
-        self._queue(data, flush=self.protocol.pending_requests == 1)
+        self._queue(data)
         return waiter
 
     def request(self, waiter: Waiter, data: bytes) -> None:
@@ -598,8 +610,7 @@ class Connection:
         """
         self._check_open()
         self.protocol.await_answer(waiter)
-        # Alone in flight (no other request awaits its answer): write it now.
-        self._queue(data, flush=self.protocol.pending_requests == 1)
+        self._queue(data)
 
     def publish(self, topic: str, body: bytes | str) -> gevent.event.AsyncResult[bytes]:
         """PUB; the result resolves to ``b"OK"`` or the server's error. Does not block."""
@@ -646,19 +657,12 @@ class Connection:
     def finish(self, message_id: bytes | str) -> None:
         """FIN a message. Does not block."""
         self._check_open()
-        data = self.protocol.fin(message_id)
-        last = self._unanswered == 1
-        self._unanswered = max(0, self._unanswered - 1)
-        # The last unanswered message: nothing else will share the write, send it now.
-        self._queue(data, flush=last)
+        self.send(self.protocol.fin(message_id))
 
     def requeue(self, message_id: bytes | str, delay: float = 0.0) -> None:
         """REQ a message, redelivered after ``delay`` seconds. Does not block."""
         self._check_open()
-        data = self.protocol.req(message_id, delay)
-        last = self._unanswered == 1
-        self._unanswered = max(0, self._unanswered - 1)
-        self._queue(data, flush=last)
+        self.send(self.protocol.req(message_id, delay))
 
     def touch(self, message_id: bytes | str) -> None:
         """TOUCH a message to reset its timeout. Does not block."""

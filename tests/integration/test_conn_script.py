@@ -381,9 +381,9 @@ def test_commands_written_together_go_out_in_one_send(scripted: Any) -> None:
         conn.close()
 
 
-def test_a_lone_request_is_written_by_the_caller_before_it_yields(scripted: Any) -> None:
-    # One PUB with nothing else in flight skips the hop through the writer
-    # greenlet: its bytes are on the socket when publish() returns.
+def test_a_lone_request_goes_out_from_the_hub_without_waking_the_writer(scripted: Any) -> None:
+    # One PUB at a time is latency-bound: its flush runs in the hub before it
+    # polls, with no switch into the writer greenlet.
     def script(peer: Peer) -> None:
         peer.handshake()
         assert peer.read_command() == (b"PUB t", b"x")
@@ -392,7 +392,7 @@ def test_a_lone_request_is_written_by_the_caller_before_it_yields(scripted: Any)
 
     conn = Connection(scripted(script).address)
     conn.connect()
-    sends: list[bytes] = []
+    senders: list[Any] = []
     real = conn._sock
 
     class RecordingSocket:
@@ -400,26 +400,25 @@ def test_a_lone_request_is_written_by_the_caller_before_it_yields(scripted: Any)
             return getattr(real, name)
 
         def send(self, data: bytes, *args: Any) -> int:
+            senders.append(gevent.getcurrent())
             sent: int = real.send(data, *args)
-            sends.append(bytes(data[:sent]))
             return sent
 
     conn._sock = RecordingSocket()
     try:
-        result = conn.publish("t", b"x")
-        assert sends == [b"PUB t\n\x00\x00\x00\x01x"]  # no switch to the writer happened
-        assert result.get(timeout=5) == b"OK"
+        assert conn.publish("t", b"x").get(timeout=5) == b"OK"
+        assert senders == [gevent.get_hub()]
     finally:
         conn._sock = real
         conn.close()
 
 
-def test_a_direct_write_the_socket_takes_in_part_is_finished_before_later_commands(
+def test_a_flush_the_socket_takes_in_part_is_finished_before_later_commands(
     scripted: Any,
 ) -> None:
-    # The socket takes 3 bytes of a lone PUB; the writer sends the rest, and
-    # only then the PUBs other greenlets queued meanwhile: frames stay whole
-    # and in order, and no caller waited on the socket.
+    # The socket takes 3 bytes of a PUB's flush; the writer sends the rest,
+    # and only then the PUBs other greenlets queued meanwhile: frames stay
+    # whole and in order, and nobody waited on the socket but the writer.
     def script(peer: Peer) -> None:
         peer.handshake()
         for _ in range(4):
@@ -438,7 +437,7 @@ def test_a_direct_write_the_socket_takes_in_part_is_finished_before_later_comman
             return getattr(real, name)
 
         def send(self, data: bytes, *args: Any) -> int:
-            if throttled[0] and args == (0, 0.0):  # a direct write, which must not wait
+            if throttled[0] and args == (0, 0.0):  # a flush, which must not wait
                 throttled[0] = False
                 sent: int = real.send(bytes(data[:3]))
                 return sent
@@ -448,10 +447,10 @@ def test_a_direct_write_the_socket_takes_in_part_is_finished_before_later_comman
     conn._sock = SlowSocket()
     try:
         first = conn.publish("t", b"first")
-        assert conn._unsent  # the rest is the writer's, before anything else
         rest = [gevent.spawn(conn.publish, "t", f"m{i}".encode()) for i in range(3)]
         gevent.joinall(rest, raise_error=True)
         assert first.get(timeout=5) == b"OK"
+        assert not throttled[0]  # the partial flush happened
         assert all(g.value.get(timeout=5) == b"OK" for g in rest)
         wait_until(lambda: len(server.peers[0].commands) >= 5, timeout=5)
         assert server.peers[0].commands[1:] == [
