@@ -455,7 +455,13 @@ class Connection:
                     self.last_received = time.monotonic()
                     self._feed(data, self._route)
                     for event in self.protocol.events():
-                        self._route(event)
+                        if type(event) is MessageReceived and self.on_message is not None:
+                            try:  # the hot path: _route and _call inlined
+                                self.on_message(self, event.message)
+                            except Exception:
+                                log.exception("%s: callback %r failed", self.name, self.on_message)
+                        else:
+                            self._route(event)
                     nop = self.protocol.data_to_send()
                     if nop:
                         self._queue(nop)
@@ -657,12 +663,12 @@ class Connection:
     def finish(self, message_id: bytes | str) -> None:
         """FIN a message. Does not block."""
         self._check_open()
-        self.send(self.protocol.fin(message_id))
+        self._queue(self.protocol.fin(message_id))
 
     def requeue(self, message_id: bytes | str, delay: float = 0.0) -> None:
         """REQ a message, redelivered after ``delay`` seconds. Does not block."""
         self._check_open()
-        self.send(self.protocol.req(message_id, delay))
+        self._queue(self.protocol.req(message_id, delay))
 
     def touch(self, message_id: bytes | str) -> None:
         """TOUCH a message to reset its timeout. Does not block."""

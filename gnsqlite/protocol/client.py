@@ -57,6 +57,7 @@ from .frames import (
     HEARTBEAT,
     OK,
     FrameDecoder,
+    Message,
     decode_message,
 )
 
@@ -286,9 +287,9 @@ class ClientConnection:
         out: list[Event] = []
         if self.state is ClientState.SUBSCRIBED:
             # The hot path: messages, heartbeats and the odd error.
-            for frame_type, data in self._decoder.frames():
-                if frame_type == FRAME_TYPE_MESSAGE:
-                    out.append(MessageReceived(decode_message(data)))
+            for frame_type, data in self._decoder.frames_decoding_messages():
+                if isinstance(data, Message):
+                    out.append(MessageReceived(data))
                 else:
                     out.append(self._frame_event(frame_type, data))
             return out

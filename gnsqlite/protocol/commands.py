@@ -165,6 +165,8 @@ def rdy(count: int) -> bytes:
 
 def fin(message_id: bytes | str) -> bytes:
     """``FIN <id>``: the message was handled."""
+    if type(message_id) is bytes and len(message_id) == MESSAGE_ID_LENGTH:
+        return b"FIN %s\n" % message_id  # the consumer's case, checked in one step
     return b"FIN " + check_message_id(message_id) + b"\n"
 
 
