@@ -91,6 +91,9 @@ log = logging.getLogger(__name__)
 _RECV_SIZE = 256 * 1024
 #: Plain bytes decompressed at a time before the frame decoder runs.
 _DECODE_STEP = 64 * 1024
+#: Commands queued in one turn of the loop after which they are sent at once
+#: (about 4 KiB of FINs, as go-nsq's buffered writer sends them).
+_FLUSH_AT = 200
 MessageCallback = Callable[["Connection", Message], None]
 ErrorCallback = Callable[["Connection", ServerError], None]
 CloseCallback = Callable[["Connection", "Exception | None"], None]
@@ -514,21 +517,29 @@ class Connection:
 
     def _queue(self, data: bytes) -> None:
         """Queue ``data``; it goes out with this turn's flush. Never blocks."""
-        self._outbox.append(data)
+        outbox = self._outbox
+        outbox.append(data)
         if self._tls:
             self._wakeup.set()  # gevent's TLS socket cannot try a send without waiting
+        elif len(outbox) >= _FLUSH_AT:
+            # A long burst (FINs while a backlog is handled): send part of it
+            # now, so nsqd refills the window while the rest is handled.
+            self._flush()
         elif not self._flush_scheduled:
             self._flush_scheduled = True
-            self._loop.run_callback(self._flush)
+            self._loop.run_callback(self._flush_callback)
+
+    def _flush_callback(self) -> None:
+        self._flush_scheduled = False
+        self._flush()
 
     def _flush(self) -> None:
-        """Send what is queued without waiting; runs in the hub, before it polls.
+        """Send what is queued without waiting; runs in the hub before it polls, or inline.
 
         Bytes the socket does not take at once, and any failure, are left
         to the writer greenlet (which ends the connection on an error, as
         for its own writes).
         """
-        self._flush_scheduled = False
         outbox = self._outbox
         if not outbox or self._closed:
             return
