@@ -154,22 +154,7 @@ class FrameDecoder:
 
     def frames(self) -> list[tuple[int, bytes]]:
         """Return every complete frame buffered so far, in order."""
-        out: list[tuple[int, bytes]] = []
-        buf = self._buf
-        pos = self._pos
-        n = len(buf)
-        unpack = _HEADER.unpack_from
-        check = self._check
-        while n - pos >= 8:
-            size, frame_type = unpack(buf, pos)
-            check(size, frame_type)
-            end = pos + 4 + size
-            if n < end:
-                break
-            out.append((frame_type, bytes(buf[pos + 8 : end])))
-            pos = end
-        self._pos = pos
-        return out
+        return self._drain(decode=False)  # type: ignore[return-value]
 
     def frames_decoding_messages(self) -> list[tuple[int, bytes | Message]]:
         """Like :meth:`frames`, with message frames decoded into :class:`Message`.
@@ -177,23 +162,24 @@ class FrameDecoder:
         The message is read straight from the buffer (its body copied once),
         which saves a copy and a call per message on the consumer's hot path.
         """
+        return self._drain(decode=True)
+
+    def _drain(self, decode: bool) -> list[tuple[int, bytes | Message]]:
         out: list[tuple[int, bytes | Message]] = []
         buf = self._buf
         pos = self._pos
         n = len(buf)
         unpack = _HEADER.unpack_from
-        unpack_message = _MESSAGE.unpack_from
         check = self._check
-        new = object.__new__
         while n - pos >= 8:
             size, frame_type = unpack(buf, pos)
             check(size, frame_type)
             end = pos + 4 + size
             if n < end:
                 break
-            if frame_type == FRAME_TYPE_MESSAGE:
-                timestamp, attempts, message_id = unpack_message(buf, pos + 8)
-                message = new(Message)
+            if decode and frame_type == FRAME_TYPE_MESSAGE:
+                timestamp, attempts, message_id = _MESSAGE.unpack_from(buf, pos + 8)
+                message = object.__new__(Message)
                 _set_id(message, message_id)
                 _set_body(message, bytes(buf[pos + 8 + MESSAGE_HEADER_SIZE : end]))
                 _set_timestamp(message, timestamp)
