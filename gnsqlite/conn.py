@@ -8,9 +8,19 @@ starts the connection's two greenlets:
   ``on_message`` callback (which must not block), answers to requests resolve
   their :class:`~gevent.event.AsyncResult` in the order the requests were
   written, heartbeats are answered with ``NOP`` at once;
-* the **writer** sends everything queued since it last ran in one ``send``,
-  so commands written close together (a burst of FINs, pipelined PUBs) share
-  a syscall, and commands written by many greenlets never interleave.
+* the **writer** greenlet takes over writing when the socket is full (it
+  waits until nsqd reads) and on TLS connections.
+
+Commands are written in batches: the first command queued in a turn of the
+event loop schedules one flush, a callback the hub runs before it next polls
+the sockets, and that flush sends everything queued by then in one ``send``.
+So commands written close together (a burst of FINs, a FIN and its RDY,
+pipelined PUBs) share a syscall, a lone command (one PUB at a time,
+``max_in_flight=1``) goes out without a switch to another greenlet, and
+commands written by many greenlets never interleave. The flush never waits:
+what the socket does not take at once is left to the writer greenlet, ahead
+of anything queued later, so no caller and not the hub ever blocks on a
+slow nsqd.
 
 A connection that hears nothing for two heartbeat intervals is dead: the
 reader's receive times out and the connection ends with
@@ -81,6 +91,9 @@ log = logging.getLogger(__name__)
 _RECV_SIZE = 256 * 1024
 #: Plain bytes decompressed at a time before the frame decoder runs.
 _DECODE_STEP = 64 * 1024
+#: Commands queued in one turn of the loop after which they are sent at once
+#: (about 4 KiB of FINs, as go-nsq's buffered writer sends them).
+_FLUSH_AT = 200
 MessageCallback = Callable[["Connection", Message], None]
 ErrorCallback = Callable[["Connection", ServerError], None]
 CloseCallback = Callable[["Connection", "Exception | None"], None]
@@ -159,7 +172,11 @@ class Connection:
         self.last_received = 0.0  # time.monotonic() of the last bytes read
         self._sock: Any = None
         self._codec: Codec | None = None
-        self._outbox: list[bytes] = []
+        self._outbox: list[bytes] = []  # commands queued, not yet encoded
+        self._unsent = b""  # encoded bytes a flush left over: the writer sends them first
+        self._writing = False  # the writer greenlet is inside a send that may wait
+        self._flush_scheduled = False
+        self._loop: Any = None  # the hub's loop, which runs the flushes
         self._wakeup = gevent.event.Event()
         self._close_wait = gevent.event.Event()
         self._reader: gevent.Greenlet[[], None] | None = None
@@ -297,6 +314,7 @@ class Connection:
             log.warning("%s: auth_secret set but nsqd does not require AUTH; not sent", self.name)
         self._sock.settimeout(None)  # the reader bounds its own waits; writes may be long
         self.last_received = time.monotonic()
+        self._loop = gevent.get_hub().loop
         self._reader = gevent.spawn(self._read_loop)
         self._writer = gevent.spawn(self._write_loop)
 
@@ -440,7 +458,13 @@ class Connection:
                     self.last_received = time.monotonic()
                     self._feed(data, self._route)
                     for event in self.protocol.events():
-                        self._route(event)
+                        if type(event) is MessageReceived and self.on_message is not None:
+                            try:  # the hot path: _route and _call inlined
+                                self.on_message(self, event.message)
+                            except Exception:
+                                log.exception("%s: callback %r failed", self.name, self.on_message)
+                        else:
+                            self._route(event)
                     nop = self.protocol.data_to_send()
                     if nop:
                         self._queue(nop)
@@ -492,8 +516,58 @@ class Connection:
         return self._codec.encode(data) if self._codec is not None else data
 
     def _queue(self, data: bytes) -> None:
-        self._outbox.append(data)
-        self._wakeup.set()
+        """Queue ``data``; it goes out with this turn's flush. Never blocks."""
+        outbox = self._outbox
+        outbox.append(data)
+        if self._tls:
+            self._wakeup.set()  # gevent's TLS socket cannot try a send without waiting
+        elif len(outbox) >= _FLUSH_AT:
+            # A long burst (FINs while a backlog is handled): send part of it
+            # now, so nsqd refills the window while the rest is handled.
+            self._flush()
+        elif not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.run_callback(self._flush_callback)
+
+    def _flush_callback(self) -> None:
+        self._flush_scheduled = False
+        self._flush()
+
+    def _flush(self) -> None:
+        """Send what is queued without waiting; runs in the hub before it polls, or inline.
+
+        Bytes the socket does not take at once, and any failure, are left
+        to the writer greenlet (which ends the connection on an error, as
+        for its own writes).
+        """
+        outbox = self._outbox
+        if not outbox or self._closed:
+            return
+        if self._writing or self._unsent or self._draining:
+            self._wakeup.set()  # the writer is busy or finishing: order is its job
+            return
+        try:
+            data = self._encode(outbox[0] if len(outbox) == 1 else b"".join(outbox))
+        except Exception:
+            self._wakeup.set()  # the writer meets the same failure and ends the connection
+            return
+        outbox.clear()
+        try:
+            sent = self._sock.send(data, 0, 0.0)  # timeout 0.0: never wait
+        except BlockingIOError:
+            sent = 0
+        except OSError as exc:
+            log.debug("%s: write failed (%s); left to the writer", self.name, exc)
+            sent = 0
+        if sent < len(data):
+            self._unsent = data[sent:]
+            self._wakeup.set()
+
+    def _send(self, data: bytes) -> None:
+        """Send all of ``data``; waits while the socket is full."""
+        sent = self._sock.send(data)
+        if sent < len(data):
+            self._sock.sendall(memoryview(data)[sent:])
 
     def _write_loop(self) -> None:
         outbox = self._outbox
@@ -502,11 +576,18 @@ class Connection:
                 while True:
                     self._wakeup.wait()
                     self._wakeup.clear()
-                    if outbox:
-                        data = b"".join(outbox)
-                        outbox.clear()
-                        self._sock.sendall(self._encode(data))
-                    if self._draining and not outbox:
+                    if outbox or self._unsent:
+                        data = self._unsent
+                        if outbox:
+                            data += self._encode(b"".join(outbox))
+                            outbox.clear()
+                        self._unsent = b""
+                        self._writing = True
+                        try:
+                            self._send(data)
+                        finally:
+                            self._writing = False
+                    if self._draining and not outbox and not self._unsent:
                         return
         except NSQError as exc:  # a network failure, mapped at the edge, or an encoding one
             if not self._closed:
@@ -593,12 +674,12 @@ class Connection:
     def finish(self, message_id: bytes | str) -> None:
         """FIN a message. Does not block."""
         self._check_open()
-        self.send(self.protocol.fin(message_id))
+        self._queue(self.protocol.fin(message_id))
 
     def requeue(self, message_id: bytes | str, delay: float = 0.0) -> None:
         """REQ a message, redelivered after ``delay`` seconds. Does not block."""
         self._check_open()
-        self.send(self.protocol.req(message_id, delay))
+        self._queue(self.protocol.req(message_id, delay))
 
     def touch(self, message_id: bytes | str) -> None:
         """TOUCH a message to reset its timeout. Does not block."""
@@ -713,6 +794,7 @@ class Connection:
             waiter.set_exception(failure)
         self._close_wait.set()
         self._outbox.clear()
+        self._unsent = b""
         sock, self._sock = self._sock, None
         if sock is not None:
             with contextlib.suppress(OSError):

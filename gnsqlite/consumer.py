@@ -595,6 +595,7 @@ class Consumer:
 
     def _work(self) -> None:
         queue = self._queue
+        me = gevent.getcurrent()
         while True:
             self._idle_workers += 1
             try:
@@ -606,7 +607,6 @@ class Consumer:
             if self._closing:
                 message.requeue(0.0, backoff=False)
                 continue
-            me = gevent.getcurrent()
             self._running[me] = message
             try:
                 self._process(message)
@@ -662,7 +662,10 @@ class Consumer:
     def on_finish(self, message: Message) -> None:
         """FIN ``message`` and count a success; called by :meth:`Message.finish`. Does not block."""
         conn, link = self._answering(message)
-        self._quietly(conn.finish, message.wire_id)
+        try:  # _quietly, inlined on the hot path
+            conn.finish(message.wire_id)
+        except NSQConnectionError as exc:
+            log.debug("%s: not sent (%s); nsqd redelivers what is unanswered", self, exc)
         if link is None:
             return
         link.finished += 1

@@ -104,7 +104,9 @@ class Message:
         connection: Any = None,
     ) -> None:
         # The 16 bytes FIN/REQ/TOUCH carry; ``id`` decodes them on demand.
-        self.wire_id = id.encode("ascii") if isinstance(id, str) else bytes(id)
+        if type(id) is not bytes:
+            id = id.encode("ascii") if isinstance(id, str) else bytes(id)
+        self.wire_id = id
         self.body = body
         self.timestamp = timestamp
         self.attempts = attempts

@@ -59,7 +59,7 @@ from .errors import (
 )
 from .flow import Reconnect
 from .net import normalize_addresses
-from .protocol import as_body, check_topic_name, to_milliseconds
+from .protocol import as_body, check_topic_name, mpub_body, to_milliseconds
 from .timers import TimerWheel
 
 __all__ = ["Producer"]
@@ -344,7 +344,7 @@ class Producer:
         topic = check_topic_name(topic)
         if isinstance(bodies, (bytes, str)):
             raise TypeError("multi_publish takes a list of bodies, not one bytes or str")
-        raws = [as_body(b) for b in bodies]
+        raws = [b if type(b) is bytes else as_body(b) for b in bodies]
         if not raws:
             raise LocalProtocolError("multi_publish needs at least one message")
         sizes = list(map(len, raws))
@@ -356,7 +356,8 @@ class Producer:
                 f"an MPUB body of {total} bytes ({len(raws)} messages) exceeds"
                 f" max_body_size={self.max_body_size} (nsqd's --max-body-size); split the batch"
             )
-        return self._submit(lambda conn: conn.protocol.mpub(topic, raws), timeout)
+        payload = mpub_body(raws)  # encoded once, whatever connection takes it
+        return self._submit(lambda conn: conn.protocol.mpub_encoded(topic, payload), timeout)
 
     def multi_publish_encoded(
         self, topic: str, payload: bytes | memoryview, timeout: float | None = None

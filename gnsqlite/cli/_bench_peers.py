@@ -11,7 +11,7 @@ import asyncio
 import importlib
 import importlib.util
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import gevent
@@ -35,27 +35,44 @@ def available() -> list[str]:
 # -- gnsq -----------------------------------------------------------------------------
 
 
-def _gnsq_producer(address: str) -> Any:
-    producer = importlib.import_module("gnsq").Producer([address])
+def _gnsq_producer(address: str, options: Mapping[str, Any] | None = None) -> Any:
+    producer = importlib.import_module("gnsq").Producer([address], **dict(options or {}))
     producer.start()
     wait_until(lambda: producer._connections.qsize() > 0, timeout=10)
     return producer
 
 
-def _gnsq_publish(address: str, topic: str, body: bytes, count: int, mode: str) -> float:
-    producer = _gnsq_producer(address)
+def _gnsq_publish(
+    address: str,
+    topic: str,
+    body: bytes,
+    count: int,
+    mode: str,
+    options: Mapping[str, Any] | None = None,
+) -> float:
+    producer = _gnsq_producer(address, options)
     try:
         return time_publishes(producer.publish, producer.multipublish, topic, body, count, mode)
     finally:
         producer.close()
 
 
-def gnsq_consume(address: str, topic: str, count: int, max_in_flight: int) -> float:
+def gnsq_consume(
+    address: str,
+    topic: str,
+    count: int,
+    max_in_flight: int,
+    options: Mapping[str, Any] | None = None,
+) -> float:
     """Time gnsq's Consumer handling ``count`` queued messages."""
     done = gevent.event.Event()
     handled = 0
     consumer = importlib.import_module("gnsq").Consumer(
-        topic, "bench", nsqd_tcp_addresses=[address], max_in_flight=max_in_flight
+        topic,
+        "bench",
+        nsqd_tcp_addresses=[address],
+        max_in_flight=max_in_flight,
+        **dict(options or {}),
     )
 
     def handle(_consumer: object, message: object) -> None:
@@ -77,7 +94,11 @@ def gnsq_consume(address: str, topic: str, count: int, max_in_flight: int) -> fl
 # -- pynsq (tornado) -------------------------------------------------------------------
 
 
-def _run_pynsq(address: str, drive: Callable[[Any, Callable[[], None]], None]) -> float:
+def _run_pynsq(
+    address: str,
+    drive: Callable[[Any, Callable[[], None]], None],
+    options: Mapping[str, Any] | None = None,
+) -> float:
     """Run ``drive(writer, done)`` on a fresh tornado loop; returns its elapsed seconds.
 
     The tornado loop blocks this thread while it runs; the broker must be
@@ -90,7 +111,7 @@ def _run_pynsq(address: str, drive: Callable[[Any, Callable[[], None]], None]) -
     io_loop = io_loop_class.current()
     finished = asyncio.Event()
     elapsed: list[float] = []
-    writer = nsq.Writer([address])
+    writer = nsq.Writer([address], **dict(options or {}))
 
     async def main() -> None:
         while not any(c.connected() for c in writer.conns.values()):
@@ -117,7 +138,14 @@ def _run_pynsq(address: str, drive: Callable[[Any, Callable[[], None]], None]) -
     return elapsed[0]
 
 
-def _pynsq_publish(address: str, topic: str, body: bytes, count: int, mode: str) -> float:
+def _pynsq_publish(
+    address: str,
+    topic: str,
+    body: bytes,
+    count: int,
+    mode: str,
+    options: Mapping[str, Any] | None = None,
+) -> float:
     batch = [body] * BATCH
 
     def check(data: Any) -> None:
@@ -147,10 +175,16 @@ def _pynsq_publish(address: str, topic: str, body: bytes, count: int, mode: str)
         for _ in range(min(window, total)):
             send()
 
-    return _run_pynsq(address, drive)
+    return _run_pynsq(address, drive, options)
 
 
-def pynsq_consume(address: str, topic: str, count: int, max_in_flight: int) -> float:
+def pynsq_consume(
+    address: str,
+    topic: str,
+    count: int,
+    max_in_flight: int,
+    options: Mapping[str, Any] | None = None,
+) -> float:
     """Time pynsq's Reader handling ``count`` queued messages."""
     nsq = importlib.import_module("nsq")
     loop = importlib.import_module("tornado.ioloop").IOLoop.current()
@@ -170,6 +204,7 @@ def pynsq_consume(address: str, topic: str, count: int, max_in_flight: int) -> f
         message_handler=handle,
         nsqd_tcp_addresses=[address],
         max_in_flight=max_in_flight,
+        **dict(options or {}),
     )
     loop.call_later(600, loop.stop)
     loop.start()
@@ -180,13 +215,14 @@ def pynsq_consume(address: str, topic: str, count: int, max_in_flight: int) -> f
     return elapsed
 
 
-#: peer -> ``publish(address, topic, body, count, mode)``; mode: sequential, pipelined, mpub
-PUBLISH: dict[str, Callable[[str, str, bytes, int, str], float]] = {
+#: peer -> ``publish(address, topic, body, count, mode, options=None)``;
+#: mode: sequential, pipelined, mpub; options: the peer's connection keywords
+PUBLISH: dict[str, Callable[..., float]] = {
     "pynsq": _pynsq_publish,
     "gnsq": _gnsq_publish,
 }
-#: peer -> ``consume(address, topic, count, max_in_flight)``
-CONSUME: dict[str, Callable[[str, str, int, int], float]] = {
+#: peer -> ``consume(address, topic, count, max_in_flight, options=None)``
+CONSUME: dict[str, Callable[..., float]] = {
     "pynsq": pynsq_consume,
     "gnsq": gnsq_consume,
 }

@@ -16,7 +16,7 @@ import socket
 import struct
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import gevent
@@ -110,9 +110,19 @@ def time_publishes(
     return time.perf_counter() - start
 
 
-def publish_rate(address: str, topic: str, body: bytes, count: int, mode: str) -> float:
-    """Seconds gnsqlite's Producer takes to publish ``count`` messages in ``mode``; blocks."""
-    with Producer(address) as producer:
+def publish_rate(
+    address: str,
+    topic: str,
+    body: bytes,
+    count: int,
+    mode: str,
+    options: Mapping[str, Any] | None = None,
+) -> float:
+    """Seconds gnsqlite's Producer takes to publish ``count`` messages in ``mode``; blocks.
+
+    ``options`` are connection options (``snappy=True``, ``tls_v1=True`` ...).
+    """
+    with Producer(address, **dict(options or {})) as producer:
         return time_publishes(producer.publish, producer.multi_publish, topic, body, count, mode)
 
 
@@ -136,8 +146,17 @@ def queue_messages(address: str, topic: str, body: bytes, count: int) -> None:
             left -= n
 
 
-def consume_rate(address: str, topic: str, count: int, max_in_flight: int) -> float:
-    """Seconds gnsqlite's Consumer takes to handle ``count`` queued messages; blocks."""
+def consume_rate(
+    address: str,
+    topic: str,
+    count: int,
+    max_in_flight: int,
+    options: Mapping[str, Any] | None = None,
+) -> float:
+    """Seconds gnsqlite's Consumer takes to handle ``count`` queued messages; blocks.
+
+    ``options`` are connection options (``snappy=True``, ``tls_v1=True`` ...).
+    """
     done = gevent.event.Event()
     handled = 0
 
@@ -154,6 +173,7 @@ def consume_rate(address: str, topic: str, count: int, max_in_flight: int) -> fl
         nsqd_tcp_addresses=[address],
         max_in_flight=max_in_flight,
         concurrency=min(max_in_flight, 100),
+        **dict(options or {}),
     )
     start = time.perf_counter()
     consumer.start()

@@ -57,6 +57,7 @@ from .frames import (
     HEARTBEAT,
     OK,
     FrameDecoder,
+    Message,
     decode_message,
 )
 
@@ -286,26 +287,33 @@ class ClientConnection:
         out: list[Event] = []
         if self.state is ClientState.SUBSCRIBED:
             # The hot path: messages, heartbeats and the odd error.
-            for frame_type, data in self._decoder.frames():
-                if frame_type == FRAME_TYPE_MESSAGE:
-                    out.append(MessageReceived(decode_message(data)))
+            for frame_type, data in self._decoder.frames_decoding_messages():
+                if isinstance(data, Message):
+                    out.append(MessageReceived(data))
                 else:
                     out.append(self._frame_event(frame_type, data))
+            return out
+        if self.state is ClientState.READY:
+            # A publisher's answers: no upgrade can follow, so every frame at once.
+            for frame_type, data in self._decoder.frames():
+                out.append(self._other_event(frame_type, data))
             return out
         while self.state is not ClientState.UPGRADING:
             frame = self._decoder.next_frame()
             if frame is None:
                 break
-            frame_type, data = frame
-            if frame_type == FRAME_TYPE_MESSAGE:
-                if self.state not in _RESPOND_STATES:
-                    raise RemoteProtocolError(
-                        f"nsqd sent a message in state {self.state.value!r}, before SUB"
-                    )
-                out.append(MessageReceived(decode_message(data)))
-            else:
-                out.append(self._frame_event(frame_type, data))
+            out.append(self._other_event(*frame))
         return out
+
+    def _other_event(self, frame_type: int, data: bytes) -> Event:
+        """The event of one frame outside the subscribed hot path."""
+        if frame_type == FRAME_TYPE_MESSAGE:
+            if self.state not in _RESPOND_STATES:
+                raise RemoteProtocolError(
+                    f"nsqd sent a message in state {self.state.value!r}, before SUB"
+                )
+            return MessageReceived(decode_message(data))
+        return self._frame_event(frame_type, data)
 
     def _frame_event(self, frame_type: int, data: bytes) -> Event:
         if frame_type == FRAME_TYPE_ERROR:

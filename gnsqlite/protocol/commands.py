@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ..errors import LocalProtocolError
@@ -26,6 +26,7 @@ __all__ = [
     "sub",
     "pub",
     "mpub",
+    "mpub_body",
     "dpub",
     "rdy",
     "fin",
@@ -116,15 +117,24 @@ def mpub(topic: str, bodies: Iterable[bytes | str]) -> bytes:
     An empty batch raises: nsqd refuses it.
     """
     t = check_topic_name(topic)
-    parts: list[bytes] = []
-    for body in bodies:
-        raw = as_body(body)
-        parts.append(_SIZE.pack(len(raw)))
-        parts.append(raw)
-    count = len(parts) // 2
-    if count == 0:
+    raws = [body if type(body) is bytes else as_body(body) for body in bodies]
+    if not raws:
         raise LocalProtocolError("MPUB needs at least one message")
-    return mpub_encoded(t, b"".join((_SIZE.pack(count), *parts)))
+    return mpub_encoded(t, mpub_body(raws))
+
+
+def mpub_body(bodies: Sequence[bytes]) -> bytes:
+    """The body of an MPUB: the 4-byte message count, then each body's 4-byte size and bytes.
+
+    ``bodies`` must be ``bytes`` already (see :func:`as_body`); their sizes
+    are not checked here.
+    """
+    count = len(bodies)
+    parts: list[bytes] = [b""] * (2 * count + 1)
+    parts[0] = _SIZE.pack(count)
+    parts[1::2] = map(_SIZE.pack, map(len, bodies))
+    parts[2::2] = bodies
+    return b"".join(parts)
 
 
 def mpub_encoded(topic: str, payload: bytes | memoryview) -> bytes:
@@ -155,6 +165,8 @@ def rdy(count: int) -> bytes:
 
 def fin(message_id: bytes | str) -> bytes:
     """``FIN <id>``: the message was handled."""
+    if type(message_id) is bytes and len(message_id) == MESSAGE_ID_LENGTH:
+        return b"FIN %s\n" % message_id  # the consumer's case, checked in one step
     return b"FIN " + check_message_id(message_id) + b"\n"
 
 

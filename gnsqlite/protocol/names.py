@@ -60,11 +60,23 @@ def _problem(name: object) -> str | None:
     )
 
 
+#: Valid ``str`` names seen so far (bounded): a publisher names the same topic
+#: on every call, and the rules need not run again for it.
+_KNOWN_VALID: set[str] = set()
+_KNOWN_VALID_LIMIT = 4096
+
+
 def _check(kind: str, name: str | bytes) -> str:
+    if type(name) is str and name in _KNOWN_VALID:
+        return name
     problem = _problem(name)
     if problem is not None:
         raise InvalidNameError(f"{kind} name {name!r} {problem}")
-    return name.decode("ascii") if isinstance(name, bytes) else name
+    if isinstance(name, bytes):
+        return name.decode("ascii")
+    if len(_KNOWN_VALID) < _KNOWN_VALID_LIMIT:
+        _KNOWN_VALID.add(name)
+    return name
 
 
 def check_topic_name(name: str | bytes) -> str:

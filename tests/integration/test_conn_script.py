@@ -360,6 +360,11 @@ def test_commands_written_together_go_out_in_one_send(scripted: Any) -> None:
         def __getattr__(self, name: str) -> Any:
             return getattr(real, name)
 
+        def send(self, data: bytes, *args: Any) -> int:
+            sent: int = real.send(data, *args)
+            sends.append(sent)
+            return sent
+
         def sendall(self, data: bytes) -> None:
             sends.append(len(data))
             real.sendall(data)
@@ -371,6 +376,89 @@ def test_commands_written_together_go_out_in_one_send(scripted: Any) -> None:
         assert fins.wait(5)
         assert lines == [f"FIN {i:016d}".encode() for i in range(50)]
         assert sends == [50 * len(b"FIN 0000000000000000\n")]
+    finally:
+        conn._sock = real
+        conn.close()
+
+
+def test_a_lone_request_goes_out_from_the_hub_without_waking_the_writer(scripted: Any) -> None:
+    # One PUB at a time is latency-bound: its flush runs in the hub before it
+    # polls, with no switch into the writer greenlet.
+    def script(peer: Peer) -> None:
+        peer.handshake()
+        assert peer.read_command() == (b"PUB t", b"x")
+        peer.respond()
+        until_eof(peer)
+
+    conn = Connection(scripted(script).address)
+    conn.connect()
+    senders: list[Any] = []
+    real = conn._sock
+
+    class RecordingSocket:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+        def send(self, data: bytes, *args: Any) -> int:
+            senders.append(gevent.getcurrent())
+            sent: int = real.send(data, *args)
+            return sent
+
+    conn._sock = RecordingSocket()
+    try:
+        assert conn.publish("t", b"x").get(timeout=5) == b"OK"
+        assert senders == [gevent.get_hub()]
+    finally:
+        conn._sock = real
+        conn.close()
+
+
+def test_a_flush_the_socket_takes_in_part_is_finished_before_later_commands(
+    scripted: Any,
+) -> None:
+    # The socket takes 3 bytes of a PUB's flush; the writer sends the rest,
+    # and only then the PUBs other greenlets queued meanwhile: frames stay
+    # whole and in order, and nobody waited on the socket but the writer.
+    def script(peer: Peer) -> None:
+        peer.handshake()
+        for _ in range(4):
+            peer.read_command()
+            peer.respond()
+        until_eof(peer)
+
+    server = scripted(script)
+    conn = Connection(server.address)
+    conn.connect()
+    real = conn._sock
+    throttled = [True]
+
+    class SlowSocket:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+        def send(self, data: bytes, *args: Any) -> int:
+            if throttled[0] and args == (0, 0.0):  # a flush, which must not wait
+                throttled[0] = False
+                sent: int = real.send(bytes(data[:3]))
+                return sent
+            sent = real.send(data, *args)
+            return sent
+
+    conn._sock = SlowSocket()
+    try:
+        first = conn.publish("t", b"first")
+        rest = [gevent.spawn(conn.publish, "t", f"m{i}".encode()) for i in range(3)]
+        gevent.joinall(rest, raise_error=True)
+        assert first.get(timeout=5) == b"OK"
+        assert not throttled[0]  # the partial flush happened
+        assert all(g.value.get(timeout=5) == b"OK" for g in rest)
+        wait_until(lambda: len(server.peers[0].commands) >= 5, timeout=5)
+        assert server.peers[0].commands[1:] == [
+            (b"PUB t", b"first"),
+            (b"PUB t", b"m0"),
+            (b"PUB t", b"m1"),
+            (b"PUB t", b"m2"),
+        ]
     finally:
         conn._sock = real
         conn.close()

@@ -55,6 +55,23 @@ def test_mpub_body_size_counts_the_count_and_every_size_prefix() -> None:
     assert len(inner) == 4 + (4 + 1) + (4 + 2)
 
 
+def test_mpub_takes_str_bytearray_and_memoryview_bodies_like_bytes() -> None:
+    data = p.mpub("clicks", ["é", bytearray(b"xy"), memoryview(b"z"), b"w" * 300])
+    inner = size(4) + size(2) + "é".encode() + size(2) + b"xy" + size(1) + b"z"
+    inner += size(300) + b"w" * 300
+    assert data == b"MPUB clicks\n" + size(len(inner)) + inner
+    assert p.mpub_body([b"a", b"bc"]) == size(2) + size(1) + b"a" + size(2) + b"bc"
+
+
+def test_remembering_valid_names_never_lets_an_invalid_one_through() -> None:
+    # Valid names are remembered; an invalid one is refused every time.
+    assert p.check_topic_name("remembered") == "remembered"
+    assert p.check_topic_name("remembered") == "remembered"
+    for _ in range(2):
+        with pytest.raises(InvalidNameError):
+            p.check_topic_name("not valid!")
+
+
 def test_mpub_of_nothing_is_refused_locally() -> None:
     with pytest.raises(LocalProtocolError, match="at least one"):
         p.mpub("clicks", [])

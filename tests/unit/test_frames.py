@@ -48,6 +48,26 @@ def test_frame_layout_size_counts_the_frame_type() -> None:
 
 
 @pytest.mark.parametrize("split", range(len(STREAM) + 1))
+def test_decoding_messages_in_the_decoder_gives_what_decode_message_gives(split: int) -> None:
+    # The consumer's fast path: message frames come out as equal, frozen,
+    # hashable Message values; other frames as bytes, as frames() gives them.
+    decoder = FrameDecoder()
+    decoder.feed(STREAM[:split])
+    got = decoder.frames_decoding_messages()
+    decoder.feed(STREAM[split:])
+    got += decoder.frames_decoding_messages()
+    want = [
+        (t, decode_message(d) if t == FRAME_TYPE_MESSAGE else d) for t, d in STREAM_FRAMES
+    ]
+    assert got == want
+    message = got[2][1]
+    assert isinstance(message, Message) and hash(message) == hash(MSG)
+    with pytest.raises(AttributeError):
+        message.body = b"changed"  # type: ignore[misc]
+    assert decoder.buffered == 0
+
+
+@pytest.mark.parametrize("split", range(len(STREAM) + 1))
 def test_every_split_point_gives_the_same_frames(split: int) -> None:
     decoder = FrameDecoder()
     decoder.feed(STREAM[:split])

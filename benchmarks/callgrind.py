@@ -1,0 +1,95 @@
+"""Instructions per message of one gnsqlite workload, counted by ``valgrind --tool=callgrind``.
+
+Not a test: a steadier yardstick than messages per second on a shared
+machine. The client runs under callgrind against a running nsqd; counting
+starts after a warm-up run (imports, connections, caches) and stops when
+the measured run ends, so the figure is the client's user-space
+instructions per message (the kernel's share is not counted)::
+
+    python benchmarks/callgrind.py sequential 2000 --nsqd 127.0.0.1:4150
+    python benchmarks/callgrind.py consume_2500 20000 --nsqd 127.0.0.1:4150
+
+Workloads: ``sequential``, ``pipelined``, ``mpub`` (the publish modes of
+``gnsqlite bench``) and ``consume_<max_in_flight>``. Needs ``valgrind`` and
+``callgrind_control`` on PATH.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+BODY = b"m" * 100
+
+
+def _workload(name: str, address: str, count: int, measure: bool) -> None:
+    from gnsqlite.cli.bench import consume_rate, publish_rate, queue_messages
+
+    topic = f"callgrind_{name}_{'measured' if measure else 'warmup'}_{os.getpid()}"
+    if name.startswith("consume_"):
+        max_in_flight = int(name.split("_", 1)[1])
+        queue_messages(address, topic, BODY, count)
+        _toggle("on" if measure else "off")
+        consume_rate(address, topic, count, max_in_flight)
+    else:
+        _toggle("on" if measure else "off")
+        publish_rate(address, topic, BODY, count, name)
+    _toggle("off")
+
+
+def _toggle(state: str) -> None:
+    """Switch callgrind's instrumentation of this process ``on`` or ``off``."""
+    if os.environ.get("GNSQLITE_CALLGRIND"):
+        subprocess.run(["callgrind_control", "-i", state, str(os.getpid())], capture_output=True)
+
+
+def _child(name: str, address: str, count: int) -> None:
+    _workload(name, address, max(200, count // 5), measure=False)
+    _workload(name, address, count, measure=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("workload", help="sequential, pipelined, mpub or consume_<max_in_flight>")
+    parser.add_argument("count", type=int, help="messages in the measured run")
+    parser.add_argument("--nsqd", required=True, help="host:port of a running nsqd")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if not re.fullmatch(r"sequential|pipelined|mpub|consume_\d+", args.workload):
+        parser.error(f"unknown workload {args.workload!r}")
+    if args.child:
+        _child(args.workload, args.nsqd, args.count)
+        return 0
+    with tempfile.TemporaryDirectory(prefix="gnsqlite-callgrind-") as tmp:
+        out = os.path.join(tmp, "callgrind.out")
+        cmd = [
+            "valgrind",
+            "--tool=callgrind",
+            "--instr-atstart=no",
+            f"--callgrind-out-file={out}",
+            sys.executable,
+            os.path.abspath(__file__),
+            args.workload,
+            str(args.count),
+            "--nsqd",
+            args.nsqd,
+            "--child",
+        ]
+        env = {**os.environ, "GNSQLITE_CALLGRIND": "1"}
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        found = re.search(r"Collected : (\d+)", proc.stderr)
+        if proc.returncode != 0 or not found:
+            print(proc.stderr[-2000:], file=sys.stderr)
+            return 1
+    instructions = int(found.group(1))
+    per_message = instructions / args.count
+    print(f"{args.workload}: {per_message:,.0f} instructions per message ({instructions:,} in all)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,700 @@
+"""The whole comparison of issue 12 in one command: gnsqlite, pynsq, gnsq and go-nsq's tools.
+
+Not a test: run it by hand::
+
+    python benchmarks/compare.py [--repeat 3] [--json out.json] [--plot out.png]
+    GNSQLITE_NSQD=../shared/nsq/bin python benchmarks/compare.py   # against the real nsqd
+
+For every workload (consume at max_in_flight 2500/100/1, sync PUB, PUB from 50
+greenlets, MPUB of 100, and consume/MPUB over snappy, deflate and TLS) each
+client runs in a fresh child process against the same nsqd (the real one when
+``GNSQLITE_NSQD`` names its directory, else the embedded broker), clients in
+a rotating order within each repetition. Each cell records messages per
+second, the client's CPU seconds (``getrusage`` of the child around the timed
+part; ``wait4`` for the Go tools) and nsqd's CPU seconds (``/proc/<pid>/stat``
+of the server). The table shows the median and range over the repetitions,
+the ratio of gnsqlite's median to the best Python peer's and to go-nsq's, and
+CPU per message. The Go row is go-nsq's ``bench_reader``/``bench_writer``
+from the ``GNSQLITE_NSQD`` folder (one connection: ``GOMAXPROCS=1``), used
+only when present; its "sync PUB" is ``bench_writer --batch-size 1`` (an MPUB
+of one message, waited for). A consume run queues more messages than the
+client is timed on, so the clock stops while nsqd is still streaming: when a
+channel runs dry nsqd holds its last partial buffer for its
+``output_buffer_timeout`` (250 ms), which would otherwise be timed too.
+
+``--memory-messages N`` adds the memory rows: a gnsqlite consumer's and a
+producer's RSS over N messages (the issue's target is 5,000,000).
+``--profile`` runs gnsqlite's cells once under cProfile and prints where the
+time goes, per workload.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import cProfile
+import json
+import os
+import pstats
+import re
+import resource
+import ssl
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+BODY_SIZE = 100
+CLIENTS = ("gnsqlite", "pynsq", "gnsq", "go")
+PEERS = ("pynsq", "gnsq")
+TRANSPORTS = ("plain", "snappy", "deflate", "tls")
+
+
+@dataclass(frozen=True)
+class Row:
+    """One workload: ``kind`` consume (``param`` max_in_flight) or publish (``param`` mode)."""
+
+    key: str
+    title: str
+    kind: str
+    param: Any
+    transport: str
+    scale: float  # of --messages
+    #: (vs the best Python peer, vs go-nsq): the issue's targets, None where it sets none
+    targets: tuple[float | None, float | None] = (None, None)
+
+
+ROWS: tuple[Row, ...] = (
+    Row("consume_2500", "consume, max_in_flight 2500", "consume", 2500, "plain", 1.0, (None, 0.45)),
+    Row("consume_100", "consume, max_in_flight 100", "consume", 100, "plain", 1.0, (None, 0.45)),
+    Row("consume_1", "consume, max_in_flight 1", "consume", 1, "plain", 0.05, (1.3, None)),
+    Row("pub_sync", "sync PUB", "publish", "sequential", "plain", 0.1, (1.3, 0.7)),
+    Row("pub_50", "PUB from 50 greenlets", "publish", "pipelined", "plain", 0.2, (2.0, None)),
+    Row("mpub_100", "MPUB of 100", "publish", "mpub", "plain", 2.0, (1.3, 0.8)),
+    *(
+        Row(f"consume_2500_{t}", f"consume 2500, {t}", "consume", 2500, t, 1.0, (1.0, None))
+        for t in TRANSPORTS[1:]
+    ),
+    *(
+        Row(f"mpub_100_{t}", f"MPUB of 100, {t}", "publish", "mpub", t, 2.0, (1.0, None))
+        for t in TRANSPORTS[1:]
+    ),
+)
+
+
+# -- the child: one client, one workload, one run ------------------------------------------
+
+
+def _connection_options(client: str, transport: str, ca_file: str | None) -> dict[str, Any]:
+    """Each client's keywords for ``transport`` (they name TLS settings differently)."""
+    if transport in ("snappy", "deflate"):
+        return {transport: True}
+    if transport == "tls":
+        if client == "gnsqlite":
+            return {"tls_v1": True, "tls_ca_file": ca_file}
+        return {
+            "tls_v1": True,
+            "tls_options": {"ca_certs": ca_file, "cert_reqs": ssl.CERT_REQUIRED},
+        }
+    return {}
+
+
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
+    """Run one cell in this process (the child); returns its figures."""
+    import logging
+
+    from gnsqlite.cli._bench_peers import CONSUME, PUBLISH
+    from gnsqlite.cli.bench import consume_rate, publish_rate
+
+    logging.getLogger("nsq").setLevel(logging.CRITICAL)  # pynsq's noise when it closes
+    logging.getLogger("gnsq").setLevel(logging.ERROR)
+    client = spec["client"]
+    if client != "gnsqlite":  # import before the clock starts
+        __import__("nsq" if client == "pynsq" else "gnsq")
+        __import__("tornado.ioloop")
+    options = _connection_options(client, spec["transport"], spec.get("ca_file"))
+    consume: Callable[..., float] = consume_rate if client == "gnsqlite" else CONSUME[client]
+    publish: Callable[..., float] = publish_rate if client == "gnsqlite" else PUBLISH[client]
+    address, topic, count = spec["address"], spec["topic"], spec["count"]
+    body = b"m" * BODY_SIZE
+
+    def work() -> float:
+        if spec["kind"] == "consume":
+            return consume(address, topic, count, spec["param"], options)
+        return publish(address, topic, body, count, spec["param"], options)
+
+    profile = cProfile.Profile() if spec.get("profile") else None
+    cpu = _cpu_seconds()
+    if profile is not None:
+        profile.enable()
+    seconds = work()
+    if profile is not None:
+        profile.disable()
+    cpu = _cpu_seconds() - cpu
+    if profile is not None:
+        profile.dump_stats(spec["profile"])
+    return {"seconds": seconds, "messages": count, "cpu": cpu}
+
+
+def run_memory_cell(spec: dict[str, Any]) -> dict[str, Any]:
+    """A gnsqlite consumer or producer over ``count`` messages, RSS sampled every 0.2 s."""
+    import gevent
+
+    from gnsqlite.cli.bench import consume_rate, publish_rate
+
+    samples: list[int] = []
+
+    def sample() -> None:
+        while True:
+            samples.append(_rss_bytes())
+            gevent.sleep(0.2)
+
+    sampler = gevent.spawn(sample)
+    gevent.sleep(0)
+    address, topic, count = spec["address"], spec["topic"], spec["count"]
+    try:
+        if spec["kind"] == "consume":
+            seconds = consume_rate(address, topic, count, 2500)
+        else:
+            seconds = publish_rate(address, topic, b"m" * BODY_SIZE, count, "pipelined")
+    finally:
+        sampler.kill()
+    samples.append(_rss_bytes())
+    # The first tenth of the run is warm-up (buffers, the worker pool) and not counted.
+    warm = samples[max(1, len(samples) // 10)] if len(samples) > 2 else samples[0]
+    return {
+        "seconds": seconds,
+        "messages": count,
+        "rss_start": samples[0],
+        "rss_after_warmup": warm,
+        "rss_end": samples[-1],
+        "rss_peak": max(samples),
+        "growth": samples[-1] - warm,
+    }
+
+
+# -- the parent ---------------------------------------------------------------------------
+
+
+def _proc_cpu(pid: int | None) -> float:
+    """CPU seconds (user + system) of process ``pid`` so far, from ``/proc``."""
+    if pid is None:
+        return 0.0
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _loadavg() -> str:
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
+
+
+class Bench:
+    """The parent: owns the nsqd, spawns one child per cell, collects the figures."""
+
+    def __init__(self, args: argparse.Namespace, server: Any, ca_file: str | None) -> None:
+        self.args = args
+        self.server = server
+        self.ca_file = ca_file
+        self.address: str = server.tcp_address
+        self.pid: int | None = server.process.pid if server.process is not None else None
+        self.go_dir = server.bin_dir if server.is_real else os.environ.get("GNSQLITE_NSQD")
+        self.run_id = f"{os.getpid()}"
+        self.serial = 0
+
+    def _topic(self, row: Row, client: str) -> str:
+        self.serial += 1
+        return f"cmp_{row.key}_{client}_{self.run_id}_{self.serial}"
+
+    def has_go(self) -> bool:
+        return bool(self.go_dir) and os.path.exists(os.path.join(self.go_dir, "bench_reader"))
+
+    def go_supports(self, row: Row) -> bool:
+        if row.transport != "plain" or not self.has_go():
+            return False
+        if row.kind == "consume":
+            return row.param != 1  # bench_reader flushes FINs by 3/4 of RDY: RDY 1 stalls
+        return row.param in ("sequential", "mpub")
+
+    def count(self, row: Row) -> int:
+        return max(100, int(self.args.messages * row.scale) // 100 * 100)
+
+    def _queue(self, topic: str, count: int) -> None:
+        from gnsqlite.cli.bench import queue_messages
+
+        queue_messages(self.address, topic, b"m" * BODY_SIZE, count)
+
+    def _delete(self, topic: str) -> None:
+        with contextlib.suppress(Exception):
+            self.server.http.delete_topic(topic)
+
+    def cell(self, row: Row, client: str, profile: str | None = None) -> dict[str, Any]:
+        """One run of ``client`` on ``row``; a failure is recorded, not raised."""
+        topic = self._topic(row, client)
+        try:
+            if client == "go":
+                return self._go_cell(row, topic)
+            count = self.count(row)
+            if row.kind == "consume":
+                # More than the client takes: nsqd holds a last partial buffer
+                # until its output_buffer_timeout (250 ms) when the channel
+                # runs dry, which would time nsqd's timer, not the client.
+                self._queue(topic, count + max(2 * 2500, count // 10))
+            spec = {
+                "client": client,
+                "kind": row.kind,
+                "param": row.param,
+                "transport": row.transport,
+                "address": self.address,
+                "topic": topic,
+                "count": count,
+                "ca_file": self.ca_file,
+                "profile": profile,
+            }
+            nsqd_cpu = _proc_cpu(self.pid)
+            result = self._child(["--cell", json.dumps(spec)], self.args.cell_timeout)
+            result["nsqd_cpu"] = _proc_cpu(self.pid) - nsqd_cpu
+            return result
+        except Exception as exc:
+            return {"error": f"{type(exc).__name__}: {exc}"[:300]}
+        finally:
+            self._delete(topic)
+
+    def _child(self, argv: list[str], timeout: float) -> dict[str, Any]:
+        cmd = [sys.executable, os.path.abspath(__file__), *argv]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"no result within {timeout:.0f} s") from None
+        if proc.returncode != 0:
+            last = (proc.stderr.strip().splitlines() or ["?"])[-1]
+            raise RuntimeError(f"exit {proc.returncode}: {last}")
+        return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+    def _go_cell(self, row: Row, topic: str) -> dict[str, Any]:
+        assert self.go_dir is not None
+        runfor = self.args.go_runfor
+        if row.kind == "consume":
+            self._queue(topic, self.args.go_messages)
+            tool = [
+                os.path.join(self.go_dir, "bench_reader"),
+                f"--rdy={row.param}",
+                "--channel=bench",
+            ]
+        else:
+            batch = 1 if row.param == "sequential" else 100
+            tool = [os.path.join(self.go_dir, "bench_writer"), f"--batch-size={batch}"]
+        tool += [
+            f"--nsqd-tcp-address={self.address}",
+            f"--topic={topic}",
+            f"--size={BODY_SIZE}",
+            f"--runfor={runfor}s",
+        ]
+        env = {**os.environ, "GOMAXPROCS": "1"}  # one connection, one thread for goroutines
+        nsqd_cpu = _proc_cpu(self.pid)
+        proc = subprocess.Popen(tool, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        try:
+            _, _, usage = os.wait4(proc.pid, 0)
+        finally:
+            proc.returncode = 0
+        nsqd_cpu = _proc_cpu(self.pid) - nsqd_cpu
+        assert proc.stderr is not None and proc.stdout is not None
+        out = proc.stderr.read().decode() + proc.stdout.read().decode()
+        found = re.search(r"duration: (\S+) - \S+ - ([\d.]+)ops/s", out)
+        if not found:
+            raise RuntimeError(f"no figures from {os.path.basename(tool[0])}: {out[-200:]!r}")
+        rate = float(found.group(2))
+        seconds = _go_duration(found.group(1))
+        result = {
+            "seconds": seconds,
+            "messages": int(rate * seconds),
+            "cpu": usage.ru_utime + usage.ru_stime,
+            "nsqd_cpu": nsqd_cpu,
+        }
+        if row.kind == "consume" and result["messages"] >= self.args.go_messages:
+            result["note"] = "drained the topic: a lower bound"
+        return result
+
+    def memory(self, kind: str, count: int) -> dict[str, Any]:
+        """gnsqlite's RSS over ``count`` messages (``kind`` consume or publish)."""
+        try:
+            return self._memory(kind, count)
+        except Exception as exc:
+            return {"error": f"{type(exc).__name__}: {exc}"[:300]}
+
+    def _memory(self, kind: str, count: int) -> dict[str, Any]:
+        row = Row(f"memory_{kind}", f"memory, {kind}", kind, None, "plain", 0)
+        topic = self._topic(row, "gnsqlite")
+        spec = {"kind": kind, "address": self.address, "topic": topic, "count": count}
+        cmd = [sys.executable, os.path.abspath(__file__), "--memory-cell", json.dumps(spec)]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        fed = 0
+        try:
+            # Keep nsqd's memory bounded: feed the consumer in chunks, empty
+            # the producer's topic as it fills.
+            while proc.poll() is None:
+                if kind == "consume" and fed < count:
+                    if self._depth(topic) < 200_000:
+                        chunk = min(50_000, count - fed)
+                        self._queue(topic, chunk)
+                        fed += chunk
+                        continue
+                elif kind == "publish":
+                    with contextlib.suppress(Exception):
+                        self.server.http.empty_topic(topic)
+                time.sleep(0.5)
+            out, err = proc.communicate()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            self._delete(topic)
+        if proc.returncode != 0:
+            return {"error": (err.strip().splitlines() or ["?"])[-1]}
+        return dict(json.loads(out.strip().splitlines()[-1]))
+
+    def _depth(self, topic: str) -> int:
+        try:
+            stats = self.server.http.stats(topic=topic)
+        except Exception:
+            return 0
+        for t in stats.get("topics") or []:  # nsqd says null, not [], for no topic
+            if t["topic_name"] == topic:
+                return int(t["depth"]) + sum(int(c["depth"]) for c in t.get("channels") or [])
+        return 0
+
+
+def _go_duration(text: str) -> float:
+    """Go's ``time.Duration`` string (``1.000187s``, ``999.8ms``) in seconds."""
+    units = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+    total = 0.0
+    for number, unit in re.findall(r"([\d.]+)(ms|us|µs|ns|h|m|s)", text):
+        total += float(number) * units[unit]
+    return total
+
+
+# -- summarising --------------------------------------------------------------------------
+
+
+def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Median and range of a cell's repetitions; CPU per message and CPU share."""
+    good = [r for r in runs if "error" not in r]
+    if not good:
+        return {"error": runs[-1].get("error", "no run") if runs else "no run", "runs": runs}
+    rates = [r["messages"] / r["seconds"] for r in good]
+    cpu = [r["cpu"] / r["messages"] * 1e6 for r in good]
+    nsqd = [r.get("nsqd_cpu", 0.0) / r["messages"] * 1e6 for r in good]
+    share = [r["cpu"] / r["seconds"] for r in good]
+    out = {
+        "median": statistics.median(rates),
+        "min": min(rates),
+        "max": max(rates),
+        "cpu_us_per_msg": statistics.median(cpu),
+        "client_cpu_share": statistics.median(share),
+        "nsqd_cpu_us_per_msg": statistics.median(nsqd),
+        "runs": runs,
+    }
+    if len(good) < len(runs):
+        out["failed_runs"] = len(runs) - len(good)
+    notes = {r["note"] for r in good if "note" in r}
+    if notes:
+        out["note"] = "; ".join(sorted(notes))
+    return out
+
+
+def ratios(cells: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    ours = cells.get("gnsqlite", {}).get("median")
+    peers = {c: cells[c]["median"] for c in PEERS if "median" in cells.get(c, {})}
+    best = max(peers, key=lambda c: peers[c]) if peers else None
+    go = cells.get("go", {}).get("median")
+    return {
+        "best_peer": best,
+        "vs_best_peer": ours / peers[best] if ours and best else None,
+        "vs_go": ours / go if ours and go else None,
+    }
+
+
+def _met(row: Row, ratio: dict[str, Any]) -> str:
+    verdicts = []
+    for want, got, what in zip(
+        row.targets, (ratio["vs_best_peer"], ratio["vs_go"]), ("peer", "go"), strict=True
+    ):
+        if want is None:
+            continue
+        if got is None:
+            verdicts.append(f"{what} n/a")
+        else:
+            verdicts.append(f"{'met' if got >= want else 'NOT met'} (>= {want}x {what})")
+    return ", ".join(verdicts)
+
+
+def _fmt_rate(cell: dict[str, Any]) -> str:
+    if "median" not in cell:
+        return "failed" if cell.get("error") else "-"
+    return f"{cell['median']:,.0f} ({cell['min'] / 1000:,.0f}k-{cell['max'] / 1000:,.0f}k)"
+
+
+def print_table(report: dict[str, Any]) -> None:
+    clients = report["clients"]
+    print()
+    print("| workload | " + " | ".join(clients) + " | vs best peer | vs go | target |")
+    print("|---" * (len(clients) + 4) + "|")
+    for row in ROWS:
+        entry = report["rows"].get(row.key)
+        if entry is None:
+            continue
+        cells = [_fmt_rate(entry["cells"].get(c, {})) for c in clients]
+        r = entry["ratios"]
+        peer = f"{r['vs_best_peer']:.2f}x ({r['best_peer']})" if r["vs_best_peer"] else "-"
+        go = f"{r['vs_go']:.2f}x" if r["vs_go"] else "-"
+        print(f"| {row.title} | " + " | ".join(cells) + f" | {peer} | {go} | {entry['met']} |")
+    print("\nmsg/s: median (range) of the repetitions; higher is better.\n")
+    print("| workload (CPU µs per message: client / nsqd) | " + " | ".join(clients) + " |")
+    print("|---" * (len(clients) + 1) + "|")
+    for row in ROWS:
+        entry = report["rows"].get(row.key)
+        if entry is None:
+            continue
+        cells = []
+        for c in clients:
+            cell = entry["cells"].get(c, {})
+            if "median" in cell:
+                cells.append(
+                    f"{cell['cpu_us_per_msg']:.2f} ({cell['client_cpu_share']:.0%})"
+                    f" / {cell['nsqd_cpu_us_per_msg']:.2f}"
+                )
+            else:
+                cells.append("-")
+        print(f"| {row.title} | " + " | ".join(cells) + " |")
+    print("\nclient CPU µs/msg (client CPU as a share of one core) / nsqd CPU µs/msg.")
+    for kind, mem in report.get("memory", {}).items():
+        if "error" in mem:
+            print(f"memory, {kind}: failed: {mem['error']}")
+            continue
+        print(
+            f"memory, {kind} over {mem['messages']:,} messages: RSS {mem['rss_start'] / 2**20:.1f}"
+            f" MiB at start, {mem['rss_after_warmup'] / 2**20:.1f} after warm-up,"
+            f" {mem['rss_end'] / 2**20:.1f} at the end (peak {mem['rss_peak'] / 2**20:.1f}):"
+            f" growth {mem['growth'] / 2**20:+.1f} MiB"
+            f" ({'met' if mem['growth'] < 10 * 2**20 else 'NOT met'}: < 10 MiB)"
+        )
+
+
+def plot(report: dict[str, Any], path: str) -> None:
+    """A grouped bar chart of the table (log scale, bars at the median, whiskers the range)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [row for row in ROWS if row.key in report["rows"]]
+    clients = report["clients"]
+    fig, ax = plt.subplots(figsize=(10, 0.55 * len(rows) * len(clients) / 2 + 2))
+    height = 0.8 / len(clients)
+    for i, client in enumerate(clients):
+        ys, xs, lo, hi = [], [], [], []
+        for j, row in enumerate(rows):
+            cell = report["rows"][row.key]["cells"].get(client, {})
+            if "median" in cell:
+                ys.append(j + i * height)
+                xs.append(cell["median"])
+                lo.append(cell["median"] - cell["min"])
+                hi.append(cell["max"] - cell["median"])
+        ax.barh(ys, xs, height=height, xerr=[lo, hi], label=client, capsize=2)
+    ax.set_yticks([j + 0.4 - height / 2 for j in range(len(rows))])
+    ax.set_yticklabels([row.title for row in rows])
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.set_xlabel("messages per second (log scale; median, whiskers: range)")
+    ax.set_title(f"{report['broker']}, {report['repeat']} repetitions, 100-byte messages")
+    ax.legend(loc="lower right")
+    ax.grid(axis="x", which="both", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+# -- main ---------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _server(args: argparse.Namespace) -> Iterator[tuple[Any, str | None]]:
+    from gnsqlite.testing import NsqdServer
+    from gnsqlite.testing.tls import make_tls_files
+
+    with tempfile.TemporaryDirectory(prefix="gnsqlite-compare-") as tmp:
+        tls = None
+        options: dict[str, Any] = {"mem_queue_size": 10_000_000}
+        try:
+            tls = make_tls_files(tmp)
+            options.update(tls_cert=tls.cert_file, tls_key=tls.key_file)
+        except ImportError:
+            print("trustme is not installed: no TLS rows")
+        with NsqdServer(**options) as server:
+            yield server, tls.ca_file if tls else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--repeat", type=int, default=3, help="repetitions (default 3)")
+    parser.add_argument(
+        "--messages",
+        type=int,
+        default=100_000,
+        help="base messages per run; each workload scales it (default 100,000)",
+    )
+    parser.add_argument(
+        "--rows", default="", help=f"comma-separated subset of: {','.join(r.key for r in ROWS)}"
+    )
+    parser.add_argument("--clients", default=",".join(CLIENTS))
+    parser.add_argument("--go-runfor", type=float, default=1.0, help="seconds per Go run")
+    parser.add_argument(
+        "--go-messages",
+        type=int,
+        default=800_000,
+        help="messages queued for bench_reader (must outlast --go-runfor)",
+    )
+    parser.add_argument("--cell-timeout", type=float, default=60.0, help="seconds per run")
+    parser.add_argument(
+        "--memory-messages",
+        type=int,
+        default=0,
+        help="add the memory rows over N messages (the target: 5,000,000)",
+    )
+    parser.add_argument("--json", metavar="PATH", help="write the report as JSON")
+    parser.add_argument("--plot", metavar="PATH", help="write the table as a PNG (matplotlib)")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="profile gnsqlite's cells (cProfile) instead of comparing",
+    )
+    parser.add_argument("--cell", help=argparse.SUPPRESS)
+    parser.add_argument("--memory-cell", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.cell:
+        print(json.dumps(run_cell(json.loads(args.cell))))
+        return 0
+    if args.memory_cell:
+        print(json.dumps(run_memory_cell(json.loads(args.memory_cell))))
+        return 0
+    wanted = {k for k in args.rows.split(",") if k}
+    rows = [r for r in ROWS if not wanted or r.key in wanted]
+    unknown = wanted - {r.key for r in ROWS}
+    if unknown:
+        parser.error(f"unknown rows: {', '.join(sorted(unknown))}")
+    with _server(args) as (server, ca_file):
+        bench = Bench(args, server, ca_file)
+        if ca_file is None:
+            rows = [r for r in rows if r.transport != "tls"]
+        if args.profile:
+            return _profile(bench, rows)
+        clients = [c for c in args.clients.split(",") if c in CLIENTS]
+        if "go" in clients and not bench.has_go():
+            print("go-nsq's bench_reader/bench_writer not found (GNSQLITE_NSQD): no Go row")
+            clients.remove("go")
+        report = _compare(bench, rows, clients)
+    print_table(report)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1)
+        print(f"wrote {args.json}")
+    if args.plot:
+        plot(report, args.plot)
+        print(f"wrote {args.plot}")
+    return 0
+
+
+def _compare(bench: Bench, rows: list[Row], clients: list[str]) -> dict[str, Any]:
+    args = bench.args
+    broker = "real nsqd" if bench.server.is_real else "embedded broker"
+    uptime_before = _loadavg()
+    print(
+        f"python {sys.version.split()[0]}, {os.cpu_count()} cores, {broker} at {bench.address};"
+        f" load average {uptime_before}; {args.repeat} repetitions",
+        flush=True,
+    )
+    runs: dict[str, dict[str, list[dict[str, Any]]]] = {
+        r.key: {c: [] for c in clients} for r in rows
+    }
+    for rep in range(args.repeat):
+        order = clients[rep % len(clients) :] + clients[: rep % len(clients)]
+        for row in rows:
+            for client in order:
+                if client == "go" and not bench.go_supports(row):
+                    continue
+                result = bench.cell(row, client)
+                runs[row.key][client].append(result)
+                shown = (
+                    f"{result['messages'] / result['seconds']:,.0f} msg/s"
+                    if "error" not in result
+                    else f"failed: {result['error']}"
+                )
+                print(
+                    f"  [{rep + 1}/{args.repeat}] {row.title:<28} {client:<9} {shown}", flush=True
+                )
+    report: dict[str, Any] = {
+        "broker": broker,
+        "python": sys.version.split()[0],
+        "cores": os.cpu_count(),
+        "repeat": args.repeat,
+        "messages": args.messages,
+        "clients": clients,
+        "load_before": uptime_before,
+        "rows": {},
+    }
+    for row in rows:
+        cells = {c: summarise(r) for c, r in runs[row.key].items() if r}
+        ratio = ratios(cells)
+        report["rows"][row.key] = {
+            "title": row.title,
+            "count": bench.count(row),
+            "cells": cells,
+            "ratios": ratio,
+            "met": _met(row, ratio),
+        }
+    if args.memory_messages:
+        print_table(report)  # the table first: the memory rows take a while
+        report["memory"] = {}
+        for kind in ("consume", "publish"):
+            report["memory"][kind] = bench.memory(kind, args.memory_messages)
+            print(f"  memory, {kind}: {report['memory'][kind]}", flush=True)
+    report["load_after"] = _loadavg()
+    print(f"load average before {uptime_before}, after {report['load_after']}")
+    return report
+
+
+def _profile(bench: Bench, rows: list[Row]) -> int:
+    with tempfile.TemporaryDirectory(prefix="gnsqlite-profile-") as tmp:
+        for row in rows:
+            path = os.path.join(tmp, f"{row.key}.prof")
+            result = bench.cell(row, "gnsqlite", profile=path)
+            if "error" in result:
+                print(f"{row.title}: failed: {result['error']}")
+                continue
+            print(
+                f"\n== {row.title}: {result['messages'] / result['seconds']:,.0f} msg/s under"
+                f" the profiler, {result['cpu'] / result['messages'] * 1e6:.2f} µs CPU/msg"
+            )
+            pstats.Stats(path).sort_stats("tottime").print_stats(18)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
