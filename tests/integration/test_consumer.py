@@ -7,7 +7,6 @@ recording proxy, so these tests hold for a real nsqd as well.
 from __future__ import annotations
 
 import collections
-import gc
 import logging
 import time
 from typing import Any
@@ -15,7 +14,6 @@ from typing import Any
 import gevent
 import gevent.event
 import gevent.hub
-import greenlet
 import pytest
 from recording_proxy import RecordingProxy
 
@@ -25,6 +23,7 @@ from gnsqlite.flow import ExponentialBackoff
 from gnsqlite.http import NsqdHTTPClient
 from gnsqlite.message import Message, RequeueMessage
 from gnsqlite.testing import NsqdServer, wait_until
+from gnsqlite.testing.faults import live_greenlets
 from gnsqlite.timers import TimerWheel
 
 TOPIC = "consumer_test"
@@ -43,19 +42,6 @@ def channel_stats(server: NsqdServer, topic: str = TOPIC, channel: str = CHANNEL
 
 def drained(server: NsqdServer, topic: str = TOPIC, channel: str = CHANNEL) -> bool:
     return server.channel_drained(topic, channel)
-
-
-def live_greenlets() -> set[int]:
-    """Ids of the live greenlets other than the hub and the caller."""
-    gevent.get_hub()
-    return {
-        id(g)
-        for g in gc.get_objects()
-        if isinstance(g, greenlet.greenlet)
-        and not g.dead
-        and g is not greenlet.getcurrent()
-        and not isinstance(g, gevent.hub.Hub)
-    }
 
 
 def test_constructor_validates_and_starts_nothing() -> None:
