@@ -21,7 +21,7 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import gevent
@@ -90,6 +90,26 @@ def _raise_system_exit(signum: int, frame: Any) -> None:
     # Spark may signal twice; a second SystemExit would cut stop() short.
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise SystemExit(128 + signum)
+
+
+def source_consumer(options: SourceOptions, on_message: Callable[[Message], None]) -> Consumer:
+    """The Consumer a streaming source runs (in its hub thread): the source's options, no backoff.
+
+    Constructing it opens nothing; the caller starts it.
+    """
+    return Consumer(
+        options.topic,
+        options.channel,
+        on_message,
+        nsqd_tcp_addresses=options.nsqd_tcp_addresses,
+        lookupd_http_addresses=options.lookupd_http_addresses,
+        connection_config=options.connection,
+        backoff=None,
+        max_in_flight=options.max_in_flight,
+        max_attempts=options.max_attempts,
+        concurrency=4,
+        **options.consumer,
+    )
 
 
 def exit_on_sigterm() -> None:
@@ -178,19 +198,7 @@ class NSQStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
         self._ledger = Ledger(self._session)
         self._arrival = gevent.event.Event()
         self._started_at = time.monotonic()
-        consumer = Consumer(
-            o.topic,
-            o.channel,
-            self._on_message,
-            nsqd_tcp_addresses=o.nsqd_tcp_addresses,
-            lookupd_http_addresses=o.lookupd_http_addresses,
-            connection_config=o.connection,
-            backoff=None,
-            max_in_flight=o.max_in_flight,
-            max_attempts=o.max_attempts,
-            concurrency=4,
-            **o.consumer,
-        )
+        consumer = source_consumer(o, self._on_message)
         self._consumer = consumer
         consumer.start()
         self._toucher = gevent.spawn(self._touch_loop)

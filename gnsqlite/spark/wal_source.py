@@ -60,7 +60,13 @@ from ..message import Message
 from ._hub import HubThread
 from .options import SourceOptions
 from .segments import Position, SegmentIndex, Slice, offset, position, split_slices
-from .source import ReadMaxRows, SupportsTriggerAvailableNow, exit_on_sigterm, read_limit
+from .source import (
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+    exit_on_sigterm,
+    read_limit,
+    source_consumer,
+)
 from .wal import ROW_SCHEMA, WalStorageError, WalStore
 
 __all__ = ["NSQWalPartition", "NSQWalStreamReader", "read_partition"]
@@ -228,19 +234,7 @@ class NSQWalStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
         o = self.options
         self._wake = gevent.event.Event()
         self._started_at = time.monotonic()
-        consumer = Consumer(
-            o.topic,
-            o.channel,
-            self._on_message,
-            nsqd_tcp_addresses=o.nsqd_tcp_addresses,
-            lookupd_http_addresses=o.lookupd_http_addresses,
-            connection_config=o.connection,
-            backoff=None,
-            max_in_flight=o.max_in_flight,
-            max_attempts=o.max_attempts,
-            concurrency=4,
-            **o.consumer,
-        )
+        consumer = source_consumer(o, self._on_message)
         self._consumer = consumer
         self._writer = gevent.spawn(self._write_loop)
         self._update_flow()
