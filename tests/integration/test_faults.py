@@ -29,6 +29,8 @@ from gnsqlite.testing.faults import (
 )
 from gnsqlite.timers import TimerWheel
 
+pytestmark = pytest.mark.slow  # 8-30 s each: the whole-suite env and the real-nsqd run take them
+
 TOPIC = "faults"
 CHANNEL = "ch"
 MAX_IN_FLIGHT = 20
