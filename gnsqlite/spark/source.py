@@ -112,6 +112,23 @@ def source_consumer(options: SourceOptions, on_message: Callable[[Message], None
     )
 
 
+def stop_in_hub(
+    owner: object, hub: HubThread | None, stop: Callable[[], None], timeout: float
+) -> None:
+    """Run ``stop`` in ``hub`` (waiting at most ``timeout`` s), then end the hub thread.
+
+    Blocks; never raises: a failed stop is logged, and nsqd requeues what the
+    closed connections held.
+    """
+    if hub is None or not hub.running:
+        return
+    try:
+        hub.call(stop, timeout=timeout)
+    except Exception:
+        log.exception("%r: stopping failed; nsqd requeues what the closed connections held", owner)
+    hub.stop()
+
+
 def exit_on_sigterm() -> None:
     """Turn SIGTERM into ``SystemExit`` in the source's process, if nothing handles it.
 
@@ -213,14 +230,7 @@ class NSQStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
         """
         self._stopped = True
         hub, self._hub = self._hub, None
-        if hub is None or not hub.running:
-            return
-        try:
-            hub.call(self._stop_consumer, timeout=self.options.stop_timeout + 10.0)
-        except Exception:
-            log.exception("%r: stopping failed; nsqd requeues what the closed connections held",
-                          self)
-        hub.stop()
+        stop_in_hub(self, hub, self._stop_consumer, self.options.stop_timeout + 10.0)
 
     def _stop_consumer(self) -> None:
         if self._toucher is not None:

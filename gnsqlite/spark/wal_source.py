@@ -66,6 +66,7 @@ from .source import (
     exit_on_sigterm,
     read_limit,
     source_consumer,
+    stop_in_hub,
 )
 from .wal import ROW_SCHEMA, WalStorageError, WalStore
 
@@ -249,14 +250,7 @@ class NSQWalStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
         """
         self._stopped = True
         hub, self._hub = self._hub, None
-        if hub is None or not hub.running:
-            return
-        try:
-            hub.call(self._stop_consumer, timeout=self.options.stop_timeout + 30.0)
-        except Exception:
-            log.exception("%r: stopping failed; nsqd requeues what the closed connections held",
-                          self)
-        hub.stop()
+        stop_in_hub(self, hub, self._stop_consumer, self.options.stop_timeout + 30.0)
 
     def _stop_consumer(self) -> None:
         consumer = self._consumer
