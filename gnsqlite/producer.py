@@ -29,6 +29,10 @@ an empty body (which nsqd refuses too) raises
 Each connection answers nsqd's heartbeats by itself, so an idle producer
 stays connected indefinitely; a connection that hears nothing for two
 heartbeat intervals is treated as dead and reconnected.
+
+:meth:`Producer.stats` counts what was published (commands and messages by
+topic and command), the errors by code and the publishes waiting for an
+answer; :meth:`Producer.health` is what a readiness probe needs.
 """
 
 from __future__ import annotations
@@ -58,11 +62,12 @@ from .errors import (
     ServerError,
 )
 from .flow import Reconnect
+from .health import ConnectionHealth, Health, build_health
 from .net import normalize_addresses
 from .protocol import as_body, check_topic_name, mpub_body, to_milliseconds
 from .timers import TimerWheel
 
-__all__ = ["Producer"]
+__all__ = ["Producer", "error_code"]
 
 log = logging.getLogger(__name__)
 
@@ -72,17 +77,49 @@ DEFAULT_MAX_BODY_SIZE: int = ProducerConfig.max_body_size
 _RETRYABLE = (NSQConnectionError, PubFailedError, MPubFailedError, DPubFailedError)
 
 Command = Callable[[Connection], bytes]
+#: Called with ``(topic, command, seconds)`` when a publish is answered or fails.
+PublishTiming = Callable[[str, str, float], None]
+
+
+def error_code(error: BaseException) -> str:
+    """The ``code`` a failed publish is counted under in :meth:`Producer.stats`.
+
+    nsqd's ``E_*`` code for an error nsqd sent (``"E_BAD_TOPIC"``), else
+    ``"no_connections"`` (no nsqd took it in time), ``"timeout"`` (sent, not
+    answered in time), ``"closed"`` (the producer closed first) or
+    ``"connection"`` (the connection broke and no retry was possible).
+    """
+    if isinstance(error, ServerError):
+        return error.code
+    if isinstance(error, NoConnectionsError):
+        return "no_connections"
+    if isinstance(error, ConnectionClosedError):
+        return "closed"
+    if isinstance(error, NSQTimeoutError):
+        return "timeout"
+    if isinstance(error, NSQConnectionError):
+        return "connection"
+    return type(error).__name__
 
 
 class _Attempt:
     """One publish call travelling over connections until it succeeds or gives up."""
 
-    __slots__ = ("command", "deadline", "errors", "result", "tried")
+    __slots__ = (
+        "command", "deadline", "errors", "kind", "messages", "result", "started", "topic", "tried"
+    )
 
-    def __init__(self, command: Command, deadline: float) -> None:
+    def __init__(
+        self, command: Command, started: float, deadline: float, topic: str, kind: str,
+        messages: int,
+    ) -> None:  # fmt: skip
         self.command = command  # builds the request bytes with a connection's protocol
         self.result: gevent.event.AsyncResult[bytes] = gevent.event.AsyncResult()
+        self.started = started
         self.deadline = deadline
+        self.topic = topic
+        self.kind = kind  # "pub", "mpub" or "dpub"
+        self.messages = messages
         self.errors: dict[str, BaseException] = {}
         self.tried: set[Connection] = set()
 
@@ -104,6 +141,7 @@ class _Reply:
     def set(self, value: bytes) -> None:
         if not self.attempt.result.ready():
             self.attempt.result.set(value)
+            self.producer._done(self.attempt, None)
 
     def set_exception(self, exception: BaseException) -> None:
         self.producer._answered_with_error(self.attempt, self.conn, exception)
@@ -164,6 +202,11 @@ class Producer:
         self._started = False
         self._closed = False
         self._connected = gevent.event.Event()
+        # stats(): (topic, command) -> [commands answered OK, messages in them]
+        self._published: dict[tuple[str, str], list[int]] = {}
+        self._errors: dict[str, int] = {}  # error_code() -> failed publishes
+        self._in_flight = 0  # publishes waiting for an answer (or a connection)
+        self._publish_timing: PublishTiming | None = None
 
     def __repr__(self) -> str:
         return f"<Producer {list(self.addresses)} healthy={len(self._healthy)}>"
@@ -226,6 +269,11 @@ class Producer:
     def connections(self) -> Sequence[Connection]:
         """The connections that can publish now."""
         return tuple(self._healthy)
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` was called."""
+        return self._closed
 
     # -- connections -------------------------------------------------------
 
@@ -330,7 +378,7 @@ class Producer:
         else:
             to_milliseconds(defer, "defer")
             command = lambda conn: conn.protocol.dpub(topic, defer, raw)  # noqa: E731
-        return self._submit(command, timeout)
+        return self._submit(command, timeout, topic, "pub" if defer is None else "dpub", 1)
 
     def multi_publish_async(
         self, topic: str, bodies: Iterable[bytes | str], timeout: float | None = None
@@ -357,7 +405,10 @@ class Producer:
                 f" max_body_size={self.max_body_size} (nsqd's --max-body-size); split the batch"
             )
         payload = mpub_body(raws)  # encoded once, whatever connection takes it
-        return self._submit(lambda conn: conn.protocol.mpub_encoded(topic, payload), timeout)
+        return self._submit(
+            lambda conn: conn.protocol.mpub_encoded(topic, payload), timeout, topic, "mpub",
+            len(raws),
+        )  # fmt: skip
 
     def multi_publish_encoded(
         self, topic: str, payload: bytes | memoryview, timeout: float | None = None
@@ -376,7 +427,10 @@ class Producer:
                 f"an MPUB body of {len(payload)} bytes exceeds max_body_size="
                 f"{self.max_body_size} (nsqd's --max-body-size); split the batch"
             )
-        attempt = self._submit(lambda conn: conn.protocol.mpub_encoded(topic, payload), timeout)
+        count = int.from_bytes(bytes(payload[:4]), "big")  # the body's message count
+        attempt = self._submit(
+            lambda conn: conn.protocol.mpub_encoded(topic, payload), timeout, topic, "mpub", count
+        )
         self._wait(attempt, timeout)
 
     def _check_message_size(self, size: int) -> None:
@@ -401,7 +455,9 @@ class Producer:
                 self._fail(attempt, NSQTimeoutError(f"no answer from nsqd within {timeout} s"))
         attempt.result.get(block=False)
 
-    def _submit(self, command: Command, timeout: float | None) -> _Attempt:
+    def _submit(
+        self, command: Command, timeout: float | None, topic: str, kind: str, messages: int
+    ) -> _Attempt:
         if self._closed:
             raise ConnectionClosedError(",".join(self.addresses), "the producer is closed")
         if not self._started:
@@ -409,7 +465,9 @@ class Producer:
                 ",".join(self.addresses), "the producer is not started: call start() first"
             )
         timeout = self.timeout if timeout is None else timeout
-        attempt = _Attempt(command, time.monotonic() + timeout)
+        now = time.monotonic()
+        attempt = _Attempt(command, now, now + timeout, topic, kind, messages)
+        self._in_flight += 1
         self._dispatch(attempt)
         return attempt
 
@@ -471,7 +529,116 @@ class Producer:
                 errors[address] = self._last_error[address]
         self._fail(attempt, NoConnectionsError(errors, "every nsqd failed or is unreachable"))
 
-    @staticmethod
-    def _fail(attempt: _Attempt, error: BaseException | None) -> None:
+    def _fail(self, attempt: _Attempt, error: BaseException | None) -> None:
         if not attempt.result.ready():
-            attempt.result.set_exception(error or RuntimeError("publish failed"))
+            error = error or RuntimeError("publish failed")
+            attempt.result.set_exception(error)
+            self._done(attempt, error)
+
+    def _done(self, attempt: _Attempt, error: BaseException | None) -> None:
+        """Count the end of one publish (the result was just set)."""
+        self._in_flight -= 1
+        self.count_publish(attempt.topic, attempt.kind, attempt.messages, attempt.started, error)
+
+    # -- counters --------------------------------------------------------------
+
+    def count_publish(
+        self,
+        topic: str,
+        command: str,
+        messages: int,
+        started: float | None,
+        error: BaseException | None,
+    ) -> None:
+        """Count one publish that ended: answered OK (``error`` ``None``) or failed.
+
+        The producer calls it itself; a front end that publishes on one of
+        its connections directly (the pynsq ``Writer``) calls it too, so that
+        :meth:`stats` counts everything. ``started`` is the
+        ``time.monotonic()`` of the send (``None``: not timed). Does not block.
+        """
+        if error is None:
+            counts = self._published.get((topic, command))
+            if counts is None:
+                counts = self._published[(topic, command)] = [0, 0]
+            counts[0] += 1
+            counts[1] += messages
+        else:
+            code = error_code(error)
+            self._errors[code] = self._errors.get(code, 0) + 1
+        timing = self._publish_timing
+        if timing is not None and started is not None:
+            timing(topic, command, time.monotonic() - started)
+
+    def track_in_flight(self, change: int) -> None:
+        """Add ``change`` to the publishes waiting for an answer (for a front end, as above)."""
+        self._in_flight += change
+
+    def set_publish_timing(self, timing: PublishTiming | None) -> None:
+        """Call ``timing(topic, command, seconds)`` when a publish ends (``None``: stop).
+
+        ``seconds`` runs from the call to nsqd's answer or the failure,
+        retries included. It runs in the greenlet that saw the answer (a
+        connection's reader): it must not block. :mod:`gnsqlite.metrics`
+        uses it for its histogram.
+        """
+        self._publish_timing = timing
+
+    def stats(self) -> dict[str, Any]:
+        """What the producer published and how its connections are; does not block.
+
+        ``connections``: every address with ``connected`` (it can publish
+        now) and ``last_error`` (the text of the last error, or ``None``).
+        ``publishes``: one row per topic and command (``"pub"``, ``"mpub"``,
+        ``"dpub"``) with ``count`` (commands nsqd answered ``OK``) and
+        ``messages`` (the messages in them). ``errors``: failed publishes by
+        :func:`error_code`. ``in_flight``: publishes waiting for an answer or
+        a connection. Counts are cumulative since the producer was built;
+        ``totals`` sums them.
+        """
+        up = {conn.name for conn in self._healthy}
+        publishes = [
+            {"topic": topic, "command": command, "count": counts[0], "messages": counts[1]}
+            for (topic, command), counts in sorted(self._published.items())
+        ]
+        return {
+            "connections": [
+                {
+                    "address": address,
+                    "connected": address in up,
+                    "last_error": (
+                        str(self._last_error[address]) if address in self._last_error else None
+                    ),
+                }
+                for address in self.addresses
+            ],
+            "publishes": publishes,
+            "errors": dict(sorted(self._errors.items())),
+            "in_flight": self._in_flight,
+            "totals": {
+                "publishes": sum(p["count"] for p in publishes),
+                "messages": sum(p["messages"] for p in publishes),
+                "errors": sum(self._errors.values()),
+                "in_flight": self._in_flight,
+            },
+        }
+
+    def health(self) -> Health:
+        """Whether the producer can publish now, for a readiness probe; does not block.
+
+        ``ok`` when started, not closed and connected to at least one nsqd.
+        Per address: connected or not, and the seconds since anything was read
+        from it (heartbeats included). Sends nothing.
+        """
+        now = time.monotonic()
+        up = {conn.name: conn for conn in self._healthy}
+        rows = [
+            ConnectionHealth(
+                address,
+                address in up,
+                None,
+                now - up[address].last_received if address in up else None,
+            )
+            for address in self.addresses
+        ]
+        return build_health(started=self._started, closed=self._closed, connections=rows)
