@@ -451,6 +451,10 @@ class _MirrorExporter(_Exporter):
             self._wheel.cancel_owner(self)
             self._wheel = None
 
+    def _child(self, spec: MetricSpec, labels: Labels) -> Any:
+        metric = self.metrics[spec]
+        return metric.labels(*labels) if labels else metric
+
     def sync(self) -> None:
         """Bring the shared metrics up to date with every client; does not block."""
         gauges: dict[tuple[MetricSpec, Labels], float] = {}
@@ -463,7 +467,7 @@ class _MirrorExporter(_Exporter):
                     if spec.kind == "counter":
                         grown = value - synced.get((spec, labels), 0.0)
                         if grown > 0:
-                            self.metrics[spec].labels(*labels).inc(grown)
+                            self._child(spec, labels).inc(grown)
                             synced[(spec, labels)] = value
                     else:
                         key = (spec, labels)
@@ -477,7 +481,7 @@ class _MirrorExporter(_Exporter):
         for key in self._gauges - gauges.keys():
             gauges[key] = 0.0
         for (spec, labels), value in gauges.items():
-            self.metrics[spec].labels(*labels).set(value)
+            self._child(spec, labels).set(value)
         self._gauges = {key for key, value in gauges.items() if value or key in self._gauges}
 
 
