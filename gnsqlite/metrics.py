@@ -201,6 +201,11 @@ class _Buckets:
         self.counts[bisect.bisect_left(self.bounds, seconds)] += 1
         self.sum += seconds
 
+    def observe_handler(self, message: Message, seconds: float) -> None:
+        """:meth:`observe` with the Consumer's ``set_handler_timing`` signature (one call less)."""
+        self.counts[bisect.bisect_left(self.bounds, seconds)] += 1
+        self.sum += seconds
+
     def add(self, other: _Buckets) -> None:
         for i, n in enumerate(other.counts):
             self.counts[i] += n
@@ -277,9 +282,6 @@ class Instrumentation:
         self._exporter.remove(self)
 
     # -- the hooks (single-process mode) --------------------------------------
-
-    def _observe_handler(self, message: Message, seconds: float) -> None:
-        self._handler.observe(seconds)
 
     def _observe_publish(self, topic: str, command: str, seconds: float) -> None:
         buckets = self._publish.get((topic, command))
@@ -366,7 +368,7 @@ class _CollectorExporter(_Exporter, Collector):
 
     def hook(self, inst: Instrumentation) -> None:
         if isinstance(inst.client, Consumer):
-            inst.client.set_handler_timing(inst._observe_handler)
+            inst.client.set_handler_timing(inst._handler.observe_handler)
         else:
             inst.client.set_publish_timing(inst._observe_publish)
 
