@@ -13,7 +13,10 @@ entries (cumulative and own time).
 ``--instrument N`` measures what :func:`gnsqlite.metrics.instrument` costs:
 N runs of gnsqlite alone with a plain consumer and N with an instrumented one
 (scraped once a second while it runs), alternating so both see the same
-machine, then the median rate of each and the difference.
+machine, then the median of each and the difference: the wall-clock rate,
+and the consumer process's CPU time per message (``time.process_time()``;
+the broker runs in another process), which other load on a shared machine
+disturbs less.
 ``--multiprocess`` does the same in prometheus_client's multiprocess mode
 (``PROMETHEUS_MULTIPROC_DIR`` set to a temporary directory)::
 
@@ -30,6 +33,7 @@ import pstats
 import statistics
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -121,30 +125,37 @@ def _overhead(server: NsqdServer, mif: int, count: int, runs: int) -> None:
         scrapers.append(gevent.spawn(scrape))
 
     rates: dict[str, list[float]] = {"plain": [], "instrumented": []}
+    cpu: dict[str, list[float]] = {"plain": [], "instrumented": []}  # µs per message
     for run in range(2 * runs):
         kind = ("plain", "instrumented")[run % 2]
         topic = f"bench_overhead_{mif}_{run}"
         queue_messages(server.tcp_address, topic, BODY, count)
         wait_until(lambda t=topic: _depth(server, t) == count, timeout=60)
         prepare = instrumented if kind == "instrumented" else None
+        cpu_start = time.process_time()
         try:
             seconds = consume_rate(server.tcp_address, topic, count, mif, prepare=prepare)
         finally:
             gevent.killall(scrapers)
             scrapers.clear()
+        cpu[kind].append(1e6 * (time.process_time() - cpu_start) / count)
         rates[kind].append(count / seconds)
     plain, inst = (statistics.median(rates[k]) for k in ("plain", "instrumented"))
+    plain_cpu, inst_cpu = (statistics.median(cpu[k]) for k in ("plain", "instrumented"))
     mode = "multiprocess" if multiprocess_mode() else "single-process"
     print(
-        f"max_in_flight={mif:<5} {count:>7,} msgs, {runs} runs each ({mode}):"
-        f" plain {plain:,.0f} msg/s, instrumented {inst:,.0f} msg/s,"
+        f"max_in_flight={mif:<5} {count:>7,} msgs, {runs} runs each ({mode}):\n"
+        f"  rate: plain {plain:,.0f} msg/s, instrumented {inst:,.0f} msg/s,"
         f" overhead {100 * (plain - inst) / plain:+.1f}%"
-        f"  (plain {_rates(rates['plain'])}; instrumented {_rates(rates['instrumented'])})"
+        f"  (plain {_numbers(rates['plain'])}; instrumented {_numbers(rates['instrumented'])})\n"
+        f"  CPU: plain {plain_cpu:.2f} µs/msg, instrumented {inst_cpu:.2f} µs/msg,"
+        f" overhead {100 * (inst_cpu - plain_cpu) / plain_cpu:+.1f}%"
+        f"  (plain {_numbers(cpu['plain'], 2)}; instrumented {_numbers(cpu['instrumented'], 2)})"
     )
 
 
-def _rates(values: list[float]) -> str:
-    return ", ".join(f"{v:,.0f}" for v in values)
+def _numbers(values: list[float], digits: int = 0) -> str:
+    return ", ".join(f"{v:,.{digits}f}" for v in values)
 
 
 def _depth(server: NsqdServer, topic: str) -> int:

@@ -158,3 +158,45 @@ def test_health_says_why_a_client_is_not_ok() -> None:
         "backoff_level": 0,
         "reasons": ["closed"],
     }  # fmt: skip
+
+
+def test_a_sync_adds_to_a_prometheus_histogram_what_observing_would_have() -> None:
+    from prometheus_client import Histogram
+
+    from gnsqlite.metrics import _add_growth
+
+    bounds = (0.1, 1.0)
+    observed = Histogram("observed", "each observed", registry=CollectorRegistry(),
+                         buckets=bounds)  # fmt: skip
+    synced = Histogram("synced", "growth added", registry=CollectorRegistry(), buckets=bounds)
+    mine = _Buckets(bounds)
+    first = (0.05, 0.5, 3.0)
+    for seconds in first:
+        observed.observe(seconds)
+        mine.observe(seconds)
+    _add_growth(synced, mine, None)
+    before = _Buckets(bounds)
+    before.add(mine)
+    for seconds in (0.2, 0.3, 9.0):
+        observed.observe(seconds)
+        mine.observe(seconds)
+    _add_growth(synced, mine, before)
+    _add_growth(synced, mine, mine)  # no growth: nothing added
+
+    def samples(h: Histogram) -> dict[str, float]:
+        return {s.name.split("_", 1)[1] + s.labels.get("le", ""): s.value
+                for m in h.collect() for s in m.samples if "created" not in s.name}  # fmt: skip
+
+    assert samples(synced) == samples(observed)
+    assert samples(synced)["count"] == 6
+
+    class ObserveOnly:  # a Histogram without the private values: replayed at the bounds
+        def __init__(self) -> None:
+            self.seen: list[float] = []
+
+        def observe(self, seconds: float) -> None:
+            self.seen.append(seconds)
+
+    replayed = ObserveOnly()
+    _add_growth(replayed, mine, None)
+    assert sorted(replayed.seen) == [0.1, 1.0, 1.0, 1.0, 2.0, 2.0]
