@@ -263,8 +263,9 @@ class Instrumentation:
     scrape; in multiprocess mode its counters stay in the shared files).
     """
 
-    def __init__(self, client: Consumer | Producer, exporter: _Exporter) -> None:
+    def __init__(self, client: Consumer | Producer, exporter: _Exporter, timing: bool) -> None:
         self.client = client
+        self.timing = timing  # the histograms are kept
         self.role = "consumer" if isinstance(client, Consumer) else "producer"
         self._exporter = exporter
         self._handler = _Buckets(HANDLER_BUCKETS)
@@ -317,7 +318,7 @@ class Instrumentation:
             reading.add(RDY, (*channel, conn["address"]), conn["rdy"])
         reading.add(BACKOFF_LEVEL, channel, float(stats["backoff"].get("level", 0)))
         reading.add(STARVED, channel, 1.0 if stats["starved"] else 0.0)
-        if histograms:
+        if histograms and self.timing:
             reading.add_histogram(HANDLER_SECONDS, channel, self._handler)
 
     def _read_producer(self, producer: Producer, reading: _Reading, histograms: bool) -> None:
@@ -340,11 +341,11 @@ class _Exporter:
         self.registry = registry
         self.instruments: dict[int, Instrumentation] = {}
 
-    def add(self, client: Consumer | Producer) -> Instrumentation:
+    def add(self, client: Consumer | Producer, timing: bool = True) -> Instrumentation:
         found = self.instruments.get(id(client))
         if found is not None and found.client is client:
             return found
-        inst = Instrumentation(client, self)
+        inst = Instrumentation(client, self, timing)
         self.instruments[id(client)] = inst
         self.hook(inst)
         return inst
@@ -354,7 +355,9 @@ class _Exporter:
             del self.instruments[id(inst.client)]
 
     def hook(self, inst: Instrumentation) -> None:
-        """Time handlers or publishes into the instrumentation's own buckets."""
+        """Time handlers or publishes into the instrumentation's own buckets (if it times)."""
+        if not inst.timing:
+            return
         if isinstance(inst.client, Consumer):
             inst.client.set_handler_timing(inst._handler.observe_handler)
         else:
@@ -520,6 +523,7 @@ def instrument(
     registry: CollectorRegistry | None = None,
     *,
     sync_interval: float = 1.0,
+    timing: bool = True,
 ) -> Instrumentation:
     """Export ``obj``'s metrics to ``registry`` (default: prometheus_client's ``REGISTRY``).
 
@@ -528,11 +532,13 @@ def instrument(
     ``Reader``/``Writer`` (their ``consumer``/``producer`` is instrumented).
     Call it before or after ``start()``; it opens nothing and does not
     block. Instrumenting the same client into the same registry again
-    returns the same :class:`Instrumentation`. In multiprocess mode (see the
-    module docstring) the counters reach the shared directory every
-    ``sync_interval`` seconds, on a timer of the current hub owned by the
-    registry's exporter (cancelled when its last client's instrumentation
-    is closed).
+    returns the same :class:`Instrumentation`. ``timing=False`` leaves the
+    two histograms out (``handler_seconds``, ``publish_seconds``; their
+    series stay empty): the only per-message cost (about 0.2 µs) is gone.
+    In multiprocess mode (see the module docstring) the figures reach the
+    shared directory every ``sync_interval`` seconds, on a timer of the
+    current hub owned by the registry's exporter (cancelled when its last
+    client's instrumentation is closed).
     """
     client = _client_of(obj)
     if not (isinstance(sync_interval, (int, float)) and sync_interval > 0):
@@ -545,7 +551,7 @@ def instrument(
             if multiprocess_mode()
             else _CollectorExporter(registry)
         )
-    return exporter.add(client)
+    return exporter.add(client, timing)
 
 
 def _client_of(obj: Any) -> Consumer | Producer:
