@@ -198,7 +198,8 @@ def _decode_error(value: object) -> HandlerError | None:
         or not isinstance(value.get("message"), str)
     ):
         raise EnvelopeError(
-            'dead-letter envelope field \'error\' must be null or {"type": str, "message": str}'
+            "dead-letter envelope field 'error' must be null or an object"
+            " with str 'type' and 'message'"
         )
     return HandlerError(value["type"], value["message"])
 
