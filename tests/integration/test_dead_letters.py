@@ -194,9 +194,13 @@ def test_dead_letter_nsqd_down_requeues_then_delivers_once_back(
     wait_until(lambda: consumer.stats()["dead_letters"]["failed"] >= 2 * len(bad), timeout=30)
     good = set(sent) - bad
     wait_until(lambda: ledger.succeeded == collections.Counter(good), timeout=10)
-    channel = nsqd.channel_stats(TOPIC, CHANNEL)
-    waiting = channel["depth"] + channel["in_flight_count"] + channel["deferred_count"]
-    assert waiting == len(bad)
+
+    def waiting() -> int:
+        channel = nsqd.channel_stats(TOPIC, CHANNEL)
+        return int(channel["depth"] + channel["in_flight_count"] + channel["deferred_count"])
+
+    # (polled: a message moving from in flight to deferred is briefly in neither)
+    wait_until(lambda: waiting() == len(bad), timeout=10, message="the bad ones still in nsqd")
     assert not ledger.given_up  # the hook runs only once the dead letter is safe
 
     dead_nsqd.start()  # same ports and data path
