@@ -210,7 +210,9 @@ class DeadLetterPublisher:
     It owns its :class:`~gnsqlite.producer.Producer`\\ s: one for
     ``dead_letter_nsqd`` or, when that is empty, one per nsqd that delivered
     a message. Each is created and started on first use (the constructor
-    opens nothing) and closed by :meth:`close`.
+    opens nothing), reconnects on the consumer's ``reconnect_interval`` and
+    ``max_reconnect_interval``, uses its connection options (TLS, auth ...),
+    and is closed by :meth:`close`.
     """
 
     def __init__(
@@ -234,6 +236,8 @@ class DeadLetterPublisher:
         self.nsqd = config.dead_letter_nsqd
         self.timeout = config.dead_letter_timeout
         self.max_attempts = config.max_attempts
+        self.reconnect_interval = config.reconnect_interval
+        self.max_reconnect_interval = config.max_reconnect_interval
         self._connection_config = connection_config
         self._producers: dict[str, Producer] = {}
         self._errors: collections.OrderedDict[str, HandlerError] = collections.OrderedDict()
@@ -300,7 +304,11 @@ class DeadLetterPublisher:
             if self._closed:
                 raise ConnectionClosedError(self.topic, "the dead-letter publisher is closed")
             producer = Producer(
-                self.nsqd or delivered_by, config=self._connection_config, timeout=self.timeout
+                self.nsqd or delivered_by,
+                config=self._connection_config,
+                timeout=self.timeout,
+                reconnect_interval=self.reconnect_interval,
+                max_reconnect_interval=self.max_reconnect_interval,
             )
             self._producers[key] = producer
             producer.start()  # blocks until connected or failed once; then reconnects itself

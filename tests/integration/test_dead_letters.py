@@ -19,7 +19,7 @@ from gnsqlite.consumer import Consumer
 from gnsqlite.deadletter import decode_envelope
 from gnsqlite.http import NsqdHTTPClient
 from gnsqlite.message import Message
-from gnsqlite.testing import NsqdServer, wait_until
+from gnsqlite.testing import FaultProxy, NsqdServer, wait_until
 from gnsqlite.testing.faults import live_greenlets
 
 TOPIC = "dl_source"
@@ -182,8 +182,8 @@ def test_dead_letter_nsqd_down_requeues_then_delivers_once_back(
     ledger = Ledger(bad)
     consumer = Consumer(
         TOPIC, CHANNEL, ledger.handle, nsqd_tcp_addresses=[nsqd.tcp_address],
-        max_in_flight=10, max_attempts=MAX_ATTEMPTS, requeue_delay=0.05,
-        max_requeue_delay=0.2, backoff=None,
+        max_in_flight=10, max_attempts=MAX_ATTEMPTS, requeue_delay=0.0,
+        backoff=None,
         on_giving_up=lambda m: ledger.given_up.update([m.body]),
         dead_letter_topic=DEAD, dead_letter_nsqd=dead_nsqd.tcp_address, dead_letter_timeout=0.3,
         reconnect_interval=0.05, max_reconnect_interval=0.2,
@@ -215,3 +215,43 @@ def test_dead_letter_nsqd_down_requeues_then_delivers_once_back(
     # requeued: each failed attempt, and each failed dead-letter publish
     assert stats["totals"]["requeued"] == len(bad) * MAX_ATTEMPTS + failed
     assert sorted(collect(dead_nsqd, DEAD, len(bad))) == sorted(bad)
+
+
+def test_a_stalled_dead_letter_publish_times_out_and_requeues(
+    nsqd: NsqdServer, fault_proxy: Callable[[str], FaultProxy], consumers: list[Consumer]
+) -> None:
+    proxy = fault_proxy(nsqd.tcp_address)  # the dead-letter nsqd at another address
+    sent, bad = bodies(30, 0.3)
+    first = sorted(bad)[0]
+    ledger = Ledger(bad)
+    consumer = Consumer(
+        TOPIC, CHANNEL, ledger.handle, nsqd_tcp_addresses=[nsqd.tcp_address],
+        max_in_flight=10, max_attempts=1, requeue_delay=0.0,
+        backoff=None, on_giving_up=lambda m: ledger.given_up.update([m.body]),
+        dead_letter_topic=DEAD, dead_letter_nsqd=proxy.address, dead_letter_timeout=0.3,
+    )  # fmt: skip
+    consumers.append(consumer)
+    consumer.start()
+    NsqdHTTPClient(nsqd.http_address).pub(TOPIC, first)
+    wait_until(lambda: consumer.stats()["dead_letters"]["published"] == 1, timeout=20)
+
+    proxy.stall()  # connected, then silent: the PUBs go out and get no answer
+    NsqdHTTPClient(nsqd.http_address).mpub(TOPIC, [b for b in sent if b != first])
+    wait_until(lambda: consumer.stats()["dead_letters"]["failed"] >= len(bad) - 1, timeout=30)
+    good = set(sent) - bad
+    wait_until(lambda: ledger.succeeded == collections.Counter(good), timeout=10)
+    assert ledger.given_up == collections.Counter([first])  # no hook for a failed publish
+
+    proxy.resume()
+    wait_until(lambda: nsqd.channel_drained(TOPIC, CHANNEL)
+               and sum(ledger.given_up.values()) == len(bad),
+               timeout=30, message="dead-lettered once the path flows again")  # fmt: skip
+    stats = consumer.stats()
+    assert ledger.given_up == collections.Counter(bad)
+    assert stats["totals"]["finished"] == len(sent)
+    assert stats["totals"]["requeued"] == len(bad) + stats["dead_letters"]["failed"]
+    # nothing lost; a publish that timed out may still have landed: at most one extra each
+    extra = stats["dead_letters"]["failed"]
+    letters = collections.Counter(collect(nsqd, DEAD, len(bad)))
+    assert set(letters) == bad
+    assert sum(letters.values()) - len(bad) <= extra
