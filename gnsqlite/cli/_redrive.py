@@ -8,7 +8,8 @@ finished only once that publish succeeded; when one fails, or a message
 is not an envelope and no ``--to`` was given, it is requeued and the
 command stops with an error (exit 1). It stops by itself after ``-n``
 messages or when nothing arrived for ``--idle-timeout`` seconds (exit 0),
-or on Ctrl-C (exit 130).
+or on Ctrl-C (exit 130). Each re-published message prints a line with its
+id (the original message's, from the envelope) and attempts.
 """
 
 from __future__ import annotations
@@ -64,16 +65,18 @@ class _Redrive:
         except EnvelopeError as exc:
             if self.to is None:
                 self._fail(f"message {message.id} is {exc}; give --to TOPIC for raw dead letters")
-            topic, body, attempts = self.to, message.body, message.attempts
+            topic, body, ident, attempts = self.to, message.body, message.id, message.attempts
         else:
-            topic, body, attempts = self.to or letter.topic, letter.body, letter.attempts
+            topic, body, ident, attempts = (
+                self.to or letter.topic, letter.body, letter.id, letter.attempts
+            )
         try:
             self.producer.publish(topic, body)
         except (NSQError, ValueError) as exc:
             self._fail(f"re-publishing message {message.id} to {topic!r} failed: {exc}")
         self.done += 1
         self.by_topic[topic] += 1
-        print(f"re-published {message.id} (attempts {attempts}) to {topic!r}", flush=True)
+        print(f"re-published {ident} (attempts {attempts}) to {topic!r}", flush=True)
         if self.count and self.done >= self.count:
             self.stop.set()
 
