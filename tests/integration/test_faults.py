@@ -35,6 +35,9 @@ TOPIC = "faults"
 CHANNEL = "ch"
 MAX_IN_FLIGHT = 20
 MSG_TIMEOUT = 1.0  # nsqd's, seconds: slow handlers outlive it quickly
+#: The consumer's default: under many faults a message can be delivered more
+#: often than this; it is then handed to the give-up hook, which the books count.
+MAX_ATTEMPTS = 5
 STALL = 0.5
 
 
@@ -64,7 +67,8 @@ def run(
     consumer = Consumer(TOPIC, CHANNEL, handler, nsqd_tcp_addresses=[sub_proxy.address],
                         max_in_flight=MAX_IN_FLIGHT, heartbeat_interval=1.0, backoff=None,
                         requeue_delay=0.05, reconnect_interval=0.05,
-                        max_reconnect_interval=0.2)  # fmt: skip
+                        max_reconnect_interval=0.2, max_attempts=MAX_ATTEMPTS,
+                        on_giving_up=ledger.gave_up)  # fmt: skip
     losses: list[int] = []
     original = consumer._on_close
 
@@ -113,7 +117,7 @@ def run(
                        timeout=30, interval=0.1, ignore=(NSQError, OSError),
                        message="every acknowledged publish handled, channel empty")  # fmt: skip
         except AssertionError as exc:
-            pytest.fail(f"{exc}: lost {ledger.lost()[:10]}; {ledger.summary()}; {where}")
+            pytest.fail(f"{exc}: lost {ledger.explain_lost()}; {ledger.summary()}; {where}")
     finally:
         consumer.close(timeout=5.0)
         producer.close()
@@ -122,6 +126,8 @@ def run(
     assert TimerWheel.for_hub().owned_by(consumer) == [], where
     assert TimerWheel.for_hub().owned_by(producer) == [], where
     assert ledger.acked_count + ledger.unacked == count, where
+    # Only a message delivered more than max_attempts times is given up.
+    assert all(attempts > MAX_ATTEMPTS for attempts in ledger.given_up.values()), where
     dups = ledger.duplicates()
     # Every duplicate has a cause, and each cause is bounded by what caused it.
     allowed = unexplained_per_stall * injector.counts["stall"]
