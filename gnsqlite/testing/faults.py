@@ -212,10 +212,12 @@ class Ledger:
     def duplicates(self) -> dict[str, int]:
         """Every handling beyond the first, by cause.
 
-        ``timed_out``: nsqd timed the message out before the earlier run's
-        FIN reached it (and redelivered it): the handler outlived the
+        ``timed_out``: nsqd timed one of the two deliveries out before its
+        FIN reached it (and redelivered it): its handler outlived the
         timeout, or finished within ``transit`` seconds of it, or nsqd
-        answered ``E_FIN_FAILED`` (the network held the message or the FIN);
+        answered ``E_FIN_FAILED`` (the network held the message or the FIN).
+        The delivery that timed out may be the one that completed second
+        (a slow handler still running when its quick redelivery finished);
         ``connection_lost``: the earlier run's
         connection ended with an error, so its FIN was not sent or was lost
         with the connection; ``republished``: a second id for the same number
@@ -250,7 +252,10 @@ def _causes(
         if earlier is None:
             if seen:
                 causes["republished"] += 1
-        elif earlier.outlived or earlier.spare <= transit or run.message_id in fin_failed:
+        elif run.message_id in fin_failed or _timed_out(earlier, transit, run):
+            # Either delivery may be the one nsqd timed out: handlings are
+            # listed as they completed, so a slow first delivery completes
+            # after the quick redelivery it caused.
             causes["timed_out"] += 1
         elif not earlier.fin_sent or getattr(earlier.connection, "error", None) is not None:
             causes["connection_lost"] += 1
@@ -258,6 +263,11 @@ def _causes(
             causes["unexplained"] += 1
         seen[run.message_id] = run
     return causes
+
+
+def _timed_out(first: Handling, transit: float, second: Handling) -> bool:
+    """Whether nsqd may have timed either delivery out before its FIN arrived."""
+    return any(h.outlived or h.spare <= transit for h in (first, second))
 
 
 class AccountingHandler:

@@ -36,3 +36,16 @@ def test_settling_forgets_deliveries_below_the_mark() -> None:
     ledger.settle(10)
     assert ledger.deliveries == {20: 1}
     assert ledger.lost() == [] and ledger.explain_lost() == "none"
+
+
+def test_a_slow_delivery_that_completes_after_its_redelivery_explains_the_duplicate() -> None:
+    """Handlings are listed as they complete: the timed-out one may come second."""
+    ledger = Ledger(transit=0.6)
+    ledger.ack(7)
+    ledger.handled(7, Handling("id7", None, False, True, spare=0.99))  # the quick redelivery
+    ledger.handled(7, Handling("id7", None, True, True, spare=0.0))  # the first, slow one
+    ledger.ack(8)
+    ledger.handled(8, Handling("id8", None, False, True, spare=0.99))
+    ledger.handled(8, Handling("id8", None, False, True, spare=0.98))  # nothing explains this one
+    dups = ledger.duplicates()
+    assert dups["timed_out"] == 1 and dups["unexplained"] == 1
