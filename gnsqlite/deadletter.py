@@ -12,19 +12,16 @@ The dead letter is the original body (the default) or, with
 ``dead_letter_envelope=True``, a JSON object, one per message, with the
 format tag ``"format": "gnsqlite.dead-letter/1"``:
 
-==================  =====================================================
-``topic``           the topic the message was consumed from
-``channel``         the channel it was consumed on
-``id``              nsqd's 16-character message id
-``attempts``        the delivery count when it was given up
-``timestamp``       when nsqd first received it, ns since the epoch
-``nsqd``            ``"host:port"`` of the nsqd that delivered it
-``dead_lettered_at`` when the consumer gave up, ns since the epoch
-``error``           the handler's last error, ``{"type", "message"}``, or
-                    ``null`` when this consumer did not see it (another
-                    process handled the earlier attempt)
-``body``            the original body, base64 (standard alphabet, padded)
-==================  =====================================================
+* ``topic``, ``channel``: where the message was consumed;
+* ``id``: nsqd's 16-character message id;
+* ``attempts``: the delivery count when it was given up;
+* ``timestamp``: when nsqd first received it, ns since the epoch;
+* ``nsqd``: ``"host:port"`` of the nsqd that delivered it;
+* ``dead_lettered_at``: when the consumer gave up, ns since the epoch;
+* ``error``: the handler's last error, ``{"type", "message"}``, or ``null``
+  when this consumer did not see it (another process handled the earlier
+  attempt, or the handler requeued without raising);
+* ``body``: the original body, base64 (standard alphabet, padded).
 
 :meth:`DeadLetter.encode` and :func:`decode_envelope` are pure; a bad
 envelope raises :class:`~gnsqlite.errors.EnvelopeError` saying what is wrong.

@@ -11,7 +11,8 @@ An unknown option, an option of the other side (``channel`` on a write), a
 missing required option or a bad value raises
 :class:`~gnsqlite.errors.ConfigError` naming the option: Spark reports it
 when the query starts. :func:`describe_options` lists every option with its
-default and unit (the README table is generated from it).
+default and unit (the table in examples/spark_pipeline/README.md, shown on the
+documentation site's Spark page, is generated from it).
 """
 
 from __future__ import annotations
