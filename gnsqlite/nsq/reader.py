@@ -42,14 +42,14 @@ log = logging.getLogger(__name__)
 MAX_REQUEUE_DELAY = 3600.0
 #: Seconds between two calls of an overridden :meth:`Reader.disabled`.
 DISABLED_CHECK_INTERVAL = 1.0
-#: gnsqlite's own Consumer options a Reader passes on (pynsq has none of them).
-_EXTRA_KEYWORDS = (
-    "concurrency",
+#: gnsqlite's own Consumer options a Reader passes on as given (pynsq has none of them).
+_DEAD_LETTER_KEYWORDS = (
     "dead_letter_topic",
     "dead_letter_envelope",
     "dead_letter_nsqd",
     "dead_letter_timeout",
 )
+_EXTRA_KEYWORDS = ("concurrency", *_DEAD_LETTER_KEYWORDS)
 
 
 class _ReaderConsumer(Consumer):
@@ -136,7 +136,7 @@ class Reader:
         }
         if kwargs.get("concurrency") is not None:
             options["concurrency"] = kwargs["concurrency"]
-        options.update({k: kwargs[k] for k in _EXTRA_KEYWORDS[1:] if k in kwargs})
+        options.update({k: kwargs[k] for k in _DEAD_LETTER_KEYWORDS if k in kwargs})
         self.consumer: Consumer = _ReaderConsumer(
             self,
             topic,

@@ -189,6 +189,7 @@ def test_dead_letter_nsqd_down_requeues_then_delivers_once_back(
         reconnect_interval=0.05, max_reconnect_interval=0.2,
     )  # fmt: skip
     consumers.append(consumer)
+    before = live_greenlets()
     consumer.start()
     # every bad message failed to be dead-lettered at least once, and is still in the channel
     wait_until(lambda: consumer.stats()["dead_letters"]["failed"] >= 2 * len(bad), timeout=30)
@@ -214,6 +215,8 @@ def test_dead_letter_nsqd_down_requeues_then_delivers_once_back(
     assert stats["totals"]["finished"] == len(sent)
     # requeued: each failed attempt, and each failed dead-letter publish
     assert stats["totals"]["requeued"] == len(bad) * MAX_ATTEMPTS + failed
+    consumer.close()  # closes its dead-letter producer too: no greenlet of either is left
+    wait_until(lambda: live_greenlets() <= before, timeout=5, message="greenlets ended")
     assert sorted(collect(dead_nsqd, DEAD, len(bad))) == sorted(bad)
 
 
