@@ -276,7 +276,7 @@ class DeadLetterPublisher:
     def publish(self, message: Message) -> bool:
         """Publish ``message``'s dead letter; blocks up to about ``dead_letter_timeout`` s.
 
-        The first publish to an nsqd also connects (bounded by the same timeout).
+        The first publish to an nsqd also connects, within the same timeout.
 
         ``True`` once nsqd accepted it; ``False`` (logged) when the publish
         failed, and the caller must requeue the message.
@@ -308,7 +308,8 @@ class DeadLetterPublisher:
                 max_reconnect_interval=self.max_reconnect_interval,
             )
             self._producers[key] = producer
-            producer.start()  # blocks until connected or failed once; then reconnects itself
+            # connects in the background (and reconnects); the publish waits for it
+            producer.start(timeout=0.0)
         return producer
 
     def stats(self) -> dict[str, Any]:
