@@ -24,8 +24,10 @@ How the work is split:
   all owned by the consumer and cancelled by :meth:`Consumer.close`.
 
 Nothing is lost: every message is finished, requeued, or handed to
-``on_giving_up`` (then finished). A message whose connection died before it
-was answered is redelivered by nsqd.
+``on_giving_up`` (then finished). With ``dead_letter_topic``, a message given
+up is first published there (see :mod:`gnsqlite.deadletter`), and requeued
+if that fails. A message whose connection died before it was answered is
+redelivered by nsqd.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ import gevent.queue
 
 from .config import ConnectionConfig, ConsumerConfig, split_options
 from .conn import Connection
+from .deadletter import DeadLetterPublisher
 from .discovery import LookupdPoller
 from .errors import ConfigError, NSQConnectionError, NSQError, ServerError
 from .flow import Backoff, Pause, Probe, RdyPlanner, Reconnect, Resume, make_backoff_strategy
@@ -121,7 +124,12 @@ class Consumer:
     demand or in turn),
     ``reconnect_interval``/``max_reconnect_interval`` (static nsqd, and lookupd
     polls after every lookupd failed),
-    ``on_giving_up(message)``. Other keywords are connection options
+    ``on_giving_up(message)``; ``dead_letter_topic``, ``dead_letter_envelope``,
+    ``dead_letter_nsqd``, ``dead_letter_timeout`` (see
+    :class:`~gnsqlite.config.ConsumerConfig` and :mod:`gnsqlite.deadletter`).
+    A message past ``max_attempts`` is published to the dead-letter topic,
+    then handed to ``on_giving_up``, then finished; if the publish fails it
+    is requeued and the hook does not run. Other keywords are connection options
     (``heartbeat_interval``, ``tls_v1``, ``snappy``, ``auth_secret`` ...), or
     pass ``connection_config``.
 
@@ -164,6 +172,9 @@ class Consumer:
         )
         self._strategy = make_backoff_strategy(backoff)
         self.on_giving_up: GiveUpHook = on_giving_up if on_giving_up is not None else log_giving_up
+        self._dead_letters = DeadLetterPublisher.for_consumer(
+            self.topic, self.channel, self.config, self.connection_config
+        )
         self._concurrency = self.config.concurrency
         self._rng = random.Random()
         self._planner = RdyPlanner(
@@ -305,6 +316,8 @@ class Consumer:
             if self._in_flight() > 0:
                 self._drained.wait(max(0.0, deadline - time.monotonic()))
         gevent.killall([g for g in self._workers if g is not current], block=True)
+        if self._dead_letters is not None:
+            self._dead_letters.close()
         # Unanswered messages, async ones included: requeued rather than left
         # to time out in nsqd (which keeps them in flight after we leave).
         for link in list(self._links.values()):  # running handlers' messages included
@@ -628,10 +641,12 @@ class Consumer:
             self.handle(message)
         except RequeueMessage as request:
             message.requeue(request.delay, request.backoff)
-        except (Exception, gevent.Timeout):
+        except (Exception, gevent.Timeout) as exc:
             # A gevent.Timeout escaping the handler is the handler's own (it
             # ran out of time): a failure like any other.
             log.exception("%s: handler failed on %s; requeueing it", self, message)
+            if self._dead_letters is not None:
+                self._dead_letters.handler_failed(message, exc)
             message.requeue(None, backoff=True)
         except BaseException:  # GreenletExit, KeyboardInterrupt: answer, then unwind
             message.requeue(0.0, backoff=False)
@@ -641,9 +656,18 @@ class Consumer:
                 message.finish()
 
     def _give_up(self, message: Message) -> None:
+        """Dead-letter (blocks up to ``dead_letter_timeout``), then the hook, then FIN."""
+        dead_letters = self._dead_letters
+        if dead_letters is not None and not dead_letters.publish(message):
+            message.requeue(None, backoff=False)  # dead-lettered on a later delivery
+            return
         try:
             self.on_giving_up(message)
         except (Exception, gevent.Timeout):
+            if dead_letters is not None:  # it is safe in the dead-letter topic
+                log.exception("%s: on_giving_up failed on dead-lettered %s", self, message)
+                message.finish()
+                return
             log.exception("%s: on_giving_up failed on %s; requeueing it", self, message)
             message.requeue(None, backoff=False)
             return
@@ -750,7 +774,9 @@ class Consumer:
         before a lowered RDY arrived), ``in_flight`` received and not yet
         answered; ``received``/``finished``/``requeued`` count since the
         connection subscribed. ``queued`` counts messages waiting for a
-        handler.
+        handler. ``dead_letters`` is ``None`` without a ``dead_letter_topic``,
+        else its ``topic``, ``envelope`` and the counts ``published`` and
+        ``failed`` (publishes that failed: those messages were requeued).
 
         ``last_message_time`` is wall-clock seconds (``time.time()``), or ``None``.
         ``rdy_target`` is the count the RDY policy wants for a connection (its
@@ -796,6 +822,7 @@ class Consumer:
             "starved": self.is_starved(),
             "handlers_running": len(self._running),
             "queued": self._queue.qsize(),
+            "dead_letters": None if self._dead_letters is None else self._dead_letters.stats(),
         }
 
 

@@ -46,6 +46,23 @@ def test_a_bad_source_option_is_named(extra: dict[str, str], named: str) -> None
         parse_source_options({**SOURCE, **extra})
 
 
+def test_source_takes_the_dead_letter_options() -> None:
+    o = parse_source_options({**SOURCE, "maxAttempts": "3", "deadLetterTopic": "pages.dead",
+                              "deadletterenvelope": "true", "dead_letter_nsqd": "h:1,h:2",
+                              "deadLetterTimeout": "2.5"})  # fmt: skip
+    assert o.max_attempts == 3
+    assert o.consumer == {"dead_letter_topic": "pages.dead", "dead_letter_envelope": True,
+                          "dead_letter_nsqd": ("h:1", "h:2"), "dead_letter_timeout": 2.5}
+    with pytest.raises(ConfigError, match="needs max_attempts of 1 or more"):
+        parse_source_options({**SOURCE, "deadLetterTopic": "pages.dead"})  # maxAttempts 0
+    with pytest.raises(ConfigError, match="deadLetterTopic='pages' is the topic read"):
+        parse_source_options({**SOURCE, "maxAttempts": "3", "deadLetterTopic": "pages"})
+    with pytest.raises(ConfigError, match="dead_letter_topic: topic name 'a b'"):
+        parse_source_options({**SOURCE, "maxAttempts": "3", "deadLetterTopic": "a b"})
+    with pytest.raises(ConfigError, match="need a dead_letter_topic"):
+        parse_source_options({**SOURCE, "deadLetterEnvelope": "true"})
+
+
 def test_source_needs_topic_channel_and_an_address() -> None:
     with pytest.raises(ConfigError, match="'channel' is required"):
         parse_source_options({"topic": "t", "nsqdtcpaddresses": "127.0.0.1:4150"})
