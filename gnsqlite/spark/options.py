@@ -127,6 +127,7 @@ _CONSUMER_PASSTHROUGH = (
     "lookupd_poll_jitter",
     "lookupd_request_timeout",
     "low_rdy_idle_timeout",
+    "low_rdy_timeout",
     "rdy_redistribute_interval",
     "reconnect_interval",
     "max_reconnect_interval",

@@ -19,12 +19,12 @@ def test_source_options_are_case_insensitive_with_documented_defaults() -> None:
     o = parse_source_options({"TOPIC": "pages", "Channel": "spark",
                               "lookupdhttpaddresses": "127.0.0.1:4161, 127.0.0.1:4162",
                               "maxmessagesperbatch": "500", "heartbeatinterval": "5",
-                              "lookupd_poll_interval": "1.5"})
+                              "lookupd_poll_interval": "1.5", "lowRdyTimeout": "12"})
     assert o.lookupd_http_addresses == ("127.0.0.1:4161", "127.0.0.1:4162")
     assert o.max_messages_per_batch == 500
     assert o.max_in_flight == 1000  # two batches
     assert o.connection.heartbeat_interval == 5.0
-    assert o.consumer == {"lookupd_poll_interval": 1.5}
+    assert o.consumer == {"lookupd_poll_interval": 1.5, "low_rdy_timeout": 12.0}
     assert parse_source_options(SOURCE).max_messages_per_batch == 10000
 
 
