@@ -41,6 +41,7 @@ import gevent.event
 import gevent.pool
 import gevent.queue
 
+from .batch import Batch, BatchConfig, Batcher, BatchHandler, messages_of
 from .config import ConnectionConfig, ConsumerConfig, split_options
 from .conn import Connection
 from .discovery import LookupdPoller
@@ -121,7 +122,12 @@ class Consumer:
     demand or in turn),
     ``reconnect_interval``/``max_reconnect_interval`` (static nsqd, and lookupd
     polls after every lookupd failed),
-    ``on_giving_up(message)``. Other keywords are connection options
+    ``on_giving_up(message)``.
+
+    ``batch_handler(messages)`` instead of ``handler`` takes lists of up to
+    ``batch_size`` messages (at most ``max_in_flight``), handed over when
+    full, ``batch_timeout`` seconds after their first message, or when the
+    consumer is starved; see :mod:`gnsqlite.batch`. Other keywords are connection options
     (``heartbeat_interval``, ``tls_v1``, ``snappy``, ``auth_secret`` ...), or
     pass ``connection_config``.
 
@@ -139,6 +145,9 @@ class Consumer:
         backoff: Any = "exponential",
         on_giving_up: GiveUpHook | None = None,
         connection_config: ConnectionConfig | None = None,
+        batch_handler: BatchHandler | None = None,
+        batch_size: int | None = None,
+        batch_timeout: float | None = None,
         **options: Any,
     ) -> None:
         self.topic = check_topic_name(topic)
@@ -164,6 +173,21 @@ class Consumer:
         )
         self._strategy = make_backoff_strategy(backoff)
         self.on_giving_up: GiveUpHook = on_giving_up if on_giving_up is not None else log_giving_up
+        batch = BatchConfig.for_consumer(
+            handler, batch_handler, batch_size, batch_timeout, self.config.max_in_flight
+        )
+        self._batcher = (
+            Batcher(
+                batch_handler,
+                batch,
+                dispatch=self._enqueue,
+                is_starved=self.is_starved,
+                give_up=self._give_up,
+                max_attempts=self.config.max_attempts,
+            )
+            if batch is not None and batch_handler is not None
+            else None
+        )
         self._concurrency = self.config.concurrency
         self._rng = random.Random()
         self._planner = RdyPlanner(
@@ -183,10 +207,10 @@ class Consumer:
             self.config.reconnect_interval, self.config.max_reconnect_interval, self._rng
         )
         self._reconnect_timers: dict[str, Timer] = {}  # one pending retry per address
-        self._queue: gevent.queue.Queue[Message | None] = gevent.queue.Queue()
+        self._queue: gevent.queue.Queue[Message | Batch | None] = gevent.queue.Queue()
         self._workers = gevent.pool.Pool()
         self._idle_workers = 0
-        self._running: dict[Any, Message] = {}  # worker greenlet -> the message it handles
+        self._running: dict[Any, Message | Batch] = {}  # worker greenlet -> what it handles
         self._poll_timer: Timer | None = None
         self._tasks = gevent.pool.Group()
         self._wheel: TimerWheel | None = None
@@ -250,10 +274,12 @@ class Consumer:
             raise NSQConnectionError(f"{self.topic}/{self.channel}", "the consumer is closed")
         if self._started:
             return
-        if self._handler is None and type(self).handle is Consumer.handle:
+        if self._handler is None and self._batcher is None and type(self).handle is Consumer.handle:
             raise ConfigError("no handler: pass handler= or override Consumer.handle")
         self._started = True
         wheel = self._wheel = TimerWheel.for_hub()
+        if self._batcher is not None:
+            self._batcher.start(wheel)
         interval = self.connection_config.heartbeat_interval
         if interval is not None:
             wheel.call_every(interval / 2, self._check_alive, owner=self)
@@ -291,10 +317,13 @@ class Consumer:
         # and its message cannot be finished before the connections close.
         current = gevent.getcurrent()
         mine = self._running.get(current)
-        if mine is not None and not mine.has_responded:
-            mine.requeue(0.0, backoff=False)
+        for message in messages_of(mine) if mine is not None else ():
+            if not message.has_responded:
+                message.requeue(0.0, backoff=False)
         for link in links:
             self._quietly(link.conn.start_close)
+        if self._batcher is not None:
+            self._batcher.close()  # the batch being collected is requeued
         self._requeue_queued()
         workers = [g for g in self._workers if g is not current]
         for _ in workers:
@@ -315,6 +344,8 @@ class Consumer:
         self._requeue_queued()
         for link in links:
             link.conn.close(max(0.1, deadline - time.monotonic()))
+        if self._batcher is not None:
+            self._batcher.stop()
         self._links.clear()
         self.connected.clear()
         self.starved.clear()
@@ -361,6 +392,8 @@ class Consumer:
         if self._planner.is_starved():
             if not self.starved.is_set():
                 self.starved.set()
+                if self._batcher is not None:
+                    self._batcher.starved()
         elif self.starved.is_set():
             self.starved.clear()
 
@@ -571,16 +604,24 @@ class Consumer:
                 observer(message)
             except Exception:
                 log.exception("%s: message observer %r failed", self, observer)
+        if self._batcher is not None:
+            self._batcher.add(message)  # hands batches to _enqueue
+        else:
+            self._enqueue(message)
+
+    def _enqueue(self, item: Message | Batch) -> None:
+        """Queue a message or a batch for a worker, spawning one if needed. Never blocks."""
         queue = self._queue
-        queue.put(message)
+        queue.put(item)
         if self._idle_workers < queue.qsize() and len(self._workers) < self.concurrency:
             self._workers.spawn(self._work)
 
     def _drop_queued(self, conn: Connection) -> None:
         """Remove ``conn``'s messages from the queue (its connection died: nsqd redelivers)."""
         waiting = self._queue.queue  # the Queue's deque; removing items wakes nobody
-        if any(m is not None and m.connection is conn for m in waiting):
-            kept = [m for m in waiting if m is None or m.connection is not conn]
+        # A batch keeps its messages of ``conn``: Batcher.run skips them.
+        if any(isinstance(m, Message) and m.connection is conn for m in waiting):
+            kept = [m for m in waiting if not isinstance(m, Message) or m.connection is not conn]
             waiting.clear()
             waiting.extend(kept)
 
@@ -590,8 +631,9 @@ class Consumer:
                 message = self._queue.get_nowait()
             except gevent.queue.Empty:
                 return
-            if message is not None and not message.has_responded:
-                message.requeue(0.0, backoff=False)
+            for queued in messages_of(message) if message is not None else ():
+                if not queued.has_responded:
+                    queued.requeue(0.0, backoff=False)
 
     def _work(self) -> None:
         queue = self._queue
@@ -605,15 +647,23 @@ class Consumer:
             if message is None:
                 return
             if self._closing:
-                message.requeue(0.0, backoff=False)
+                for queued in messages_of(message):
+                    queued.requeue(0.0, backoff=False)
                 continue
             self._running[me] = message
             try:
-                self._process(message)
+                if isinstance(message, Batch):
+                    self._run_batch(message)
+                else:
+                    self._process(message)
             finally:
                 self._running.pop(me, None)
             if self._closing:
                 return  # close() requeues what is still queued
+
+    def _run_batch(self, batch: Batch) -> None:
+        if self._batcher is not None:
+            self._batcher.run(batch)
 
     def _process(self, message: Message) -> None:
         conn = message.connection
@@ -796,6 +846,7 @@ class Consumer:
             "starved": self.is_starved(),
             "handlers_running": len(self._running),
             "queued": self._queue.qsize(),
+            **({"batches": self._batcher.stats()} if self._batcher is not None else {}),
         }
 
 
