@@ -68,8 +68,9 @@ def open_db(path: Path, journal_mode: str, synchronous: str) -> sqlite3.Connecti
 
 def run(
     server: NsqdServer, kind: str, args: argparse.Namespace, directory: Path
-) -> tuple[float, int]:
-    """Seconds to consume ``args.messages`` into a new database file, and the rows stored."""
+) -> tuple[float, int, str]:
+    """Seconds to consume ``args.messages`` into a new database file, the rows stored,
+    and (batch) how many batches were handed over, by reason."""
     topic = f"bench_sqlite_{kind}_{time.monotonic_ns()}"
     bodies = [body(i) for i in range(args.messages)]
     publish(server.tcp_address, topic, bodies)
@@ -117,7 +118,9 @@ def run(
         consumer.close()
     rows = int(db.execute("SELECT count(DISTINCT id) FROM events").fetchone()[0])
     db.close()
-    return elapsed, rows
+    handed = consumer.stats().get("batches", {}).get("handed_over", {})
+    batches = ", ".join(f"{n} {reason}" for reason, n in handed.items() if n)
+    return elapsed, rows, f"; batches: {batches}" if batches else ""
 
 
 def publish(address: str, topic: str, bodies: list[bytes]) -> None:
@@ -155,11 +158,14 @@ def main() -> None:
         rates: dict[str, float] = {}
         with tempfile.TemporaryDirectory(prefix="bench_batch_sqlite_") as tmp:
             for kind in (args.only,) if args.only else ("single", "batch"):
-                elapsed, rows = run(server, kind, args, Path(tmp))
+                elapsed, rows, batches = run(server, kind, args, Path(tmp))
                 if rows != args.messages:
                     raise SystemExit(f"bench_batch_sqlite: {kind} stored {rows} rows")
                 rates[kind] = args.messages / elapsed
-                print(f"{kind:>6}: {rates[kind]:>9,.0f} msg/s ({elapsed:.2f} s, {rows:,} rows)")
+                print(
+                    f"{kind:>6}: {rates[kind]:>9,.0f} msg/s"
+                    f" ({elapsed:.2f} s, {rows:,} rows{batches})"
+                )
         if len(rates) == 2:
             print(f" ratio: batch is x{rates['batch'] / rates['single']:.1f} single")
     finally:

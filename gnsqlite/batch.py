@@ -18,10 +18,13 @@ greenlet of the consumer when
   on a timer of the hub's :class:`~gnsqlite.timers.TimerWheel`;
 * the consumer is *starved* (``"starved"``): a connection's in-flight count
   reached 85% of its RDY (the client-library guide's ``is_starved``), so
-  little or nothing more can arrive until some messages are answered.
-  Checked as each message arrives and whenever the consumer's ``starved``
-  Event is set (a backoff window's ``RDY 0`` starves every connection that
-  holds messages).
+  little or nothing more can arrive until some messages are answered, and
+  no batch handed over earlier is still queued or running (when one is, its
+  answers will let more messages in: the batch being collected keeps
+  filling meanwhile instead of going out in scraps). Checked as each
+  message arrives, when a batch's handler returns, and whenever the
+  consumer's ``starved`` Event is set (a backoff window's ``RDY 0`` starves
+  every connection that holds messages).
 
 Answering: the handler's return finishes every message of the batch it has
 not answered itself; an exception requeues them with backoff, exactly as a
@@ -180,6 +183,7 @@ class Batcher:
         self._expiry: Timer | None = None
         self._touch_timer: Timer | None = None
         self._closed = False
+        self._outstanding = 0  # batches handed over and not yet through run()
         #: Batches handed over, by reason.
         self.handed_over = dict.fromkeys(REASONS, 0)
         self.touches = 0
@@ -200,7 +204,7 @@ class Batcher:
         self._arm_touch(message)
         if len(self._pending) >= self.batch_size:
             self._flush("full")
-        elif self._is_starved():
+        elif self._stalled():
             self._flush("starved")
         elif len(self._pending) == 1 and self._wheel is not None:
             self._expiry = self._wheel.call_later(self.batch_timeout, self._expire, owner=self)
@@ -214,8 +218,12 @@ class Batcher:
         if self._pending and self._wheel is not None and not self._closed:
             self._wheel.call_later(0.0, self._flush_if_starved, owner=self)
 
+    def _stalled(self) -> bool:
+        """Starved, and no batch handed over earlier will be answered to let more in."""
+        return self._outstanding == 0 and self._is_starved()
+
     def _flush_if_starved(self) -> None:
-        if self._pending and self._is_starved():
+        if self._pending and not self._closed and self._stalled():
             self._flush("starved")
 
     def _expire(self) -> None:
@@ -230,6 +238,7 @@ class Batcher:
         batch = Batch(self._pending, reason)
         self._pending = []
         self.handed_over[reason] += 1
+        self._outstanding += 1
         self._dispatch(batch)
 
     # -- running (worker greenlets) ----------------------------------------------
@@ -255,6 +264,8 @@ class Batcher:
                 self._call(live)
         finally:
             self._held.difference_update(batch.messages)
+            self._outstanding = max(0, self._outstanding - 1)
+        self._flush_if_starved()
 
     def _call(self, messages: list[Message]) -> None:
         try:

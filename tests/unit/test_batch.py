@@ -108,6 +108,27 @@ def test_a_message_that_starves_the_consumer_joins_the_batch_first() -> None:
     rig.batcher.stop()
 
 
+def test_while_a_batch_is_out_starvation_waits_for_its_answers() -> None:
+    # A running batch's answers let more messages in: the next batch keeps
+    # filling instead of going out a message at a time; when the running
+    # batch is done and the consumer is still starved, it goes at once.
+    rig = Rig(size=3)
+    for _ in range(3):
+        rig.batcher.add(rig.message())
+    running = rig.batches.get(timeout=1)
+    rig.starved = True
+    rig.batcher.add(rig.message())
+    rig.batcher.starved()
+    rig.batcher.add(rig.message())
+    with pytest.raises(gevent.queue.Empty):
+        rig.batches.get(timeout=0.05)
+    rig.batcher.run(running)
+    batch = rig.batches.get(timeout=1)
+    assert (rig.bodies(batch), batch.reason) == ([b"m4", b"m5"], "starved")
+    assert rig.batcher.handed_over == {"full": 1, "timeout": 0, "starved": 1}
+    rig.batcher.stop()
+
+
 def test_the_timeout_counts_from_the_first_message() -> None:
     rig = Rig(size=10, timeout=0.2)
     rig.batcher.add(rig.message())
