@@ -178,7 +178,7 @@ def test_a_starved_consumer_hands_its_batch_over_at_once(
     consumers.append(other)
     publish(nsqd, bodies("u", starving - 1), topic="batch_test2")
     other.start()
-    wait_until(lambda: drained(nsqd, "batch_test2"), timeout=10)
+    wait_until(lambda: fewer.batches and drained(nsqd, "batch_test2"), timeout=10)
     assert fewer.sizes() == [starving - 1]
     assert batch_stats(other)["handed_over"] == {"full": 0, "timeout": 1, "starved": 0}
 
@@ -265,7 +265,9 @@ def test_batches_mix_two_nsqd_and_answer_each_on_its_own_connection(
     )
     consumers.append(consumer)
     consumer.start()
-    wait_until(lambda: all(drained(s) for s in servers), timeout=15)
+    wait_until(
+        lambda: len(recorder.handled()) == 10 and all(drained(s) for s in servers), timeout=15
+    )
     assert recorder.handled() == sorted(bodies("n0-", 5) + bodies("n1-", 5))
     mixed = [b for b in recorder.batches if len({m.nsqd for m in b}) == 2]
     assert mixed, f"no batch held messages of both nsqd: {recorder.sizes()}"
@@ -340,9 +342,9 @@ def test_close_requeues_the_batch_being_collected_and_leaves_nothing(
     recorder = Recorder()
     consumer = batch_consumer(nsqd, recorder, batch_size=10, batch_timeout=60.0, max_in_flight=100)
     consumers.append(consumer)
+    publish(nsqd, bodies("c", 4))  # first: its threadpool (DNS) is not the consumer's
     before = live_greenlets()
     consumer.start()
-    publish(nsqd, bodies("c", 4))
     wait_until(lambda: batch_stats(consumer)["pending"] == 4, timeout=10)
     batcher = consumer._batcher
     assert isinstance(batcher, Batcher)
@@ -353,7 +355,7 @@ def test_close_requeues_the_batch_being_collected_and_leaves_nothing(
     stats = channel(nsqd)
     assert (stats["requeue_count"], stats["in_flight_count"], stats["depth"]) == (4, 0, 4)
     assert wheel.owned_by(batcher) == [] and wheel.owned_by(consumer) == []
-    wait_until(lambda: live_greenlets() <= before, timeout=5)
+    wait_until(lambda: live_greenlets() <= before, timeout=5, message="consumer greenlets ended")
 
     # The requeued messages come back whole to the next consumer.
     again = Recorder()
