@@ -68,16 +68,22 @@ class Recorder:
 
 
 def batch_consumer(
-    server: NsqdServer | list[NsqdServer], handler: Any, topic: str = TOPIC, **options: Any
+    consumers: list[Consumer],
+    server: NsqdServer | list[NsqdServer],
+    handler: Any,
+    topic: str = TOPIC,
+    **options: Any,
 ) -> Consumer:
+    """A Consumer with ``batch_handler=handler`` on ``server``, closed after the test."""
     servers = server if isinstance(server, list) else [server]
-    return Consumer(
+    consumer = Consumer(
         topic,
         CHANNEL,
         batch_handler=handler,
         nsqd_tcp_addresses=[s.tcp_address for s in servers],
         **options,
     )
+    return consumer
 
 
 def batch_stats(consumer: Consumer) -> dict[str, Any]:
@@ -116,8 +122,9 @@ def test_full_batches(nsqd: NsqdServer, consumers: list[Consumer]) -> None:
     published = bodies("f", 50)
     publish(nsqd, published)
     recorder = Recorder()
-    consumer = batch_consumer(nsqd, recorder, batch_size=10, batch_timeout=60.0, max_in_flight=100)
-    consumers.append(consumer)
+    consumer = batch_consumer(
+        consumers, nsqd, recorder, batch_size=10, batch_timeout=60.0, max_in_flight=100
+    )
     consumer.start()
     wait_until(lambda: drained(nsqd) and len(recorder.batches) == 5, timeout=10)
     assert recorder.sizes() == [10] * 5
@@ -133,8 +140,9 @@ def test_a_batch_that_does_not_fill_is_handed_over_after_batch_timeout(
     nsqd: NsqdServer, consumers: list[Consumer]
 ) -> None:
     recorder = Recorder()
-    consumer = batch_consumer(nsqd, recorder, batch_size=10, batch_timeout=0.5, max_in_flight=100)
-    consumers.append(consumer)
+    consumer = batch_consumer(
+        consumers, nsqd, recorder, batch_size=10, batch_timeout=0.5, max_in_flight=100
+    )
     consumer.start()
     assert consumer.connected.wait(10)
     started = time.monotonic()
@@ -159,9 +167,8 @@ def test_a_starved_consumer_hands_its_batch_over_at_once(
     assert starving == 17
     recorder = Recorder()
     consumer = batch_consumer(
-        nsqd, recorder, batch_size=size, batch_timeout=60.0, max_in_flight=size
+        consumers, nsqd, recorder, batch_size=size, batch_timeout=60.0, max_in_flight=size
     )
-    consumers.append(consumer)
     publish(nsqd, bodies("s", starving))
     started = time.monotonic()
     consumer.start()
@@ -173,9 +180,14 @@ def test_a_starved_consumer_hands_its_batch_over_at_once(
 
     fewer = Recorder()
     other = batch_consumer(
-        nsqd, fewer, topic="batch_test2", batch_size=size, batch_timeout=1.0, max_in_flight=size
+        consumers,
+        nsqd,
+        fewer,
+        topic="batch_test2",
+        batch_size=size,
+        batch_timeout=1.0,
+        max_in_flight=size,
     )
-    consumers.append(other)
     publish(nsqd, bodies("u", starving - 1), topic="batch_test2")
     other.start()
     wait_until(lambda: fewer.batches and drained(nsqd, "batch_test2"), timeout=10)
@@ -198,9 +210,14 @@ def test_a_raising_batch_is_requeued_with_backoff_and_redelivered(
             raise RuntimeError("database down")
 
     consumer = batch_consumer(
-        nsqd, handle, batch_size=10, batch_timeout=0.2, max_in_flight=20, requeue_delay=0.0
+        consumers,
+        nsqd,
+        handle,
+        batch_size=10,
+        batch_timeout=0.2,
+        max_in_flight=20,
+        requeue_delay=0.0,
     )
-    consumers.append(consumer)
     consumer.start()
     assert failed.wait(10)
     # The failure counts once toward backoff, as one failing single message would.
@@ -231,6 +248,7 @@ def test_messages_the_handler_answered_itself_are_skipped(
             kept.append(by_body[b"p3"])
 
     consumer = batch_consumer(
+        consumers,
         nsqd,
         handle,
         batch_size=6,
@@ -239,7 +257,6 @@ def test_messages_the_handler_answered_itself_are_skipped(
         requeue_delay=0.0,
         backoff=None,
     )
-    consumers.append(consumer)
     consumer.start()
     wait_until(lambda: len(seen) == 11 and channel(nsqd)["in_flight_count"] == 1, timeout=15)
     assert sorted(seen) == sorted(
@@ -261,9 +278,8 @@ def test_batches_mix_two_nsqd_and_answer_each_on_its_own_connection(
         publish(server, bodies(f"n{n}-", 5))
     recorder = Recorder()
     consumer = batch_consumer(
-        servers, recorder, batch_size=10, batch_timeout=10.0, max_in_flight=40
+        consumers, servers, recorder, batch_size=10, batch_timeout=10.0, max_in_flight=40
     )
-    consumers.append(consumer)
     consumer.start()
     wait_until(
         lambda: len(recorder.handled()) == 10 and all(drained(s) for s in servers), timeout=15
@@ -292,9 +308,8 @@ def test_a_long_batch_is_touched_and_never_times_out(
         gevent.sleep(2.5)  # the work itself: a slow database
 
     consumer = batch_consumer(
-        nsqd, handle, batch_size=10, batch_timeout=1.5, max_in_flight=10, msg_timeout=1.0
+        consumers, nsqd, handle, batch_size=10, batch_timeout=1.5, max_in_flight=10, msg_timeout=1.0
     )
-    consumers.append(consumer)
     consumer.start()
     assert consumer.connected.wait(10)
     assert consumer.connections[0].msg_timeout == 1.0
@@ -316,6 +331,7 @@ def test_max_attempts_gives_up_per_message(nsqd: NsqdServer, consumers: list[Con
             raise ValueError("poison in the batch")
 
     consumer = batch_consumer(
+        consumers,
         nsqd,
         handle,
         batch_size=5,
@@ -326,7 +342,6 @@ def test_max_attempts_gives_up_per_message(nsqd: NsqdServer, consumers: list[Con
         backoff=None,
         on_giving_up=lambda m: given_up.append((m.body, m.attempts)),
     )
-    consumers.append(consumer)
     consumer.start()
     wait_until(lambda: given_up and drained(nsqd), timeout=10)
     publish(nsqd, [b"fine"])
@@ -340,8 +355,9 @@ def test_close_requeues_the_batch_being_collected_and_leaves_nothing(
     nsqd: NsqdServer, consumers: list[Consumer]
 ) -> None:
     recorder = Recorder()
-    consumer = batch_consumer(nsqd, recorder, batch_size=10, batch_timeout=60.0, max_in_flight=100)
-    consumers.append(consumer)
+    consumer = batch_consumer(
+        consumers, nsqd, recorder, batch_size=10, batch_timeout=60.0, max_in_flight=100
+    )
     publish(nsqd, bodies("c", 4))  # first: its threadpool (DNS) is not the consumer's
     before = live_greenlets()
     consumer.start()
@@ -359,8 +375,9 @@ def test_close_requeues_the_batch_being_collected_and_leaves_nothing(
 
     # The requeued messages come back whole to the next consumer.
     again = Recorder()
-    second = batch_consumer(nsqd, again, batch_size=4, batch_timeout=60.0, max_in_flight=8)
-    consumers.append(second)
+    second = batch_consumer(
+        consumers, nsqd, again, batch_size=4, batch_timeout=60.0, max_in_flight=8
+    )
     second.start()
     wait_until(lambda: drained(nsqd), timeout=10)
     assert again.handled() == sorted(bodies("c", 4))
