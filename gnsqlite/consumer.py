@@ -127,9 +127,11 @@ class Consumer:
     ``batch_handler(messages)`` instead of ``handler`` takes lists of up to
     ``batch_size`` messages (at most ``max_in_flight``), handed over when
     full, ``batch_timeout`` seconds after their first message, or when the
-    consumer is starved; see :mod:`gnsqlite.batch`. Other keywords are connection options
-    (``heartbeat_interval``, ``tls_v1``, ``snappy``, ``auth_secret`` ...), or
-    pass ``connection_config``.
+    consumer is starved; see :mod:`gnsqlite.batch`.
+
+    Other keywords are connection options (``heartbeat_interval``,
+    ``tls_v1``, ``snappy``, ``auth_secret`` ...), or pass
+    ``connection_config``.
 
     The constructor opens no socket and starts no greenlet.
     """
@@ -316,10 +318,7 @@ class Consumer:
         # close() may be called from a handler: its worker is not waited for,
         # and its message cannot be finished before the connections close.
         current = gevent.getcurrent()
-        mine = self._running.get(current)
-        for message in messages_of(mine) if mine is not None else ():
-            if not message.has_responded:
-                message.requeue(0.0, backoff=False)
+        _requeue_now(self._running.get(current))
         for link in links:
             self._quietly(link.conn.start_close)
         if self._batcher is not None:
@@ -631,9 +630,7 @@ class Consumer:
                 message = self._queue.get_nowait()
             except gevent.queue.Empty:
                 return
-            for queued in messages_of(message) if message is not None else ():
-                if not queued.has_responded:
-                    queued.requeue(0.0, backoff=False)
+            _requeue_now(message)
 
     def _work(self) -> None:
         queue = self._queue
@@ -647,8 +644,7 @@ class Consumer:
             if message is None:
                 return
             if self._closing:
-                for queued in messages_of(message):
-                    queued.requeue(0.0, backoff=False)
+                _requeue_now(message)
                 continue
             self._running[me] = message
             try:
@@ -848,6 +844,15 @@ class Consumer:
             "queued": self._queue.qsize(),
             **({"batches": self._batcher.stats()} if self._batcher is not None else {}),
         }
+
+
+def _requeue_now(item: Message | Batch | None) -> None:
+    """Requeue a message, or every message of a batch, at once and without backoff.
+
+    Those already answered are left alone (``requeue`` returns ``False``).
+    """
+    for message in messages_of(item) if item is not None else ():
+        message.requeue(0.0, backoff=False)
 
 
 def _connection_of(message: Message) -> Connection:
