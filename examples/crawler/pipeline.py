@@ -69,9 +69,9 @@ class Crawler:
             Consumer("urls", "fetch", self.fetch, nsqd_tcp_addresses=[nsqd],
                      max_in_flight=fetchers, requeue_delay=0.5),
             # Pages are parsed in batches (up to one per fetcher, or what came
-            # within 50 ms), so the links of many pages go out in one MPUB.
+            # within 10 ms), so the links of many pages go out in one MPUB.
             Consumer("results", "parse", batch_handler=self.parse, nsqd_tcp_addresses=[nsqd],
-                     batch_size=fetchers, batch_timeout=0.05, max_in_flight=2 * fetchers),
+                     batch_size=fetchers, batch_timeout=0.01, max_in_flight=2 * fetchers),
         ]
 
     def crawl(self, seed: str, timeout: float) -> bool:
