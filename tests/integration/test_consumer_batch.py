@@ -382,3 +382,33 @@ def test_close_requeues_the_batch_being_collected_and_leaves_nothing(
     wait_until(lambda: drained(nsqd), timeout=10)
     assert again.handled() == sorted(bodies("c", 4))
     assert collections.Counter(m.attempts for b in again.batches for m in b) == {2: 4}
+
+
+def test_close_lets_a_running_batch_finish_and_answer(
+    nsqd: NsqdServer, consumers: list[Consumer]
+) -> None:
+    publish(nsqd, bodies("d", 3))
+    started = gevent.event.Event()
+    release = gevent.event.Event()
+    handled: list[bytes] = []
+
+    def handle(messages: list[Message]) -> None:
+        started.set()
+        assert release.wait(10)
+        handled.extend(m.body for m in messages)
+
+    consumer = batch_consumer(
+        consumers, nsqd, handle, batch_size=2, batch_timeout=60.0, max_in_flight=10
+    )
+    consumer.start()
+    assert started.wait(10)
+    wait_until(lambda: batch_stats(consumer)["pending"] == 1, timeout=10)
+    closing = gevent.spawn(consumer.close, 10.0)
+    wait_until(lambda: channel(nsqd)["requeue_count"] == 1, timeout=10)  # the pending one
+    assert not closing.dead  # close waits for the running batch
+    release.set()
+    closing.get(timeout=10)
+    assert len(handled) == 2
+    stats = channel(nsqd)
+    assert (stats["requeue_count"], stats["in_flight_count"], stats["depth"]) == (1, 0, 1)
+    assert stats["timeout_count"] == 0
