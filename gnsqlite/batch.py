@@ -53,7 +53,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import gevent
 
@@ -82,8 +82,6 @@ class BatchConfig(_Validated):
 
     batch_size: int = option(100, int, lo=1)
     batch_timeout: float = option(1.0, float, lo=0.001, unit="s")
-
-    _ORDERED: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     @classmethod
     def for_consumer(
