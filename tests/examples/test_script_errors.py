@@ -37,6 +37,7 @@ CASES = [
     ("batch_consumer", ["--topic", "no/slash"], NOWHERE, "topic name"),
     ("batch_consumer", ["--max-in-flight", "-3"], NOWHERE, "max_in_flight=-3"),
     ("batch_consumer", ["--publish", "10"], NOWHERE, "connect failed"),
+    ("batch_consumer", ["--max-in-flight", "50"], NOWHERE, "max_in_flight=50 is below batch_size"),
     ("generator", ["--topic", "a b"], NOWHERE, "topic name"),
     ("dead_letters", ["--topic", "a b"], NOWHERE, "topic name"),
     ("summaries", ["--topic", "a b"], NOWHERE, "topic name"),
@@ -66,7 +67,7 @@ def test_one_line_and_exit_status_1(name: str, extra: list[str], address: str,
 
 
 @pytest.mark.parametrize(("name", "extra"), [
-    ("batch_consumer", ["--flush-timeout", "0"]),
+    ("batch_consumer", ["--batch-timeout", "0"]),
     ("batch_consumer", ["--count", "many"]),
     ("crawler", ["--pages", "0"]),
     ("crawler", ["--fetchers", "0"]),
