@@ -153,6 +153,44 @@ def test_exhausted_messages_are_dead_lettered_once_in_an_envelope(
         assert letter.error.message == f"refused {letter.body!r} on attempt {MAX_ATTEMPTS}"
 
 
+def test_a_batch_handler_s_failures_are_dead_lettered_with_its_error(
+    nsqd: NsqdServer, consumers: list[Consumer]
+) -> None:
+    """A batch that keeps failing: each message dead-lettered once, carrying the batch's error."""
+    sent, bad = bodies(40, 0.3)
+    NsqdHTTPClient(nsqd.http_address).mpub(TOPIC, sent)
+    stored: collections.Counter[bytes] = collections.Counter()
+
+    def store(messages: list[Message]) -> None:
+        refused = [m for m in messages if m.body in bad]
+        for message in messages:
+            if message.body not in bad:
+                stored[message.body] += 1
+                message.finish()  # answered singly first: the failure requeues the rest
+        if refused:
+            raise ValueError(f"refused {len(refused)} of {len(messages)}")
+
+    consumer = Consumer(
+        TOPIC, CHANNEL, batch_handler=store, batch_size=10, batch_timeout=0.05,
+        nsqd_tcp_addresses=[nsqd.tcp_address], max_in_flight=10, max_attempts=MAX_ATTEMPTS,
+        requeue_delay=0.0, backoff=None, on_giving_up=lambda m: None,
+        dead_letter_topic=DEAD, dead_letter_envelope=True,
+    )  # fmt: skip
+    consumers.append(consumer)
+    consumer.start()
+    wait_until(lambda: nsqd.channel_drained(TOPIC, CHANNEL)
+               and consumer.stats()["dead_letters"]["published"] == len(bad),
+               timeout=30, message="every message answered")  # fmt: skip
+    assert stored == collections.Counter(set(sent) - bad)  # each good body stored once
+    assert nsqd.channel_stats(TOPIC, CHANNEL)["requeue_count"] == len(bad) * MAX_ATTEMPTS
+    letters = [decode_envelope(raw) for raw in collect(nsqd, DEAD, len(bad))]
+    assert sorted(letter.body for letter in letters) == sorted(bad)
+    for letter in letters:
+        assert letter.attempts == MAX_ATTEMPTS + 1
+        assert letter.error is not None and letter.error.type == "ValueError"
+        assert letter.error.message.startswith("refused ")
+
+
 def test_raw_dead_letters_carry_the_body_alone(
     nsqd: NsqdServer, consumers: list[Consumer]
 ) -> None:
