@@ -40,6 +40,7 @@ __all__ = [
     "FaultInjector",
     "Handling",
     "Ledger",
+    "describe_greenlets",
     "live_greenlets",
     "open_fds",
     "rss_bytes",
@@ -68,6 +69,17 @@ def live_greenlets() -> set[int]:
         and g is not greenlet.getcurrent()
         and not isinstance(g, gevent.hub.Hub)
     }
+
+
+def describe_greenlets(ids: set[int]) -> list[str]:
+    """What each live greenlet of ``ids`` runs (function and current line), for failure messages."""
+    described = []
+    for g in gc.get_objects():
+        if isinstance(g, greenlet.greenlet) and id(g) in ids and not g.dead:
+            frame = g.gr_frame
+            where = f" at {frame.f_code.co_name}:{frame.f_lineno}" if frame is not None else ""
+            described.append(f"{g!r}{where}")
+    return described
 
 
 def rss_bytes() -> int:

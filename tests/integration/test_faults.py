@@ -24,6 +24,7 @@ from gnsqlite.testing.faults import (
     AccountingHandler,
     FaultInjector,
     Ledger,
+    describe_greenlets,
     live_greenlets,
     seed_from_env,
 )
@@ -120,8 +121,10 @@ def run(
     finally:
         consumer.close(timeout=5.0)
         producer.close()
-    wait_until(lambda: live_greenlets() <= before, timeout=5,
-               message=f"every greenlet of the run ended; {where}")  # fmt: skip
+    try:
+        wait_until(lambda: live_greenlets() <= before, timeout=5, message="greenlets ended")
+    except AssertionError:
+        pytest.fail(f"greenlets left: {describe_greenlets(live_greenlets() - before)}; {where}")
     assert TimerWheel.for_hub().owned_by(consumer) == [], where
     assert TimerWheel.for_hub().owned_by(producer) == [], where
     assert ledger.acked_count + ledger.unacked == count, where
