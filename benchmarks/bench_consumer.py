@@ -170,9 +170,9 @@ def _hook_ns() -> float:
     def path(timing: Any, clock: Callable[[], float] = time.perf_counter) -> None:
         started = clock() if timing is not None else 0.0
         if timing is not None:
-            timing(None, clock() - started)
+            timing(clock() - started)
 
-    hook = _Buckets(HANDLER_BUCKETS).observe_handler
+    hook = _Buckets(HANDLER_BUCKETS).observe
     number = 1_000_000
 
     def best(timing: Any) -> float:

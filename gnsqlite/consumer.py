@@ -244,7 +244,7 @@ class Consumer:
         # Counts of connections that went away, and messages given up, per nsqd:
         # with the live links' counts they make the cumulative stats()["by_nsqd"].
         self._retired: dict[str, dict[str, int]] = {}
-        self._handler_timing: Callable[[Message, float], None] | None = None
+        self._handler_timing: Callable[[float], None] | None = None
 
     def __repr__(self) -> str:
         return f"<Consumer {self.topic}/{self.channel} conns={len(self._links)}>"
@@ -282,11 +282,12 @@ class Consumer:
         if observer in self._observers:
             self._observers.remove(observer)
 
-    def set_handler_timing(self, timing: Callable[[Message, float], None] | None) -> None:
-        """Call ``timing(message, seconds)`` after each handler call (``None``: stop).
+    def set_handler_timing(self, timing: Callable[[float], None] | None) -> None:
+        """Call ``timing(seconds)`` after each handler call (``None``: stop).
 
         ``seconds`` is how long the handler ran (a handler that raised
-        included; an async message's later answer is not). It runs in the
+        included; an async message's later answer is not); with a
+        ``batch_handler``, how long each batch call ran. It runs in the
         worker greenlet: it must not block. :mod:`gnsqlite.metrics` uses it
         for its histogram; without it the consumer reads no clock for this.
         """
@@ -700,7 +701,11 @@ class Consumer:
 
     def _run_batch(self, batch: Batch) -> None:
         if self._batcher is not None:
+            timing = self._handler_timing
+            started = time.perf_counter() if timing is not None else 0.0
             self._batcher.run(batch)
+            if timing is not None:
+                timing(time.perf_counter() - started)
 
     def _process(self, message: Message) -> None:
         conn = message.connection
@@ -731,7 +736,7 @@ class Consumer:
             if not message.is_async:
                 message.finish()
         if timing is not None:
-            timing(message, time.perf_counter() - started)
+            timing(time.perf_counter() - started)
 
     def _give_up(self, message: Message) -> None:
         """Dead-letter (blocks up to ``dead_letter_timeout``), then the hook, then FIN."""
@@ -744,7 +749,7 @@ class Consumer:
         except (Exception, gevent.Timeout):
             if dead_letters is not None:  # it is safe in the dead-letter topic
                 log.exception("%s: on_giving_up failed on dead-lettered %s", self, message)
-                message.finish()
+                self._given_up(message)
                 return
             log.exception("%s: on_giving_up failed on %s; requeueing it", self, message)
             message.requeue(None, backoff=False)
@@ -752,6 +757,10 @@ class Consumer:
         except BaseException:
             message.requeue(0.0, backoff=False)
             raise
+        self._given_up(message)
+
+    def _given_up(self, message: Message) -> None:
+        """Count ``message`` as given up (``stats()["by_nsqd"]``), then FIN it."""
         kept = self._retired.setdefault(message.nsqd, dict.fromkeys(COUNTERS, 0))
         kept["given_up"] += 1
         message.finish()
@@ -860,7 +869,8 @@ class Consumer:
 
         ``by_nsqd`` maps each nsqd ever subscribed to its counts of
         :data:`COUNTERS` (``received``, ``finished``, ``requeued``,
-        ``given_up``: handed to ``on_giving_up`` and finished), cumulative
+        ``given_up``: dead-lettered and/or handed to ``on_giving_up``, and
+        finished), cumulative
         since the consumer started: they never go down when a connection is
         lost (what Prometheus counters need). ``given_up`` in ``totals`` is
         their sum.

@@ -66,7 +66,6 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from exc
 
 from .consumer import COUNTERS, Consumer
-from .message import Message
 from .producer import Producer
 from .timers import TimerWheel
 
@@ -125,7 +124,8 @@ REQUEUED = MetricSpec(
 )  # fmt: skip
 GIVEN_UP = MetricSpec(
     "gnsqlite_consumer_messages_given_up", "counter",
-    "Messages past max_attempts handed to on_giving_up and finished.", _CONSUMER,
+    "Messages past max_attempts given up (dead-lettered, handed to on_giving_up) and finished.",
+    _CONSUMER,
 )  # fmt: skip
 IN_FLIGHT = MetricSpec(
     "gnsqlite_consumer_in_flight", "gauge",
@@ -145,7 +145,8 @@ STARVED = MetricSpec(
 )  # fmt: skip
 HANDLER_SECONDS = MetricSpec(
     "gnsqlite_consumer_handler_seconds", "histogram",
-    "Seconds each handler call ran.", _CHANNEL, buckets=HANDLER_BUCKETS,
+    "Seconds each handler call ran (each batch call with a batch_handler).", _CHANNEL,
+    buckets=HANDLER_BUCKETS,
 )  # fmt: skip
 PUBLISHES = MetricSpec(
     "gnsqlite_producer_publishes", "counter",
@@ -205,10 +206,6 @@ class _Buckets:
         self.counts[bisect.bisect_left(self.bounds, seconds)] += 1
         self.sum += seconds
 
-    def observe_handler(self, message: Message, seconds: float) -> None:
-        """:meth:`observe` with the Consumer's ``set_handler_timing`` signature (one call less)."""
-        self.counts[bisect.bisect_left(self.bounds, seconds)] += 1
-        self.sum += seconds
 
     def add(self, other: _Buckets) -> None:
         for i, n in enumerate(other.counts):
@@ -359,7 +356,7 @@ class _Exporter:
         if not inst.timing:
             return
         if isinstance(inst.client, Consumer):
-            inst.client.set_handler_timing(inst._handler.observe_handler)
+            inst.client.set_handler_timing(inst._handler.observe)
         else:
             inst.client.set_publish_timing(inst._observe_publish)
 

@@ -183,3 +183,53 @@ def test_the_pynsq_writer_and_reader_are_counted(nsqd: NsqdServer) -> None:
     finally:
         reader.close()
         writer.close()
+
+
+def test_batch_calls_are_timed_and_dead_lettered_messages_count_as_given_up(
+    nsqd: NsqdServer,
+) -> None:
+    registry = CollectorRegistry()
+    value = values(registry)
+    calls: list[int] = []
+
+    def store(messages: list[Message]) -> None:
+        calls.append(len(messages))
+
+    batches = Consumer("batched", CHANNEL, batch_handler=store, batch_size=5, batch_timeout=0.2,
+                       max_in_flight=10, nsqd_tcp_addresses=[nsqd.tcp_address])  # fmt: skip
+
+    def fail(message: Message) -> None:
+        raise RuntimeError("the test's handler fails every message")
+
+    def hook_fails(message: Message) -> None:
+        raise RuntimeError("the test's on_giving_up fails too")
+
+    doomed = Consumer("doomed", CHANNEL, fail, max_attempts=1, requeue_delay=0.05, backoff=None,
+                      dead_letter_topic="doomed_dead", on_giving_up=hook_fails,
+                      nsqd_tcp_addresses=[nsqd.tcp_address])  # fmt: skip
+    instrument(batches, registry)
+    instrument(doomed, registry)
+    with Producer(nsqd.tcp_address) as producer:
+        batches.start()
+        doomed.start()
+        try:
+            producer.multi_publish("batched", [b"%d" % i for i in range(10)])
+            producer.publish("doomed", b"x")
+            wait_until(lambda: sum(calls) == 10, timeout=10, message="10 messages in batches")
+            batched = {"topic": "batched", "channel": CHANNEL}
+            # one observation per batch handler call, not per message
+            assert value("gnsqlite_consumer_handler_seconds_count", **batched) == len(calls)
+            wait_until(lambda: value("gnsqlite_consumer_messages_finished_total",
+                                     nsqd=nsqd.tcp_address, **batched) == 10,
+                       timeout=10)  # fmt: skip
+            # dead-lettered (the hook failing afterwards does not undo it): given up, finished
+            doomed_labels = {"topic": "doomed", "channel": CHANNEL, "nsqd": nsqd.tcp_address}
+            wait_until(lambda: value("gnsqlite_consumer_messages_given_up_total",
+                                     **doomed_labels) == 1, timeout=10)  # fmt: skip
+            assert value("gnsqlite_consumer_messages_finished_total", **doomed_labels) == 1
+            assert value("gnsqlite_consumer_messages_requeued_total", **doomed_labels) == 1
+            wait_until(lambda: nsqd.topic_stats("doomed_dead").get("message_count") == 1,
+                       timeout=10)  # fmt: skip
+        finally:
+            batches.close(timeout=5)
+            doomed.close(timeout=5)
