@@ -542,10 +542,7 @@ class Consumer:
 
     def _retire(self, link: _Link) -> None:
         """Keep a lost link's counts for the cumulative ``stats()["by_nsqd"]``."""
-        kept = self._retired.setdefault(link.conn.name, dict.fromkeys(COUNTERS, 0))
-        kept["received"] += link.received
-        kept["finished"] += link.finished
-        kept["requeued"] += link.requeued
+        _add_counts(self._retired.setdefault(link.conn.name, dict.fromkeys(COUNTERS, 0)), link)
 
     def _schedule_reconnect(self, address: str) -> None:
         if self._closing or self._wheel is None:
@@ -870,10 +867,9 @@ class Consumer:
         ``by_nsqd`` maps each nsqd ever subscribed to its counts of
         :data:`COUNTERS` (``received``, ``finished``, ``requeued``,
         ``given_up``: dead-lettered and/or handed to ``on_giving_up``, and
-        finished), cumulative
-        since the consumer started: they never go down when a connection is
-        lost (what Prometheus counters need). ``given_up`` in ``totals`` is
-        their sum.
+        finished), cumulative since the consumer started: they never go down
+        when a connection is lost (what Prometheus counters need).
+        ``given_up`` in ``totals`` is their sum.
 
         ``last_message_time`` is wall-clock seconds (``time.time()``), or ``None``.
         ``rdy_target`` is the count the RDY policy wants for a connection (its
@@ -911,10 +907,7 @@ class Consumer:
         }
         by_nsqd = {name: dict(counts) for name, counts in self._retired.items()}
         for link in self._links.values():
-            counts = by_nsqd.setdefault(link.conn.name, dict.fromkeys(COUNTERS, 0))
-            counts["received"] += link.received
-            counts["finished"] += link.finished
-            counts["requeued"] += link.requeued
+            _add_counts(by_nsqd.setdefault(link.conn.name, dict.fromkeys(COUNTERS, 0)), link)
         totals["given_up"] = sum(c["given_up"] for c in by_nsqd.values())
         return {
             "topic": self.topic,
@@ -964,6 +957,13 @@ class Consumer:
             backoff=backoff.state if backoff is not None else "off",
             backoff_level=backoff.level if backoff is not None else 0,
         )
+
+
+def _add_counts(counts: dict[str, int], link: _Link) -> None:
+    """Add ``link``'s received/finished/requeued counts to ``counts``."""
+    counts["received"] += link.received
+    counts["finished"] += link.finished
+    counts["requeued"] += link.requeued
 
 
 def _requeue_now(item: Message | Batch | None) -> None:

@@ -194,18 +194,16 @@ Labels = tuple[str, ...]
 class _Buckets:
     """A histogram kept in plain numbers: one ``observe`` is a bisect and two additions."""
 
-    __slots__ = ("bounds", "count", "counts", "sum")
+    __slots__ = ("bounds", "counts", "sum")
 
     def __init__(self, bounds: tuple[float, ...]) -> None:
         self.bounds = bounds
-        self.counts = [0] * (len(bounds) + 1)  # the last one is +Inf
-        self.count = 0
+        self.counts = [0] * (len(bounds) + 1)  # per bucket, not cumulative; the last is +Inf
         self.sum = 0.0
 
     def observe(self, seconds: float) -> None:
         self.counts[bisect.bisect_left(self.bounds, seconds)] += 1
         self.sum += seconds
-
 
     def add(self, other: _Buckets) -> None:
         for i, n in enumerate(other.counts):
@@ -283,7 +281,7 @@ class Instrumentation:
             self.client.set_publish_timing(None)
         self._exporter.remove(self)
 
-    # -- the hooks (single-process mode) --------------------------------------
+    # -- the hook of a producer's publish timing ---------------------------------
 
     def _observe_publish(self, topic: str, command: str, seconds: float) -> None:
         buckets = self._publish.get((topic, command))
@@ -293,18 +291,18 @@ class Instrumentation:
 
     # -- reading ---------------------------------------------------------------
 
-    def read(self, reading: _Reading, histograms: bool) -> None:
+    def read(self, reading: _Reading) -> None:
         """Add this client's samples to ``reading``; does not block."""
         if isinstance(self.client, Consumer):
-            self._read_consumer(self.client, reading, histograms)
+            self._read_consumer(self.client, reading)
         else:
-            self._read_producer(self.client, reading, histograms)
+            self._read_producer(self.client, reading)
         for conn in self.client.health().connections:
             for state in _STATES:
                 up = conn.connected == (state == "connected")
                 reading.add(CONNECTIONS, (self.role, conn.address, state), 1.0 if up else 0.0)
 
-    def _read_consumer(self, consumer: Consumer, reading: _Reading, histograms: bool) -> None:
+    def _read_consumer(self, consumer: Consumer, reading: _Reading) -> None:
         stats = consumer.stats()
         channel = (stats["topic"], stats["channel"])
         for nsqd, counts in stats["by_nsqd"].items():
@@ -315,10 +313,10 @@ class Instrumentation:
             reading.add(RDY, (*channel, conn["address"]), conn["rdy"])
         reading.add(BACKOFF_LEVEL, channel, float(stats["backoff"].get("level", 0)))
         reading.add(STARVED, channel, 1.0 if stats["starved"] else 0.0)
-        if histograms and self.timing:
+        if self.timing:
             reading.add_histogram(HANDLER_SECONDS, channel, self._handler)
 
-    def _read_producer(self, producer: Producer, reading: _Reading, histograms: bool) -> None:
+    def _read_producer(self, producer: Producer, reading: _Reading) -> None:
         stats = producer.stats()
         for row in stats["publishes"]:
             reading.add(PUBLISHES, (row["topic"], row["command"]), row["count"])
@@ -326,9 +324,8 @@ class Instrumentation:
         for code, count in stats["errors"].items():
             reading.add(PUBLISH_ERRORS, (code,), count)
         reading.add(PUBLISH_IN_FLIGHT, (), stats["in_flight"])
-        if histograms:
-            for labels, buckets in self._publish.items():
-                reading.add_histogram(PUBLISH_SECONDS, labels, buckets)
+        for labels, buckets in self._publish.items():
+            reading.add_histogram(PUBLISH_SECONDS, labels, buckets)
 
 
 class _Exporter:
@@ -360,10 +357,10 @@ class _Exporter:
         else:
             inst.client.set_publish_timing(inst._observe_publish)
 
-    def read(self, histograms: bool) -> _Reading:
+    def read(self) -> _Reading:
         reading = _Reading()
         for inst in list(self.instruments.values()):
-            inst.read(reading, histograms)
+            inst.read(reading)
         return reading
 
 
@@ -378,7 +375,7 @@ class _CollectorExporter(_Exporter, Collector):
         return list(_families(_Reading()))
 
     def collect(self) -> Iterable[Metric]:
-        return list(_families(self.read(histograms=True)))
+        return list(_families(self.read()))
 
 
 def _families(reading: _Reading) -> Iterator[Metric]:
@@ -458,7 +455,7 @@ class _MirrorExporter(_Exporter):
         merged = _Reading()  # the gauges of every client, merged
         for inst in list(self.instruments.values()):
             reading = _Reading()
-            inst.read(reading, histograms=True)
+            inst.read(reading)
             synced = self._synced.setdefault(id(inst), {})
             for spec, series in reading.values.items():
                 for labels, value in series.items():
