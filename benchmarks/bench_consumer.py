@@ -112,10 +112,11 @@ def _overhead(server: NsqdServer, mif: int, count: int, runs: int) -> None:
     from gnsqlite.metrics import exposition, instrument, multiprocess_mode
 
     scrapers: list[gevent.Greenlet[Any, Any]] = []
+    links: list[Any] = []
 
     def instrumented(consumer: Any) -> None:
         registry = CollectorRegistry()
-        instrument(consumer, registry)
+        links.append(instrument(consumer, registry))
 
         def scrape() -> None:
             while True:
@@ -138,6 +139,9 @@ def _overhead(server: NsqdServer, mif: int, count: int, runs: int) -> None:
         finally:
             gevent.killall(scrapers)
             scrapers.clear()
+            for link in links:
+                link.close()  # in multiprocess mode: its sync timer stops
+            links.clear()
         cpu[kind].append(1e6 * (time.process_time() - cpu_start) / count)
         rates[kind].append(count / seconds)
     plain, inst = (statistics.median(rates[k]) for k in ("plain", "instrumented"))

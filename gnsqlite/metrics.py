@@ -434,14 +434,14 @@ class _MirrorExporter(_Exporter):
         if self._wheel is None:
             self._wheel = TimerWheel.for_hub()
             self._wheel.call_every(self.sync_interval, self.sync, owner=self)
-        self.sync()
+        self._sync()
 
     def remove(self, inst: Instrumentation) -> None:
-        self.sync()  # its last counts reach the shared files
+        self._sync()  # its last counts reach the shared files
         super().remove(inst)
         self._synced.pop(id(inst), None)
         self._synced_buckets.pop(id(inst), None)
-        self.sync()  # and its gauges leave the sums
+        self._sync()  # and its gauges leave the sums
         if not self.instruments and self._wheel is not None:
             self._wheel.cancel_owner(self)
             self._wheel = None
@@ -451,7 +451,17 @@ class _MirrorExporter(_Exporter):
         return metric.labels(*labels) if labels else metric
 
     def sync(self) -> None:
-        """Bring the shared metrics up to date with every client; does not block."""
+        """Bring the shared metrics up to date with every client; does not block.
+
+        A client that was closed gets its last sync, then leaves; the timer
+        stops with the last one.
+        """
+        for inst in list(self.instruments.values()):
+            if inst.client.closed and not inst.closed:
+                inst.close()  # calls remove(): a last sync without it, the timer maybe cancelled
+        self._sync()
+
+    def _sync(self) -> None:
         merged = _Reading()  # the gauges of every client, merged
         for inst in list(self.instruments.values()):
             reading = _Reading()
@@ -531,8 +541,9 @@ def instrument(
     series stay empty): the only per-message cost (about 0.2 µs) is gone.
     In multiprocess mode (see the module docstring) the figures reach the
     shared directory every ``sync_interval`` seconds, on a timer of the
-    current hub owned by the registry's exporter (cancelled when its last
-    client's instrumentation is closed).
+    current hub owned by the registry's exporter; a client that was closed
+    is synced a last time and dropped, and the timer stops with the last
+    client (or when each :class:`Instrumentation` is closed).
     """
     client = _client_of(obj)
     if not (isinstance(sync_interval, (int, float)) and sync_interval > 0):

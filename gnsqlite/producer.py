@@ -270,6 +270,11 @@ class Producer:
         """The connections that can publish now."""
         return tuple(self._healthy)
 
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` was called."""
+        return self._closed
+
     # -- connections -------------------------------------------------------
 
     def _connect(self, address: str) -> None:

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 pytest.importorskip("prometheus_client")
@@ -20,6 +25,7 @@ from gnsqlite.metrics import METRICS, Instrumentation, _Buckets, instrument
 from gnsqlite.producer import Producer, error_code
 
 pytestmark = pytest.mark.no_server
+ROOT = Path(__file__).resolve().parents[2]
 
 ISSUE_METRICS = {
     # name (a counter without _total) -> labels, as issue 15 lists them
@@ -200,3 +206,45 @@ def test_a_sync_adds_to_a_prometheus_histogram_what_observing_would_have() -> No
     replayed = ObserveOnly()
     _add_growth(replayed, mine, None)
     assert sorted(replayed.seen) == [0.1, 1.0, 1.0, 1.0, 2.0, 2.0]
+
+
+MULTIPROCESS_SCRIPT = '''
+import gevent
+from prometheus_client import CollectorRegistry
+
+from gnsqlite.consumer import Consumer
+from gnsqlite.metrics import _EXPORTERS, exposition, instrument, multiprocess_mode
+from gnsqlite.producer import Producer
+from gnsqlite.timers import TimerWheel
+
+assert multiprocess_mode()
+registry = CollectorRegistry()
+consumer = Consumer("clicks", "archive", lambda m: None, nsqd_tcp_addresses=["127.0.0.1:4150"])
+producer = Producer("127.0.0.1:4150")
+instrument(consumer, registry, sync_interval=0.05)
+instrument(producer, registry, sync_interval=0.05)
+exporter = _EXPORTERS[registry]
+assert TimerWheel.for_hub().owned_by(exporter), "a sync timer while clients are instrumented"
+down = 'gnsqlite_connections{nsqd="127.0.0.1:4150",role="%s",state="disconnected"} %s'
+text = exposition()[0].decode()
+assert down % ("consumer", "1.0") in text and down % ("producer", "1.0") in text, text
+consumer.close()
+producer.close()
+gevent.sleep(0.3)  # a few sync intervals
+assert not exporter.instruments, "closed clients are dropped"
+assert not TimerWheel.for_hub().owned_by(exporter), "the timer stops with the last client"
+text = exposition()[0].decode()
+assert down % ("consumer", "0.0") in text and down % ("producer", "0.0") in text, text
+print("ok")
+'''
+
+
+def test_multiprocess_mode_syncs_to_the_shared_files_and_stops_with_its_clients(
+    tmp_path: Path,
+) -> None:
+    env = dict(os.environ, PROMETHEUS_MULTIPROC_DIR=str(tmp_path),
+               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-c", MULTIPROCESS_SCRIPT], env=env,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+    assert list(tmp_path.glob("*.db")), "the metrics went to the shared directory"
