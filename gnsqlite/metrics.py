@@ -42,7 +42,7 @@ channel) are summed (the maximum for backoff level and starvation).
 
 from __future__ import annotations
 
-import bisect
+from bisect import bisect_left
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -202,7 +202,7 @@ class _Buckets:
         self.sum = 0.0
 
     def observe(self, seconds: float) -> None:
-        self.counts[bisect.bisect_left(self.bounds, seconds)] += 1
+        self.counts[bisect_left(self.bounds, seconds)] += 1
         self.sum += seconds
 
     def add(self, other: _Buckets) -> None:
