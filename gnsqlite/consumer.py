@@ -86,12 +86,22 @@ class _Link:
     that close() can requeue them and a lost connection drops them at once.
     """
 
-    __slots__ = ("address", "conn", "discovered", "finished", "received", "requeued", "unanswered")
+    __slots__ = (
+        "address",
+        "conn",
+        "discovered",
+        "finished",
+        "msg_timeout",
+        "received",
+        "requeued",
+        "unanswered",
+    )
 
     def __init__(self, address: str, conn: Connection, discovered: bool) -> None:
         self.address = address
         self.conn = conn
         self.discovered = discovered
+        self.msg_timeout = conn.msg_timeout  # negotiated at connect: read once, not per message
         self.received = 0
         self.finished = 0
         self.requeued = 0
@@ -197,9 +207,13 @@ class Consumer:
         self._drained = gevent.event.Event()
         #: Set while :meth:`is_starved` is true: a batching handler waits on it.
         self.starved = gevent.event.Event()
+        self._starved_names = self._planner.starved_names  # the planner's live set
+        self._starved_flag = False  # what ``starved`` was last set to
         #: Set while at least one connection is subscribed (:attr:`connections`).
         self.connected = gevent.event.Event()
         self._observers: list[Callable[[Message], None]] = []
+        #: handle() is Consumer.handle: the worker calls the handler directly.
+        self._plain_handle = type(self).handle is Consumer.handle
 
     def __repr__(self) -> str:
         return f"<Consumer {self.topic}/{self.channel} conns={len(self._links)}>"
@@ -318,6 +332,7 @@ class Consumer:
         self._links.clear()
         self.connected.clear()
         self.starved.clear()
+        self._starved_flag = False
         self._stopped.set()
 
     def join(self, timeout: float | None = None) -> bool:
@@ -358,7 +373,8 @@ class Consumer:
         return bool(self.starved.wait(timeout))
 
     def _update_starved(self) -> None:
-        if self._planner.is_starved():
+        starved = self._starved_flag = bool(self._starved_names)
+        if starved:
             if not self.starved.is_set():
                 self.starved.set()
         elif self.starved.is_set():
@@ -546,35 +562,39 @@ class Consumer:
 
     def _on_message(self, conn: Connection, wire: WireMessage) -> None:
         """Runs in the connection's reader greenlet: count, top up RDY, queue. Never blocks."""
-        message = Message(
-            wire.id,
-            wire.body,
-            wire.timestamp,
-            wire.attempts,
-            conn.name,
-            self,
-            conn.msg_timeout,
-            connection=conn,
-        )
-        link = self._links.get(conn.name)
+        name = conn.name
+        link = self._links.get(name)
         if link is None or link.conn is not conn:
+            timeout = conn.msg_timeout
+            message = Message(
+                wire.id, wire.body, wire.timestamp, wire.attempts, name, self, timeout, conn
+            )
             message.requeue(0.0, backoff=False)  # not counted, so respond() counts nothing
             return
+        message = Message(
+            wire.id, wire.body, wire.timestamp, wire.attempts, name, self, link.msg_timeout, conn
+        )
         link.received += 1
-        self._send_rdy(self._planner.message_received(conn.name, time.monotonic()))
+        commands = self._planner.message_received(name, time.monotonic())
+        if commands or bool(self._starved_names) is not self._starved_flag:
+            self._send_rdy(commands)
         if self._closing:
             message.requeue(0.0, backoff=False)
             return
         link.unanswered.add(message)
+        if self._observers:
+            self._observe(message)
+        queue = self._queue
+        queue.put(message)
+        if self._idle_workers < queue.qsize() and len(self._workers.greenlets) < self.concurrency:
+            self._workers.spawn(self._work)
+
+    def _observe(self, message: Message) -> None:
         for observer in self._observers:
             try:
                 observer(message)
             except Exception:
                 log.exception("%s: message observer %r failed", self, observer)
-        queue = self._queue
-        queue.put(message)
-        if self._idle_workers < queue.qsize() and len(self._workers) < self.concurrency:
-            self._workers.spawn(self._work)
 
     def _drop_queued(self, conn: Connection) -> None:
         """Remove ``conn``'s messages from the queue (its connection died: nsqd redelivers)."""
@@ -625,7 +645,10 @@ class Consumer:
             self._give_up(message)
             return
         try:
-            self.handle(message)
+            if self._plain_handle and self._handler is not None:
+                self._handler(message)  # Consumer.handle, inlined on the hot path
+            else:
+                self.handle(message)
         except RequeueMessage as request:
             message.requeue(request.delay, request.backoff)
         except (Exception, gevent.Timeout):
@@ -637,7 +660,7 @@ class Consumer:
             message.requeue(0.0, backoff=False)
             raise
         else:
-            if not message.is_async:
+            if not message._async:  # is_async, inlined on the hot path
                 message.finish()
 
     def _give_up(self, message: Message) -> None:
@@ -669,8 +692,11 @@ class Consumer:
         if link is None:
             return
         link.finished += 1
-        if self._message_done(conn) and self._backoff is not None:
-            self._apply_backoff(self._backoff.success(time.monotonic()))
+        now = time.monotonic()
+        if self._message_done(conn, now) and self._backoff is not None:
+            action = self._backoff.success(now)
+            if action is not None:
+                self._apply_backoff(action)
 
     def on_requeue(self, message: Message, delay: float | None, backoff: bool) -> None:
         """REQ ``message`` after ``delay`` seconds (``None``: :meth:`requeue_delay`).
@@ -712,16 +738,20 @@ class Consumer:
 
         Returns its connection and, while that is still subscribed, its link.
         """
-        conn = _connection_of(message)
+        conn = message.connection
+        if type(conn) is not Connection:
+            conn = _connection_of(message)
         link = self._links.get(conn.name)
         if link is None or link.conn is not conn:
             return conn, None
         link.unanswered.discard(message)
         return conn, link
 
-    def _message_done(self, conn: Connection) -> bool:
+    def _message_done(self, conn: Connection, now: float | None = None) -> bool:
         """The planner's count drops (RDY may top up); ``False`` once closing."""
-        self._send_rdy(self._planner.message_done(conn.name, time.monotonic()))
+        commands = self._planner.message_done(conn.name, time.monotonic() if now is None else now)
+        if commands or bool(self._starved_names) is not self._starved_flag:
+            self._send_rdy(commands)
         if self._closing:
             if self._in_flight() == 0:
                 self._drained.set()

@@ -165,7 +165,7 @@ class Message:
         if self._responded:
             return False
         self._responded = True
-        if self.connection_lost:
+        if getattr(self.connection, "closed", False):  # connection_lost, inlined
             return False
         self._responder.on_finish(self)
         return True
