@@ -22,8 +22,9 @@ what the socket does not take at once is left to the writer greenlet, ahead
 of anything queued later, so no caller and not the hub ever blocks on a
 slow nsqd.
 
-A connection that hears nothing for two heartbeat intervals is dead: the
-reader's receive times out and the connection ends with
+A connection that hears nothing for two heartbeat intervals is dead: one hub
+timer per connection (re-armed lazily, not per receive) ends the reader's
+receive and the connection ends with
 :class:`~gnsqlite.errors.BrokenConnectionError`. Network failures surface as
 :class:`~gnsqlite.errors.BrokenConnectionError` carrying the address, with
 the cause chained; using a connection after :meth:`Connection.close` raises
@@ -181,6 +182,8 @@ class Connection:
         self._close_wait = gevent.event.Event()
         self._reader: gevent.Greenlet[[], None] | None = None
         self._writer: gevent.Greenlet[[], None] | None = None
+        self._silence: Any = None  # the reader's liveness timer (a hub timer watcher)
+        self._in_recv = False  # the reader waits in its receive (where silence may end it)
         self._tls = False
         self._draining = False  # close() asked the writer to flush and stop
         self._closed = False
@@ -428,33 +431,51 @@ class Connection:
                 for event in self.protocol.events():
                     route(event)
 
-    def _recv_or_die(self, limit: float | None) -> bytes:
-        """The next bytes; :class:`BrokenConnectionError` after ``limit`` seconds of silence."""
-        if limit is None:
-            return self._recv()
-        timer = gevent.Timeout.start_new(limit)
-        try:
-            return self._recv()
-        except gevent.Timeout as exc:
-            if exc is not timer:
-                raise
-            raise BrokenConnectionError(
+    def _start_silence_timer(self, limit: float) -> None:
+        """Arm the reader's liveness check: one hub timer, not one per receive.
+
+        It fires ``limit`` seconds after the last bytes were read (re-armed
+        lazily: when it fires early it sets itself for the rest), and ends a
+        silent connection by raising in the reader's receive.
+        """
+        silent = time.monotonic() - self.last_received
+        timer = self._silence = self._loop.timer(max(0.0, limit - silent))
+        timer.start(self._silence_check, limit)
+
+    def _stop_silence_timer(self) -> None:
+        timer, self._silence = self._silence, None
+        if timer is not None:
+            timer.close()
+
+    def _silence_check(self, limit: float) -> None:
+        """Runs in the hub when the silence timer fires."""
+        self._stop_silence_timer()
+        reader = self._reader
+        if self._closed or reader is None or reader.dead:
+            return
+        if time.monotonic() - self.last_received < limit or not self._in_recv:
+            self._start_silence_timer(limit)  # bytes came since it was armed
+            return
+        reader.throw(
+            BrokenConnectionError(
                 self.name,
                 f"nothing heard for two heartbeat intervals"
                 f" ({self.config.heartbeat_interval} s each): the connection is dead",
-            ) from None
-        finally:
-            timer.close()
+            )
+        )
 
     def _read_loop(self) -> None:
         error: Exception | None = None
         interval = self.config.heartbeat_interval
-        # Two heartbeat intervals without a byte mean the connection is dead.
-        limit = None if interval is None else 2 * interval
         try:
+            # Two heartbeat intervals without a byte mean the connection is dead.
+            if interval is not None:
+                self._start_silence_timer(2 * interval)
             with map_io_errors(self.name, "read failed"):
                 while True:
-                    data = self._recv_or_die(limit)
+                    self._in_recv = True
+                    data = self._recv()
+                    self._in_recv = False
                     self.last_received = time.monotonic()
                     self._feed(data, self._route)
                     for event in self.protocol.events():
@@ -476,6 +497,9 @@ class Connection:
             log.exception("%s: the reader failed", self.name)
             error = BrokenConnectionError(self.name, f"reader failed: {exc!r}")
             error.__cause__ = exc
+        finally:
+            self._in_recv = False
+            self._stop_silence_timer()
         if not self._closed:
             self._end(error)
 
