@@ -34,7 +34,9 @@ heartbeat intervals is treated as dead and reconnected.
 from __future__ import annotations
 
 import logging
+import math
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -60,7 +62,7 @@ from .errors import (
 from .flow import Reconnect
 from .net import normalize_addresses
 from .protocol import as_body, check_topic_name, mpub_body, to_milliseconds
-from .timers import TimerWheel
+from .timers import Timer, TimerWheel
 
 __all__ = ["Producer"]
 
@@ -70,6 +72,9 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_MESSAGE_SIZE: int = ProducerConfig.max_message_size
 DEFAULT_MAX_BODY_SIZE: int = ProducerConfig.max_body_size
 _RETRYABLE = (NSQConnectionError, PubFailedError, MPubFailedError, DPubFailedError)
+#: A blocking call gives up this long (seconds) after its attempt's deadline, so
+#: an attempt parked without a connection fails with NoConnectionsError first.
+_GRACE = 0.05
 
 Command = Callable[[Connection], bytes]
 
@@ -77,12 +82,13 @@ Command = Callable[[Connection], bytes]
 class _Attempt:
     """One publish call travelling over connections until it succeeds or gives up."""
 
-    __slots__ = ("command", "deadline", "errors", "result", "tried")
+    __slots__ = ("command", "deadline", "errors", "result", "timeout", "tried")
 
-    def __init__(self, command: Command, deadline: float) -> None:
+    def __init__(self, command: Command, deadline: float, timeout: float) -> None:
         self.command = command  # builds the request bytes with a connection's protocol
         self.result: gevent.event.AsyncResult[bytes] = gevent.event.AsyncResult()
-        self.deadline = deadline
+        self.deadline = deadline  # time.monotonic() after which it is not retried
+        self.timeout = timeout  # seconds: what the caller allowed
         self.errors: dict[str, BaseException] = {}
         self.tried: set[Connection] = set()
 
@@ -159,6 +165,12 @@ class Producer:
         self._healthy: list[Connection] = []
         self._next = 0
         self._waiting: list[_Attempt] = []
+        # Attempts a caller blocks on, in the order the waits began: one wheel
+        # timer (at the earliest deadline) fails the late ones, instead of a
+        # gevent Timeout per call.
+        self._timed: deque[_Attempt] = deque()
+        self._deadline_timer: Timer | None = None
+        self._deadline_at = math.inf
         self._group = gevent.pool.Group()
         self._wheel: TimerWheel | None = None
         self._started = False
@@ -209,6 +221,8 @@ class Producer:
             conn.close()
         self._conns.clear()
         self._healthy.clear()
+        self._timed.clear()
+        self._deadline_timer = None  # cancelled with the owner's other timers
         waiting, self._waiting = self._waiting, []
         for attempt in waiting:
             self._fail(attempt, ConnectionClosedError(",".join(self.addresses), "producer closed"))
@@ -389,17 +403,68 @@ class Producer:
             )
 
     def _wait(self, attempt: _Attempt, timeout: float | None) -> None:
-        timeout = self.timeout if timeout is None else timeout
-        # A little longer than the attempt's own deadline, so a parked attempt
-        # fails with NoConnectionsError (naming each nsqd) rather than a timeout.
-        attempt.result.wait(timeout + 0.05)
-        if not attempt.result.ready():
+        """Block until ``attempt`` is answered or its deadline (plus a grace) passed.
+
+        ``timeout`` is what the call was given (already in the attempt's deadline).
+        """
+        result = attempt.result
+        if not result.ready():
+            self._watch(attempt)
+            result.wait()
+        result.get(block=False)
+
+    def _watch(self, attempt: _Attempt) -> None:
+        """Fail ``attempt`` if it is still unanswered ``_GRACE`` s after its deadline."""
+        if self._closed or self._wheel is None:
+            self._fail(attempt, ConnectionClosedError(",".join(self.addresses), "producer closed"))
+            return
+        timed = self._timed
+        while timed and timed[0].result.ready():  # answered ones leave, in order
+            timed.popleft()
+        timed.append(attempt)
+        due = attempt.deadline + _GRACE
+        if due < self._deadline_at:
+            self._arm_deadline(due)
+
+    def _arm_deadline(self, due: float) -> None:
+        wheel = self._wheel
+        if wheel is None:  # not started: nothing waits
+            return
+        if self._deadline_timer is not None:
+            self._deadline_timer.cancel()
+        self._deadline_at = due
+        self._deadline_timer = wheel.call_later(
+            max(0.0, due - time.monotonic()), self._check_deadlines, owner=self
+        )
+
+    def _check_deadlines(self) -> None:
+        """The deadline timer fired: fail the late attempts, arm for the next."""
+        self._deadline_timer = None
+        self._deadline_at = math.inf
+        now = time.monotonic()
+        kept: deque[_Attempt] = deque()
+        late: list[_Attempt] = []
+        next_due = math.inf
+        for attempt in self._timed:
+            if attempt.result.ready():
+                continue
+            due = attempt.deadline + _GRACE
+            if due <= now:
+                late.append(attempt)
+            else:
+                kept.append(attempt)
+                next_due = min(next_due, due)
+        self._timed = kept
+        for attempt in late:
             if attempt in self._waiting:
                 self._waiting.remove(attempt)
                 self._give_up(attempt)
             else:
-                self._fail(attempt, NSQTimeoutError(f"no answer from nsqd within {timeout} s"))
-        attempt.result.get(block=False)
+                self._fail(
+                    attempt, NSQTimeoutError(f"no answer from nsqd within {attempt.timeout} s")
+                )
+        if kept and not self._closed:
+            self._arm_deadline(next_due)
 
     def _submit(self, command: Command, timeout: float | None) -> _Attempt:
         if self._closed:
@@ -409,7 +474,7 @@ class Producer:
                 ",".join(self.addresses), "the producer is not started: call start() first"
             )
         timeout = self.timeout if timeout is None else timeout
-        attempt = _Attempt(command, time.monotonic() + timeout)
+        attempt = _Attempt(command, time.monotonic() + timeout, timeout)
         self._dispatch(attempt)
         return attempt
 
