@@ -358,19 +358,25 @@ class Producer:
         topic = check_topic_name(topic)
         if isinstance(bodies, (bytes, str)):
             raise TypeError("multi_publish takes a list of bodies, not one bytes or str")
-        raws = [b if type(b) is bytes else as_body(b) for b in bodies]
+        raws: Sequence[bytes]
+        if type(bodies) in (list, tuple) and set(map(type, bodies)) == {bytes}:
+            raws = bodies  # type: ignore[assignment]  # all bytes already: no copy of the list
+        else:
+            raws = [b if type(b) is bytes else as_body(b) for b in bodies]
         if not raws:
             raise LocalProtocolError("multi_publish needs at least one message")
         sizes = list(map(len, raws))
-        self._check_message_size(min(sizes))
-        self._check_message_size(max(sizes))
+        smallest, largest = min(sizes), max(sizes)
+        self._check_message_size(smallest)
+        self._check_message_size(largest)
         total = 4 + 4 * len(sizes) + sum(sizes)
         if total > self.max_body_size:
             raise MessageTooLargeError(
                 f"an MPUB body of {total} bytes ({len(raws)} messages) exceeds"
                 f" max_body_size={self.max_body_size} (nsqd's --max-body-size); split the batch"
             )
-        payload = mpub_body(raws)  # encoded once, whatever connection takes it
+        # Encoded once, whatever connection takes it; equal sizes in one join.
+        payload = mpub_body(raws, largest if smallest == largest else None)
         return self._submit(lambda conn: conn.protocol.mpub_encoded(topic, payload), timeout)
 
     def multi_publish_encoded(
