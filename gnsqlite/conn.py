@@ -471,24 +471,37 @@ class Connection:
             # Two heartbeat intervals without a byte mean the connection is dead.
             if interval is not None:
                 self._start_silence_timer(2 * interval)
+            protocol = self.protocol
+            route = self._route
             with map_io_errors(self.name, "read failed"):
                 while True:
                     self._in_recv = True
-                    data = self._recv()
+                    data = self._sock.recv(_RECV_SIZE)  # _recv, inlined
                     self._in_recv = False
+                    if not data:
+                        raise BrokenConnectionError(self.name, "nsqd closed the connection")
                     self.last_received = time.monotonic()
-                    self._feed(data, self._route)
-                    for event in self.protocol.events():
-                        if type(event) is MessageReceived and self.on_message is not None:
+                    if self._codec is None:
+                        protocol.receive_data(data)
+                    else:
+                        self._feed(data, route)
+                    routed = False
+                    for event in protocol.events():
+                        kind = type(event)
+                        if kind is MessageReceived and self.on_message is not None:
                             try:  # the hot path: _route and _call inlined
-                                self.on_message(self, event.message)
+                                self.on_message(self, event.message)  # type: ignore[attr-defined]
                             except Exception:
                                 log.exception("%s: callback %r failed", self.name, self.on_message)
+                        elif kind is Response and event.waiter is not None:  # type: ignore[attr-defined]
+                            event.waiter.set(event.data)  # type: ignore[attr-defined]
                         else:
-                            self._route(event)
-                    nop = self.protocol.data_to_send()
-                    if nop:
-                        self._queue(nop)
+                            routed = True  # a heartbeat among them queues a NOP
+                            route(event)
+                    if routed:
+                        nop = protocol.data_to_send()
+                        if nop:
+                            self._queue(nop)
         except NSQError as exc:  # a network failure too, mapped at the edge
             error = exc
         except gevent.GreenletExit:
@@ -649,7 +662,8 @@ class Connection:
         the reader greenlet. :meth:`publish` and friends are this with an
         ``AsyncResult``; a producer passes its own waiter to skip a hop.
         """
-        self._check_open()
+        if self._closed or self._draining or self._reader is None:
+            self._check_open()  # raises the error that says why
         self.protocol.await_answer(waiter)
         self._queue(data)
 
@@ -697,7 +711,8 @@ class Connection:
 
     def finish(self, message_id: bytes | str) -> None:
         """FIN a message. Does not block."""
-        self._check_open()
+        if self._closed or self._draining or self._reader is None:
+            self._check_open()  # raises the error that says why
         self._queue(self.protocol.fin(message_id))
 
     def requeue(self, message_id: bytes | str, delay: float = 0.0) -> None:

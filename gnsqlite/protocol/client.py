@@ -54,6 +54,7 @@ from .frames import (
     DEFAULT_MAX_FRAME_SIZE,
     FRAME_TYPE_ERROR,
     FRAME_TYPE_MESSAGE,
+    FRAME_TYPE_RESPONSE,
     HEARTBEAT,
     OK,
     FrameDecoder,
@@ -92,6 +93,22 @@ class ClientState(enum.Enum):
 # Tuples, not sets: membership is then an identity test per member, where a
 # set would call Enum.__hash__ (Python code) once per FIN on the hot path.
 _PUBLISH_STATES = (ClientState.SUBSCRIBED, ClientState.READY, ClientState.SUBSCRIBING)
+_PUBLISH_COMMANDS = ("PUB", "MPUB", "DPUB")
+
+# A Response built without the frozen dataclass's __init__ (which goes through
+# object.__setattr__ once per field): one per publish on the publisher's hot path.
+_new = object.__new__
+_set_data = Response.__dict__["data"].__set__
+_set_command = Response.__dict__["command"].__set__
+_set_waiter = Response.__dict__["waiter"].__set__
+
+
+def _response(data: bytes, command: str, waiter: Any) -> Response:
+    event: Response = _new(Response)
+    _set_data(event, data)
+    _set_command(event, command)
+    _set_waiter(event, waiter)
+    return event
 _RESPOND_STATES = (ClientState.SUBSCRIBED, ClientState.CLOSING, ClientState.SUBSCRIBING)
 
 
@@ -162,7 +179,8 @@ class ClientConnection:
 
     def pub(self, topic: str, body: bytes | str) -> bytes:
         """PUB one message; the answer is a :class:`Response` for ``"PUB"``."""
-        self._require(_PUBLISH_STATES, "PUB")
+        if self.state not in _PUBLISH_STATES:
+            self._require(_PUBLISH_STATES, "PUB")
         data = commands.pub(topic, body)
         self._pending.append(_Pending("PUB"))
         return data
@@ -195,7 +213,8 @@ class ClientConnection:
 
     def fin(self, message_id: bytes | str) -> bytes:
         """FIN a message."""
-        self._require(_RESPOND_STATES, "FIN")
+        if self.state not in _RESPOND_STATES:
+            self._require(_RESPOND_STATES, "FIN")
         return commands.fin(message_id)
 
     def req(self, message_id: bytes | str, delay: float = 0.0) -> bytes:
@@ -295,8 +314,18 @@ class ClientConnection:
             return out
         if self.state is ClientState.READY:
             # A publisher's answers: no upgrade can follow, so every frame at once.
+            pending = self._pending
             for frame_type, data in self._decoder.frames():
-                out.append(self._other_event(frame_type, data))
+                if (
+                    frame_type == FRAME_TYPE_RESPONSE
+                    and pending
+                    and pending[0].command in _PUBLISH_COMMANDS
+                    and data != HEARTBEAT
+                ):  # the hot path: _frame_event's answer to a publish, inlined
+                    answered = pending.popleft()
+                    out.append(_response(data, answered.command, answered.waiter))
+                else:
+                    out.append(self._other_event(frame_type, data))
             return out
         while self.state is not ClientState.UPGRADING:
             frame = self._decoder.next_frame()
