@@ -554,8 +554,12 @@ class Connection:
 
     def _queue(self, data: bytes) -> None:
         """Queue ``data``; it goes out with this turn's flush. Never blocks."""
+        self._outbox.append(data)
+        self._queued()
+
+    def _queued(self) -> None:
+        """After a command was appended to the outbox: see that it goes out."""
         outbox = self._outbox
-        outbox.append(data)
         if self._tls:
             self._wakeup.set()  # gevent's TLS socket cannot try a send without waiting
         elif len(outbox) >= _FLUSH_AT:
@@ -713,7 +717,10 @@ class Connection:
         """FIN a message. Does not block."""
         if self._closed or self._draining or self._reader is None:
             self._check_open()  # raises the error that says why
-        self._queue(self.protocol.fin(message_id))
+        outbox = self._outbox
+        outbox.append(self.protocol.fin(message_id))  # _queue, inlined: a flush is usually due
+        if self._tls or not self._flush_scheduled or len(outbox) >= _FLUSH_AT:
+            self._queued()
 
     def requeue(self, message_id: bytes | str, delay: float = 0.0) -> None:
         """REQ a message, redelivered after ``delay`` seconds. Does not block."""

@@ -46,7 +46,7 @@ from .conn import Connection
 from .discovery import LookupdPoller
 from .errors import ConfigError, NSQConnectionError, NSQError, ServerError
 from .flow import Backoff, Pause, Probe, RdyPlanner, Reconnect, Resume, make_backoff_strategy
-from .message import Message, RequeueMessage
+from .message import Message, RequeueMessage, delivered
 from .net import normalize_address, normalize_addresses
 from .protocol import Message as WireMessage
 from .protocol import check_channel_name, check_topic_name
@@ -571,11 +571,13 @@ class Consumer:
             )
             message.requeue(0.0, backoff=False)  # not counted, so respond() counts nothing
             return
-        message = Message(
-            wire.id, wire.body, wire.timestamp, wire.attempts, name, self, link.msg_timeout, conn
-        )
+        now = time.monotonic()
+        message = delivered(
+            wire.id, wire.body, wire.timestamp, wire.attempts,
+            name, self, link.msg_timeout, conn, now,
+        )  # fmt: skip
         link.received += 1
-        commands = self._planner.message_received(name, time.monotonic())
+        commands = self._planner.message_received(name, now)
         if commands or bool(self._starved_names) is not self._starved_flag:
             self._send_rdy(commands)
         if self._closing:
@@ -586,7 +588,9 @@ class Consumer:
             self._observe(message)
         queue = self._queue
         queue.put(message)
-        if self._idle_workers < queue.qsize() and len(self._workers.greenlets) < self.concurrency:
+        if self._idle_workers < queue.qsize() and len(self._workers.greenlets) < (
+            self._concurrency or self._planner.max_in_flight or 1  # concurrency, inlined
+        ):
             self._workers.spawn(self._work)
 
     def _observe(self, message: Message) -> None:
@@ -684,8 +688,17 @@ class Consumer:
 
     def on_finish(self, message: Message) -> None:
         """FIN ``message`` and count a success; called by :meth:`Message.finish`. Does not block."""
-        conn, link = self._answering(message)
-        try:  # _quietly, inlined on the hot path
+        # _answering, _quietly and _message_done, inlined on the hot path.
+        conn = message.connection
+        if type(conn) is not Connection:
+            conn = _connection_of(message)
+        name = conn.name
+        link = self._links.get(name)
+        if link is not None and link.conn is conn:
+            link.unanswered.discard(message)
+        else:
+            link = None
+        try:
             conn.finish(message.wire_id)
         except NSQConnectionError as exc:
             log.debug("%s: not sent (%s); nsqd redelivers what is unanswered", self, exc)
@@ -693,8 +706,16 @@ class Consumer:
             return
         link.finished += 1
         now = time.monotonic()
-        if self._message_done(conn, now) and self._backoff is not None:
-            action = self._backoff.success(now)
+        commands = self._planner.message_done(name, now)
+        if commands or bool(self._starved_names) is not self._starved_flag:
+            self._send_rdy(commands)
+        if self._closing:
+            if self._in_flight() == 0:
+                self._drained.set()
+            return
+        backoff = self._backoff
+        if backoff is not None and backoff.level:  # at level 0 a success changes nothing
+            action = backoff.success(now)
             if action is not None:
                 self._apply_backoff(action)
 
