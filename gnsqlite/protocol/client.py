@@ -96,12 +96,15 @@ class ClientState(enum.Enum):
 _PUBLISH_STATES = (ClientState.SUBSCRIBED, ClientState.READY, ClientState.SUBSCRIBING)
 _PUBLISH_COMMANDS = ("PUB", "MPUB", "DPUB")
 
-# A Response built without the frozen dataclass's __init__ (which goes through
-# object.__setattr__ once per field): one per publish on the publisher's hot path.
+# Events built without the frozen dataclass's __init__ (which goes through
+# object.__setattr__ once per field): one per message or publish on the hot paths.
 _new = object.__new__
 _set_data = Response.__dict__["data"].__set__
 _set_command = Response.__dict__["command"].__set__
 _set_waiter = Response.__dict__["waiter"].__set__
+
+
+_set_message = MessageReceived.__dict__["message"].__set__
 
 
 def _response(data: bytes, command: str, waiter: Any) -> Response:
@@ -309,11 +312,15 @@ class ClientConnection:
         out: list[Event] = []
         if self.state is ClientState.SUBSCRIBED:
             # The hot path: messages, heartbeats and the odd error.
+            received = _new
+            set_message = _set_message
             for frame_type, data in self._decoder.frames_decoding_messages():
-                if isinstance(data, Message):
-                    out.append(MessageReceived(data))
+                if type(data) is Message:
+                    event = received(MessageReceived)
+                    set_message(event, data)
+                    out.append(event)
                 else:
-                    out.append(self._frame_event(frame_type, data))
+                    out.append(self._frame_event(frame_type, data))  # type: ignore[arg-type]
             return out
         if self.state is ClientState.READY:
             # A publisher's answers: no upgrade can follow, so every frame at once.
