@@ -37,7 +37,7 @@ import logging
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import gevent
@@ -61,7 +61,7 @@ from .errors import (
 )
 from .flow import Reconnect
 from .net import normalize_addresses
-from .protocol import as_body, check_topic_name, mpub_body, to_milliseconds
+from .protocol import as_body, check_topic_name, commands, mpub_body, to_milliseconds
 from .timers import Timer, TimerWheel
 
 __all__ = ["Producer"]
@@ -76,43 +76,41 @@ _RETRYABLE = (NSQConnectionError, PubFailedError, MPubFailedError, DPubFailedErr
 #: an attempt parked without a connection fails with NoConnectionsError first.
 _GRACE = 0.05
 
-Command = Callable[[Connection], bytes]
-
-
 class _Attempt:
-    """One publish call travelling over connections until it succeeds or gives up."""
+    """One publish call travelling over connections until it succeeds or gives up.
 
-    __slots__ = ("command", "deadline", "errors", "result", "timeout", "tried")
+    It is also the :class:`~gnsqlite.conn.Waiter` of the connection it was
+    last sent on (one at a time: it moves on only after that one failed),
+    which the connection's reader calls directly.
+    """
 
-    def __init__(self, command: Command, deadline: float, timeout: float) -> None:
-        self.command = command  # builds the request bytes with a connection's protocol
+    __slots__ = (
+        "command", "conn", "data", "deadline", "errors", "producer", "result", "timeout", "tried",
+    )  # fmt: skip
+
+    def __init__(
+        self, producer: Producer, command: str, data: bytes, deadline: float, timeout: float
+    ) -> None:
+        self.producer = producer
+        self.command = command  # "PUB", "MPUB" or "DPUB"
+        self.data = data  # the whole request, the same bytes for any connection
         self.result: gevent.event.AsyncResult[bytes] = gevent.event.AsyncResult()
         self.deadline = deadline  # time.monotonic() after which it is not retried
         self.timeout = timeout  # seconds: what the caller allowed
         self.errors: dict[str, BaseException] = {}
         self.tried: set[Connection] = set()
-
-
-class _Reply:
-    """The :class:`~gnsqlite.conn.Waiter` of one attempt on one connection.
-
-    The connection's reader calls it directly, so an answer reaches the
-    attempt without a detour through the hub.
-    """
-
-    __slots__ = ("attempt", "conn", "producer")
-
-    def __init__(self, producer: Producer, attempt: _Attempt, conn: Connection) -> None:
-        self.producer = producer
-        self.attempt = attempt
-        self.conn = conn
+        self.conn: Connection | None = None  # where it was sent last
 
     def set(self, value: bytes) -> None:
-        if not self.attempt.result.ready():
-            self.attempt.result.set(value)
+        """nsqd answered on :attr:`conn`."""
+        if not self.result.ready():
+            self.result.set(value)
 
     def set_exception(self, exception: BaseException) -> None:
-        self.producer._answered_with_error(self.attempt, self.conn, exception)
+        """:attr:`conn` refused it or ended before answering."""
+        conn = self.conn
+        if conn is not None:
+            self.producer._answered_with_error(self, conn, exception)
 
 
 class Producer:
@@ -338,13 +336,11 @@ class Producer:
         topic = check_topic_name(topic)
         raw = as_body(body)
         self._check_message_size(len(raw))
-        command: Command
+        # Built once, whatever connection takes it.
         if defer is None:
-            command = lambda conn: conn.protocol.pub(topic, raw)  # noqa: E731
-        else:
-            to_milliseconds(defer, "defer")
-            command = lambda conn: conn.protocol.dpub(topic, defer, raw)  # noqa: E731
-        return self._submit(command, timeout)
+            return self._submit("PUB", commands.pub(topic, raw), timeout)
+        to_milliseconds(defer, "defer")
+        return self._submit("DPUB", commands.dpub(topic, defer, raw), timeout)
 
     def multi_publish_async(
         self, topic: str, bodies: Iterable[bytes | str], timeout: float | None = None
@@ -377,7 +373,7 @@ class Producer:
             )
         # Encoded once, whatever connection takes it; equal sizes in one join.
         payload = mpub_body(raws, largest if smallest == largest else None)
-        return self._submit(lambda conn: conn.protocol.mpub_encoded(topic, payload), timeout)
+        return self._submit("MPUB", commands.mpub_encoded(topic, payload), timeout)
 
     def multi_publish_encoded(
         self, topic: str, payload: bytes | memoryview, timeout: float | None = None
@@ -396,7 +392,7 @@ class Producer:
                 f"an MPUB body of {len(payload)} bytes exceeds max_body_size="
                 f"{self.max_body_size} (nsqd's --max-body-size); split the batch"
             )
-        attempt = self._submit(lambda conn: conn.protocol.mpub_encoded(topic, payload), timeout)
+        attempt = self._submit("MPUB", commands.mpub_encoded(topic, payload), timeout)
         self._wait(attempt, timeout)
 
     def _check_message_size(self, size: int) -> None:
@@ -415,7 +411,14 @@ class Producer:
         """
         result = attempt.result
         if not result.ready():
-            self._watch(attempt)
+            timed = self._timed
+            if timed and not self._closed and attempt.deadline + _GRACE >= self._deadline_at:
+                # _watch's common case, inlined: the timer is armed early enough.
+                while timed and timed[0].result.ready():
+                    timed.popleft()
+                timed.append(attempt)
+            else:
+                self._watch(attempt)
             result.wait()
         result.get(block=False)
 
@@ -472,7 +475,7 @@ class Producer:
         if kept and not self._closed:
             self._arm_deadline(next_due)
 
-    def _submit(self, command: Command, timeout: float | None) -> _Attempt:
+    def _submit(self, command: str, data: bytes, timeout: float | None) -> _Attempt:
         if self._closed:
             raise ConnectionClosedError(",".join(self.addresses), "the producer is closed")
         if not self._started:
@@ -480,7 +483,7 @@ class Producer:
                 ",".join(self.addresses), "the producer is not started: call start() first"
             )
         timeout = self.timeout if timeout is None else timeout
-        attempt = _Attempt(command, time.monotonic() + timeout, timeout)
+        attempt = _Attempt(self, command, data, time.monotonic() + timeout, timeout)
         self._dispatch(attempt)
         return attempt
 
@@ -501,8 +504,9 @@ class Producer:
             self._park(attempt)
             return
         attempt.tried.add(conn)
+        attempt.conn = conn
         try:
-            conn.request(_Reply(self, attempt, conn), attempt.command(conn))
+            conn.request_encoded(attempt, attempt.command, attempt.data)
         except (NSQConnectionError, LocalProtocolError) as exc:  # the connection just ended
             attempt.errors[conn.name] = exc
             self._dispatch(attempt)

@@ -107,12 +107,6 @@ _set_waiter = Response.__dict__["waiter"].__set__
 _set_message = MessageReceived.__dict__["message"].__set__
 
 
-def _response(data: bytes, command: str, waiter: Any) -> Response:
-    event: Response = _new(Response)
-    _set_data(event, data)
-    _set_command(event, command)
-    _set_waiter(event, waiter)
-    return event
 _RESPOND_STATES = (ClientState.SUBSCRIBED, ClientState.CLOSING, ClientState.SUBSCRIBING)
 
 
@@ -121,9 +115,9 @@ class _Pending:
 
     __slots__ = ("command", "waiter")
 
-    def __init__(self, command: str) -> None:
+    def __init__(self, command: str, waiter: Any = None) -> None:
         self.command = command
-        self.waiter: Any = None
+        self.waiter: Any = waiter
 
 
 class ClientConnection:
@@ -201,6 +195,24 @@ class ClientConnection:
         self._require(_PUBLISH_STATES, "MPUB")
         data = commands.mpub_encoded(topic, payload)
         self._pending.append(_Pending("MPUB"))
+        return data
+
+    def publish_encoded(self, command: str, data: bytes, waiter: Any = None) -> bytes:
+        """Record a whole ``PUB``/``MPUB``/``DPUB`` built elsewhere and return it.
+
+        ``data`` must be what :func:`~gnsqlite.protocol.commands.pub`,
+        :func:`~gnsqlite.protocol.commands.dpub` or
+        :func:`~gnsqlite.protocol.commands.mpub_encoded` built (names and
+        sizes checked there), and ``command`` its name. The same bytes serve
+        any connection, so a producer builds them once per publish rather
+        than once per connection tried. ``waiter`` is attached as by
+        :meth:`await_answer`.
+        """
+        if command not in _PUBLISH_COMMANDS:
+            raise LocalProtocolError(f"publish_encoded takes PUB, MPUB or DPUB, not {command!r}")
+        if self.state not in _PUBLISH_STATES:
+            self._require(_PUBLISH_STATES, command)
+        self._pending.append(_Pending(command, waiter))
         return data
 
     def dpub(self, topic: str, delay: float, body: bytes | str) -> bytes:
@@ -333,7 +345,11 @@ class ClientConnection:
                     and data != HEARTBEAT
                 ):  # the hot path: _frame_event's answer to a publish, inlined
                     answered = pending.popleft()
-                    out.append(_response(data, answered.command, answered.waiter))
+                    answer: Response = _new(Response)  # no frozen __init__
+                    _set_data(answer, data)
+                    _set_command(answer, answered.command)
+                    _set_waiter(answer, answered.waiter)
+                    out.append(answer)
                 else:
                     out.append(self._other_event(frame_type, data))
             return out
