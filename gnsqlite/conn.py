@@ -473,11 +473,23 @@ class Connection:
                 self._start_silence_timer(2 * interval)
             protocol = self.protocol
             route = self._route
+            sock = self._sock
+            # A plain gevent socket can be waited on before the receive: after
+            # a short read the next receive would fail with EAGAIN (an
+            # exception per round trip) before gevent waits anyway.
+            wait = getattr(sock, "_wait", None) if not self._tls else None
+            readable = getattr(sock, "_read_event", None)
+            if readable is None:
+                wait = None
+            short = False
             with map_io_errors(self.name, "read failed"):
                 while True:
                     self._in_recv = True
-                    data = self._sock.recv(_RECV_SIZE)  # _recv, inlined
+                    if short and wait is not None:
+                        wait(readable)
+                    data = sock.recv(_RECV_SIZE)  # _recv, inlined
                     self._in_recv = False
+                    short = len(data) < _RECV_SIZE
                     if not data:
                         raise BrokenConnectionError(self.name, "nsqd closed the connection")
                     self.last_received = time.monotonic()
