@@ -334,8 +334,9 @@ class Producer:
         self, topic: str, body: bytes | str, defer: float | None, timeout: float | None
     ) -> _Attempt:
         topic = check_topic_name(topic)
-        raw = as_body(body)
-        self._check_message_size(len(raw))
+        raw = body if type(body) is bytes else as_body(body)
+        if not 0 < len(raw) <= self.max_message_size:
+            self._check_message_size(len(raw))  # raises the error that says why
         # Built once, whatever connection takes it.
         if defer is None:
             return self._submit("PUB", commands.pub(topic, raw), timeout)

@@ -107,7 +107,8 @@ def sub(topic: str, channel: str) -> bytes:
 def pub(topic: str, body: bytes | str) -> bytes:
     """``PUB <topic>`` with one size-prefixed message body."""
     t = check_topic_name(topic)
-    return _with_body(f"PUB {t}\n".encode("ascii"), as_body(body))
+    raw = body if type(body) is bytes else as_body(body)
+    return b"".join((f"PUB {t}\n".encode("ascii"), _SIZE.pack(len(raw)), raw))  # _with_body
 
 
 def mpub(topic: str, bodies: Iterable[bytes | str]) -> bytes:
