@@ -362,11 +362,12 @@ class Producer:
             raws = [b if type(b) is bytes else as_body(b) for b in bodies]
         if not raws:
             raise LocalProtocolError("multi_publish needs at least one message")
-        sizes = list(map(len, raws))
+        sizes = set(map(len, raws))  # one pass; usually one size
         smallest, largest = min(sizes), max(sizes)
         self._check_message_size(smallest)
         self._check_message_size(largest)
-        total = 4 + 4 * len(sizes) + sum(sizes)
+        count = len(raws)
+        total = 4 + 4 * count + (largest * count if len(sizes) == 1 else sum(map(len, raws)))
         if total > self.max_body_size:
             raise MessageTooLargeError(
                 f"an MPUB body of {total} bytes ({len(raws)} messages) exceeds"
