@@ -106,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         backoff=None,  # failures requeue without slowing the consumer down
         requeue_delay=0.1,
         max_reconnect_interval=1.0,
+        on_giving_up=ledger.gave_up,  # past max_attempts: counted, not lost
     )
     consumer._on_error = ledger.server_error  # type: ignore[method-assign]  # E_FIN_FAILED ids
     injector = FaultInjector(
@@ -185,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
                    timeout=120, interval=0.5, message="every acknowledged message handled",
                    ignore=(NSQError, OSError))  # fmt: skip
     except AssertionError as exc:
-        failures.append(f"{exc}; lost {ledger.lost()[:20]}")
+        failures.append(f"{exc}; lost {ledger.explain_lost(20)}")
     consumer.close(timeout=10.0)
     producer.close()
     dups = ledger.duplicates()

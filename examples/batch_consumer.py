@@ -1,27 +1,29 @@
-"""Batch processing with the consumer's starvation signal.
+"""Batch processing with a batch handler: messages stored in SQLite, one commit a batch.
 
-A handler that writes to a database or an API is fastest in batches. This
-one takes each message asynchronously (``message.enable_async()``), adds it
-to a batch, and a flusher greenlet processes the batch when the consumer is
-**starved**: its in-flight messages reached 85% of its RDY, so no more will
-come until some are answered. A timeout flushes the tail of a stream, which
-never fills a batch.
+A handler that writes to a database is fastest in batches: one transaction
+for many rows instead of one per message. ``Consumer(batch_handler=...)``
+hands the handler lists of up to ``--batch-size`` messages: when a batch is
+full, ``--batch-timeout`` seconds after its first message (the tail of a
+stream never fills one), or at once when the consumer is *starved* (85% of
+its RDY in flight: little more can arrive until some are answered).
+Returning finishes the whole batch; raising requeues it (with backoff).
 
 Run it against an nsqd (``gnsqlite broker`` or a real one)::
 
     python examples/batch_consumer.py --nsqd-tcp-address 127.0.0.1:4150 \\
-        --topic events --publish 1000 --count 1000 --max-in-flight 100
+        --topic events --publish 1000 --count 1000 --batch-size 100 --max-in-flight 200
 
 A bad option, or no nsqd answering at the address, ends it at once with one
-line on stderr and exit status 1.
+line on stderr and exit status 1. See docs/batches.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import sqlite3
 import sys
 
-import gevent
+import gevent.event
 
 from gnsqlite.conn import Connection
 from gnsqlite.consumer import Consumer
@@ -30,32 +32,29 @@ from gnsqlite.message import Message
 from gnsqlite.producer import Producer
 
 
-class BatchWriter:
-    """Collects messages and answers them a batch at a time."""
+class EventStore:
+    """Stores each batch of events in SQLite with one ``executemany`` and one commit."""
 
-    def __init__(self, flush_timeout: float) -> None:
-        self.flush_timeout = flush_timeout
-        self.batch: list[Message] = []
+    def __init__(self, path: str, count: int | None) -> None:
+        self.db = sqlite3.connect(path)
+        self.db.execute("CREATE TABLE IF NOT EXISTS events (id TEXT PRIMARY KEY, body BLOB)")
+        self.count = count
         self.processed = 0
+        self.done = gevent.event.Event()
 
-    def handle(self, message: Message) -> None:
-        message.enable_async()  # answered by flush(), not when handle returns
-        self.batch.append(message)
+    def store(self, messages: list[Message]) -> None:
+        """The batch handler: returning finishes every message, raising requeues them."""
+        rows = [(m.id, m.body) for m in messages]
+        # INSERT OR IGNORE: a redelivered message (its FIN was lost) is stored once.
+        self.db.executemany("INSERT OR IGNORE INTO events VALUES (?, ?)", rows)
+        self.db.commit()
+        self.processed += len(messages)
+        print(f"processed a batch of {len(messages)}", flush=True)
+        if self.count is not None and self.processed >= self.count:
+            self.done.set()
 
-    def flush(self, reason: str) -> None:
-        batch, self.batch = self.batch, []
-        # ... write the whole batch to the database here, in one call ...
-        for message in batch:
-            message.finish()
-        self.processed += len(batch)
-        print(f"processed a batch of {len(batch)} ({reason})", flush=True)
-
-    def run(self, consumer: Consumer, count: int | None) -> None:
-        """Flush whenever the consumer starves, or after ``flush_timeout`` s of waiting."""
-        while count is None or self.processed < count:
-            starved = consumer.wait_starved(timeout=self.flush_timeout)
-            if self.batch:
-                self.flush("starved" if starved else "timeout")
+    def rows(self) -> int:
+        return int(self.db.execute("SELECT count(*) FROM events").fetchone()[0])
 
 
 def main() -> int:
@@ -63,19 +62,23 @@ def main() -> int:
     parser.add_argument("--nsqd-tcp-address", required=True)
     parser.add_argument("--topic", default="events")
     parser.add_argument("--channel", default="batch")
-    parser.add_argument("--max-in-flight", type=int, default=100)
-    parser.add_argument("--flush-timeout", type=float, default=1.0, help="seconds")
+    parser.add_argument("--batch-size", type=int, default=100)
+    parser.add_argument("--batch-timeout", type=float, default=1.0, help="seconds")
+    parser.add_argument("--max-in-flight", type=int, default=200)
+    parser.add_argument("--database", default=":memory:", help="SQLite file (default: in memory)")
     parser.add_argument("--publish", type=int, default=0, help="publish this many first")
     parser.add_argument("--count", type=int, default=None, help="stop after this many")
     args = parser.parse_args()
-    if not args.flush_timeout > 0:
-        parser.error("--flush-timeout must be more than 0 seconds")
+    if not args.batch_timeout > 0:
+        parser.error("--batch-timeout must be more than 0 seconds")
 
-    writer = BatchWriter(args.flush_timeout)
+    store = EventStore(args.database, args.count)
     consumer = Consumer(  # checks the options: ConfigError, InvalidNameError
         args.topic,
         args.channel,
-        writer.handle,
+        batch_handler=store.store,
+        batch_size=args.batch_size,
+        batch_timeout=args.batch_timeout,
         nsqd_tcp_addresses=[args.nsqd_tcp_address],
         max_in_flight=args.max_in_flight,
     )
@@ -90,12 +93,14 @@ def main() -> int:
 
     consumer.start()
     try:
-        gevent.spawn(writer.run, consumer, args.count).get()
+        store.done.wait()
     except KeyboardInterrupt:
         pass
     finally:
         consumer.close()
-    print(f"done: {writer.processed} messages")
+    handed = consumer.stats()["batches"]["handed_over"]
+    print("batches: " + ", ".join(f"{n} {reason}" for reason, n in handed.items()))
+    print(f"done: {store.processed} messages, {store.rows()} rows")
     return 0
 
 

@@ -26,8 +26,10 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
 from . import __version__
-from .errors import ConfigError
+from .errors import ConfigError, InvalidNameError
+from .net import normalize_addresses
 from .protocol.commands import to_milliseconds
+from .protocol.names import check_topic_name
 
 __all__ = [
     "ConnectionConfig",
@@ -288,6 +290,14 @@ class ConsumerConfig(_Validated):
 
     ``max_attempts=0`` retries forever; ``max_in_flight=0`` pauses the flow.
     ``concurrency=None`` sizes the handler pool to ``max_in_flight``.
+
+    ``dead_letter_topic`` names the topic a message past ``max_attempts`` is
+    published to before it is finished (``None``: none, the message is only
+    handed to ``on_giving_up``); ``dead_letter_envelope`` wraps it in a JSON
+    envelope (see :mod:`gnsqlite.deadletter`); ``dead_letter_nsqd`` is where
+    to publish it (``"host:port"``, several as a list or comma-separated;
+    empty: the nsqd that delivered the message); ``dead_letter_timeout``
+    bounds each such publish.
     """
 
     max_in_flight: int = option(1, int, lo=0)
@@ -306,11 +316,40 @@ class ConsumerConfig(_Validated):
     rdy_redistribute_interval: float = option(5.0, float, lo=0.001, unit="s")
     reconnect_interval: float = option(1.0, float, lo=0.001, unit="s")
     max_reconnect_interval: float = option(60.0, float, lo=0.001, unit="s")
+    dead_letter_topic: str | None = option(None, str, nullable=True)
+    dead_letter_envelope: bool = option(False, bool)
+    #: Normalised to a tuple of ``"host:port"``; a str may list several, comma-separated.
+    dead_letter_nsqd: tuple[str, ...] = option((), (tuple, list, str))
+    dead_letter_timeout: float = option(5.0, float, lo=0.001, unit="s")
 
     _ORDERED: ClassVar[tuple[tuple[str, str], ...]] = (
         ("requeue_delay", "max_requeue_delay"),
         ("reconnect_interval", "max_reconnect_interval"),
     )
+
+    def _check_rules(self) -> None:
+        given = self.dead_letter_nsqd
+        if isinstance(given, str):
+            given = [part.strip() for part in given.split(",") if part.strip()]
+        # frozen: the one normalisation done after the field checks
+        object.__setattr__(self, "dead_letter_nsqd", normalize_addresses("dead_letter_nsqd", given))
+        topic = self.dead_letter_topic
+        if topic is None:
+            if self.dead_letter_envelope or self.dead_letter_nsqd:
+                raise ConfigError(
+                    "dead_letter_envelope and dead_letter_nsqd need a dead_letter_topic:"
+                    " pass dead_letter_topic='orders.dead'"
+                )
+            return
+        try:
+            check_topic_name(topic)
+        except InvalidNameError as exc:
+            raise InvalidNameError(f"dead_letter_topic: {exc}") from None
+        if self.max_attempts == 0:
+            raise ConfigError(
+                f"dead_letter_topic={topic!r} needs max_attempts of 1 or more:"
+                " with max_attempts=0 no message is ever given up"
+            )
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -24,8 +24,10 @@ How the work is split:
   all owned by the consumer and cancelled by :meth:`Consumer.close`.
 
 Nothing is lost: every message is finished, requeued, or handed to
-``on_giving_up`` (then finished). A message whose connection died before it
-was answered is redelivered by nsqd.
+``on_giving_up`` (then finished). With ``dead_letter_topic``, a message given
+up is first published there (see :mod:`gnsqlite.deadletter`), and requeued
+if that fails. A message whose connection died before it was answered is
+redelivered by nsqd.
 """
 
 from __future__ import annotations
@@ -41,8 +43,10 @@ import gevent.event
 import gevent.pool
 import gevent.queue
 
+from .batch import Batch, BatchConfig, Batcher, BatchHandler, messages_of
 from .config import ConnectionConfig, ConsumerConfig, split_options
 from .conn import Connection
+from .deadletter import DeadLetterPublisher
 from .discovery import LookupdPoller
 from .errors import ConfigError, NSQConnectionError, NSQError, ServerError
 from .flow import Backoff, Pause, Probe, RdyPlanner, Reconnect, Resume, make_backoff_strategy
@@ -131,9 +135,21 @@ class Consumer:
     demand or in turn),
     ``reconnect_interval``/``max_reconnect_interval`` (static nsqd, and lookupd
     polls after every lookupd failed),
-    ``on_giving_up(message)``. Other keywords are connection options
-    (``heartbeat_interval``, ``tls_v1``, ``snappy``, ``auth_secret`` ...), or
-    pass ``connection_config``.
+    ``on_giving_up(message)``; ``dead_letter_topic``, ``dead_letter_envelope``,
+    ``dead_letter_nsqd``, ``dead_letter_timeout`` (see
+    :class:`~gnsqlite.config.ConsumerConfig` and :mod:`gnsqlite.deadletter`).
+    A message past ``max_attempts`` is published to the dead-letter topic,
+    then handed to ``on_giving_up``, then finished; if the publish fails it
+    is requeued and the hook does not run.
+
+    ``batch_handler(messages)`` instead of ``handler`` takes lists of up to
+    ``batch_size`` messages (at most ``max_in_flight``), handed over when
+    full, ``batch_timeout`` seconds after their first message, or when the
+    consumer is starved; see :mod:`gnsqlite.batch`.
+
+    Other keywords are connection options (``heartbeat_interval``,
+    ``tls_v1``, ``snappy``, ``auth_secret`` ...), or pass
+    ``connection_config``.
 
     The constructor opens no socket and starts no greenlet.
     """
@@ -149,6 +165,9 @@ class Consumer:
         backoff: Any = "exponential",
         on_giving_up: GiveUpHook | None = None,
         connection_config: ConnectionConfig | None = None,
+        batch_handler: BatchHandler | None = None,
+        batch_size: int | None = None,
+        batch_timeout: float | None = None,
         **options: Any,
     ) -> None:
         self.topic = check_topic_name(topic)
@@ -174,6 +193,25 @@ class Consumer:
         )
         self._strategy = make_backoff_strategy(backoff)
         self.on_giving_up: GiveUpHook = on_giving_up if on_giving_up is not None else log_giving_up
+        self._dead_letters = DeadLetterPublisher.for_consumer(
+            self.topic, self.channel, self.config, self.connection_config
+        )
+        batch = BatchConfig.for_consumer(
+            handler, batch_handler, batch_size, batch_timeout, self.config.max_in_flight
+        )
+        self._batcher = (
+            Batcher(
+                batch_handler,
+                batch,
+                dispatch=self._enqueue,
+                is_starved=self.is_starved,
+                give_up=self._give_up,
+                max_attempts=self.config.max_attempts,
+                failed=None if self._dead_letters is None else self._dead_letters.handler_failed,
+            )
+            if batch is not None and batch_handler is not None
+            else None
+        )
         self._concurrency = self.config.concurrency
         self._rng = random.Random()
         self._planner = RdyPlanner(
@@ -193,10 +231,10 @@ class Consumer:
             self.config.reconnect_interval, self.config.max_reconnect_interval, self._rng
         )
         self._reconnect_timers: dict[str, Timer] = {}  # one pending retry per address
-        self._queue: gevent.queue.Queue[Message | None] = gevent.queue.Queue()
+        self._queue: gevent.queue.Queue[Message | Batch | None] = gevent.queue.Queue()
         self._workers = gevent.pool.Pool()
         self._idle_workers = 0
-        self._running: dict[Any, Message] = {}  # worker greenlet -> the message it handles
+        self._running: dict[Any, Message | Batch] = {}  # worker greenlet -> what it handles
         self._poll_timer: Timer | None = None
         self._tasks = gevent.pool.Group()
         self._wheel: TimerWheel | None = None
@@ -264,10 +302,12 @@ class Consumer:
             raise NSQConnectionError(f"{self.topic}/{self.channel}", "the consumer is closed")
         if self._started:
             return
-        if self._handler is None and type(self).handle is Consumer.handle:
+        if self._handler is None and self._batcher is None and type(self).handle is Consumer.handle:
             raise ConfigError("no handler: pass handler= or override Consumer.handle")
         self._started = True
         wheel = self._wheel = TimerWheel.for_hub()
+        if self._batcher is not None:
+            self._batcher.start(wheel)
         interval = self.connection_config.heartbeat_interval
         if interval is not None:
             wheel.call_every(interval / 2, self._check_alive, owner=self)
@@ -304,11 +344,11 @@ class Consumer:
         # close() may be called from a handler: its worker is not waited for,
         # and its message cannot be finished before the connections close.
         current = gevent.getcurrent()
-        mine = self._running.get(current)
-        if mine is not None and not mine.has_responded:
-            mine.requeue(0.0, backoff=False)
+        _requeue_now(self._running.get(current))
         for link in links:
             self._quietly(link.conn.start_close)
+        if self._batcher is not None:
+            self._batcher.close()  # the batch being collected is requeued
         self._requeue_queued()
         workers = [g for g in self._workers if g is not current]
         for _ in workers:
@@ -319,6 +359,8 @@ class Consumer:
             if self._in_flight() > 0:
                 self._drained.wait(max(0.0, deadline - time.monotonic()))
         gevent.killall([g for g in self._workers if g is not current], block=True)
+        if self._dead_letters is not None:
+            self._dead_letters.close()
         # Unanswered messages, async ones included: requeued rather than left
         # to time out in nsqd (which keeps them in flight after we leave).
         for link in list(self._links.values()):  # running handlers' messages included
@@ -329,6 +371,8 @@ class Consumer:
         self._requeue_queued()
         for link in links:
             link.conn.close(max(0.1, deadline - time.monotonic()))
+        if self._batcher is not None:
+            self._batcher.stop()
         self._links.clear()
         self.connected.clear()
         self.starved.clear()
@@ -377,6 +421,8 @@ class Consumer:
         if starved:
             if not self.starved.is_set():
                 self.starved.set()
+                if self._batcher is not None:
+                    self._batcher.starved()
         elif self.starved.is_set():
             self.starved.clear()
 
@@ -586,7 +632,10 @@ class Consumer:
         link.unanswered.add(message)
         if self._observers:
             self._observe(message)
-        queue = self._queue
+        if self._batcher is not None:
+            self._batcher.add(message)  # hands batches to _enqueue
+            return
+        queue = self._queue  # _enqueue, inlined on the hot path
         queue.put(message)
         if self._idle_workers < queue.qsize() and len(self._workers.greenlets) < (
             self._concurrency or self._planner.max_in_flight or 1  # concurrency, inlined
@@ -600,11 +649,19 @@ class Consumer:
             except Exception:
                 log.exception("%s: message observer %r failed", self, observer)
 
+    def _enqueue(self, item: Message | Batch) -> None:
+        """Queue a message or a batch for a worker, spawning one if needed. Never blocks."""
+        queue = self._queue
+        queue.put(item)
+        if self._idle_workers < queue.qsize() and len(self._workers.greenlets) < self.concurrency:
+            self._workers.spawn(self._work)
+
     def _drop_queued(self, conn: Connection) -> None:
         """Remove ``conn``'s messages from the queue (its connection died: nsqd redelivers)."""
         waiting = self._queue.queue  # the Queue's deque; removing items wakes nobody
-        if any(m is not None and m.connection is conn for m in waiting):
-            kept = [m for m in waiting if m is None or m.connection is not conn]
+        # A batch keeps its messages of ``conn``: Batcher.run skips them.
+        if any(isinstance(m, Message) and m.connection is conn for m in waiting):
+            kept = [m for m in waiting if not isinstance(m, Message) or m.connection is not conn]
             waiting.clear()
             waiting.extend(kept)
 
@@ -614,8 +671,7 @@ class Consumer:
                 message = self._queue.get_nowait()
             except gevent.queue.Empty:
                 return
-            if message is not None and not message.has_responded:
-                message.requeue(0.0, backoff=False)
+            _requeue_now(message)
 
     def _work(self) -> None:
         queue = self._queue
@@ -629,15 +685,22 @@ class Consumer:
             if message is None:
                 return
             if self._closing:
-                message.requeue(0.0, backoff=False)
+                _requeue_now(message)
                 continue
             self._running[me] = message
             try:
-                self._process(message)
+                if isinstance(message, Batch):
+                    self._run_batch(message)
+                else:
+                    self._process(message)
             finally:
                 self._running.pop(me, None)
             if self._closing:
                 return  # close() requeues what is still queued
+
+    def _run_batch(self, batch: Batch) -> None:
+        if self._batcher is not None:
+            self._batcher.run(batch)
 
     def _process(self, message: Message) -> None:
         conn = message.connection
@@ -655,10 +718,12 @@ class Consumer:
                 self.handle(message)
         except RequeueMessage as request:
             message.requeue(request.delay, request.backoff)
-        except (Exception, gevent.Timeout):
+        except (Exception, gevent.Timeout) as exc:
             # A gevent.Timeout escaping the handler is the handler's own (it
             # ran out of time): a failure like any other.
             log.exception("%s: handler failed on %s; requeueing it", self, message)
+            if self._dead_letters is not None:
+                self._dead_letters.handler_failed(message, exc)
             message.requeue(None, backoff=True)
         except BaseException:  # GreenletExit, KeyboardInterrupt: answer, then unwind
             message.requeue(0.0, backoff=False)
@@ -668,9 +733,18 @@ class Consumer:
                 message.finish()
 
     def _give_up(self, message: Message) -> None:
+        """Dead-letter (blocks up to ``dead_letter_timeout``), then the hook, then FIN."""
+        dead_letters = self._dead_letters
+        if dead_letters is not None and not dead_letters.publish(message):
+            message.requeue(None, backoff=False)  # dead-lettered on a later delivery
+            return
         try:
             self.on_giving_up(message)
         except (Exception, gevent.Timeout):
+            if dead_letters is not None:  # it is safe in the dead-letter topic
+                log.exception("%s: on_giving_up failed on dead-lettered %s", self, message)
+                message.finish()
+                return
             log.exception("%s: on_giving_up failed on %s; requeueing it", self, message)
             message.requeue(None, backoff=False)
             return
@@ -801,7 +875,9 @@ class Consumer:
         before a lowered RDY arrived), ``in_flight`` received and not yet
         answered; ``received``/``finished``/``requeued`` count since the
         connection subscribed. ``queued`` counts messages waiting for a
-        handler.
+        handler. ``dead_letters`` is ``None`` without a ``dead_letter_topic``,
+        else its ``topic``, ``envelope`` and the counts ``published`` and
+        ``failed`` (publishes that failed: those messages were requeued).
 
         ``last_message_time`` is wall-clock seconds (``time.time()``), or ``None``.
         ``rdy_target`` is the count the RDY policy wants for a connection (its
@@ -847,7 +923,18 @@ class Consumer:
             "starved": self.is_starved(),
             "handlers_running": len(self._running),
             "queued": self._queue.qsize(),
+            "dead_letters": None if self._dead_letters is None else self._dead_letters.stats(),
+            **({"batches": self._batcher.stats()} if self._batcher is not None else {}),
         }
+
+
+def _requeue_now(item: Message | Batch | None) -> None:
+    """Requeue a message, or every message of a batch, at once and without backoff.
+
+    Those already answered are left alone (``requeue`` returns ``False``).
+    """
+    for message in messages_of(item) if item is not None else ():
+        message.requeue(0.0, backoff=False)
 
 
 def _connection_of(message: Message) -> Connection:

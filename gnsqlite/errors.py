@@ -3,7 +3,8 @@
 Every exception derives from :class:`NSQError`. Each family also derives from
 the built-in exception a caller would naturally catch:
 
-* :class:`ConfigError` and :class:`InvalidNameError` are ``ValueError``\\ s:
+* :class:`ConfigError`, :class:`InvalidNameError` and :class:`EnvelopeError`
+  are ``ValueError``\\ s:
   the caller passed something wrong, and the message says what to fix.
 * :class:`LocalProtocolError` means *this* side misused the protocol (a
   command sent out of order); :class:`RemoteProtocolError` means the peer sent
@@ -26,6 +27,7 @@ __all__ = [
     "ConfigError",
     "InvalidNameError",
     "MessageTooLargeError",
+    "EnvelopeError",
     "ProtocolError",
     "LocalProtocolError",
     "RemoteProtocolError",
@@ -68,6 +70,10 @@ class InvalidNameError(NSQError, ValueError):
 
 class MessageTooLargeError(NSQError, ValueError):
     """A message or batch is larger than nsqd accepts; nothing was sent."""
+
+
+class EnvelopeError(NSQError, ValueError):
+    """Bytes that are not a valid dead-letter envelope (see :mod:`gnsqlite.deadletter`)."""
 
 
 class ProtocolError(NSQError):

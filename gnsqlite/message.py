@@ -8,8 +8,9 @@ later, from any greenlet, with :meth:`Message.finish` or
 nothing and returns ``False``; so does an answer after the message's
 connection ended (nothing can be sent; nsqd redelivers the message).
 
-The library never TOUCHes on its own; a slow handler calls
-:meth:`Message.touch` before :meth:`Message.time_left` runs out.
+The library never TOUCHes a single handler's messages; a slow handler calls
+:meth:`Message.touch` before :meth:`Message.time_left` runs out (a batch
+handler's messages are touched for it: :mod:`gnsqlite.batch`).
 """
 
 from __future__ import annotations

@@ -5,9 +5,10 @@ Two topics and two stages, each a gnsqlite Consumer:
 * ``urls`` (channel ``fetch``): fetcher greenlets (``--fetchers`` of them, the
   Consumer's ``max_in_flight``) download each URL and publish what they got
   to ``results``;
-* ``results`` (channel ``parse``): the parse stage extracts the links of each
-  page, keeps those on the same site, within ``--max-depth`` and not seen
-  before, and publishes them to ``urls``.
+* ``results`` (channel ``parse``): the parse stage, a batch handler, takes
+  the pages in batches, extracts the links of each page, keeps those on the
+  same site, within ``--max-depth`` and not seen before, and publishes the
+  batch's new links to ``urls`` in one MPUB.
 
 The parse stage knows how many URLs are outstanding (published but not yet
 parsed back); when none is left the crawl is complete and the program stops
@@ -61,13 +62,16 @@ class Crawler:
         self.seen: set[str] = set()
         self.parsed: set[str] = set()
         self.outstanding = 0
+        self.batches = 0  # parse batches handled
         self.done = gevent.event.Event()
         self.site_host = ""
         self.consumers = [
             Consumer("urls", "fetch", self.fetch, nsqd_tcp_addresses=[nsqd],
                      max_in_flight=fetchers, requeue_delay=0.5),
-            Consumer("results", "parse", self.parse, nsqd_tcp_addresses=[nsqd],
-                     max_in_flight=fetchers),
+            # Pages are parsed in batches (up to one per fetcher, or what came
+            # within 10 ms), so the links of many pages go out in one MPUB.
+            Consumer("results", "parse", batch_handler=self.parse, nsqd_tcp_addresses=[nsqd],
+                     batch_size=fetchers, batch_timeout=0.01, max_in_flight=2 * fetchers),
         ]
 
     def crawl(self, seed: str, timeout: float) -> bool:
@@ -96,13 +100,18 @@ class Crawler:
             status, html = exc.code, ""
         self.producer.publish("results", json.dumps({**job, "status": status, "html": html}))
 
-    def parse(self, message: Message) -> None:
-        """Parse stage: publish the new links of one page; notice when the crawl is done."""
-        result = json.loads(message.body)
-        if result["url"] in self.parsed:
-            return  # a redelivery: already counted
-        new = []
-        if result["depth"] < self.max_depth:
+    def parse(self, messages: list[Message]) -> None:
+        """Parse stage (a batch handler): publish the new links of a batch of pages in one
+        MPUB; notice when the crawl is done. Raising requeues the whole batch."""
+        new: list[str] = []
+        pages: list[str] = []
+        for message in messages:
+            result = json.loads(message.body)
+            if result["url"] in self.parsed or result["url"] in pages:
+                continue  # a redelivery: already counted
+            pages.append(result["url"])
+            if result["depth"] >= self.max_depth:
+                continue
             parser = LinkParser()
             parser.feed(result["html"])
             for href in parser.links:
@@ -115,8 +124,9 @@ class Crawler:
         self.outstanding += len(new)
         if new:
             self.producer.multi_publish("urls", new)
-        self.parsed.add(result["url"])
-        self.outstanding -= 1
+        self.parsed.update(pages)
+        self.outstanding -= len(pages)
+        self.batches += 1
         if self.outstanding == 0:
             self.done.set()
 
@@ -157,6 +167,7 @@ def main() -> None:
         "fetches": dict(site.fetches),
         "depth": site.depth,
         "parsed": len(crawler.parsed),
+        "parse_batches": crawler.batches,
     }
     if args.report:
         with open(args.report, "w") as f:
@@ -164,5 +175,6 @@ def main() -> None:
     fetched_once = sum(1 for p in reachable if site.fetches[p] == 1)
     print(f"crawl {'complete' if done else 'TIMED OUT'} in {elapsed:.2f} s: "
           f"{fetched_once}/{len(reachable)} pages within depth {args.max_depth} fetched once, "
-          f"{sum(site.fetches.values())} fetches in all")
+          f"{sum(site.fetches.values())} fetches in all, "
+          f"{len(crawler.parsed)} pages parsed in {crawler.batches} batches")
     raise SystemExit(0 if done else 1)

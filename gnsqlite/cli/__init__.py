@@ -31,7 +31,8 @@ COMMANDS: dict[str, str] = {
     "demo": "run a broker, lookupd, producer, consumer and the live dashboard",
     "broker": "run the embedded nsqd (and, with --lookupd, nsqlookupd)",
     "tail": "print the messages of a topic as they arrive",
-    "pub": "publish the lines (or records) of a file or stdin, in MPUB batches",
+    "pub": "publish the lines (or records) of a file or stdin, in MPUB batches;"
+    " or re-publish dead letters",
     "stats": "a table of topics, channels, depth, in-flight, requeued, timed out, clients",
     "bench": "publish and consume benchmarks (optionally against pynsq and gnsq)",
     "dashboard": "serve the live dashboard of a running cluster (nsqd/lookupd HTTP)",

@@ -5,6 +5,9 @@ as ``\\0`` or ``\\t`` understood); empty records are skipped, since nsqd
 refuses empty bodies. On a terminal a progress line shows the count and
 rate; otherwise one summary line is printed at the end. Ctrl-C stops after
 the batches already sent are answered.
+
+``--from-dead-letter TOPIC`` instead re-publishes the dead letters of TOPIC
+to their original topics (see :mod:`gnsqlite.cli._redrive`).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from ._common import (
     run,
     stop_on_signals,
 )
+from ._redrive import redrive
 
 __all__ = ["build_parser", "main", "read_records"]
 
@@ -45,6 +49,15 @@ examples:
   seq 100000 | gnsqlite pub --topic numbers --nsqd-tcp-address 127.0.0.1:4150
   gnsqlite pub --topic events --nsqd-tcp-address 127.0.0.1:4150 events.jsonl --batch 500
   find . -print0 | gnsqlite pub --topic files --nsqd-tcp-address 127.0.0.1:4150 --delimiter '\\0'
+  gnsqlite pub --from-dead-letter orders.dead --nsqd-tcp-address 127.0.0.1:4150
+
+--from-dead-letter TOPIC reads the dead letters of TOPIC on --channel
+(default 'redrive') and publishes each envelope's original body to its
+original topic (--to TOPIC overrides it; raw dead letters need --to),
+finishing each dead letter only once nsqd took the re-published message.
+It stops after -n messages, or when nothing came for --idle-timeout seconds.
+A new channel on a topic that already has channels sees only new messages:
+create the redrive channel before dead letters arrive.
 """
 
 
@@ -57,7 +70,7 @@ def build_parser() -> Parser:
     )
     parser.add_argument("file", nargs="?", default="-", metavar="FILE",
                         help="the input file; '-' or nothing reads stdin")  # fmt: skip
-    parser.add_argument("--topic", required=True, help="the topic to publish to")
+    parser.add_argument("--topic", help="the topic to publish to (unless --from-dead-letter)")
     parser.add_argument(
         "--nsqd-tcp-address", action="append", default=[], metavar="ADDR", required=True,
         help="nsqd TCP address host:port (repeatable: batches are spread, with failover)",
@@ -67,6 +80,16 @@ def build_parser() -> Parser:
     parser.add_argument("--delimiter", default="\\n",
                         help="record separator, escapes allowed (default '\\n')")  # fmt: skip
     parser.add_argument("--verbose", action="store_true", help="log connections to stderr")
+    dead = parser.add_argument_group("re-publishing dead letters")
+    dead.add_argument("--from-dead-letter", metavar="TOPIC",
+                      help="re-publish the dead letters of TOPIC to their original topic")
+    dead.add_argument("--channel", help="the channel of TOPIC to read (default redrive)")
+    dead.add_argument("--to", metavar="TOPIC",
+                      help="publish every body to this topic (needed for raw dead letters)")
+    dead.add_argument("-n", "--count", type=int, metavar="N",
+                      help="stop after N dead letters (default 0: until idle)")
+    dead.add_argument("--idle-timeout", type=float, metavar="S",
+                      help="stop when nothing came for S seconds (default 2)")
     return parser
 
 
@@ -131,6 +154,16 @@ def main(argv: Sequence[str]) -> int:
 
 def _pub(args: Any) -> int:
     configure_logging(args.verbose)
+    if args.from_dead_letter is not None:
+        if args.topic is not None or args.file != "-":
+            raise CommandError("--from-dead-letter reads no FILE and takes --to, not --topic", 2)
+        return redrive(args)
+    if args.topic is None:
+        raise CommandError("--topic is required (or --from-dead-letter TOPIC)", 2)
+    for name in ("to", "channel", "count", "idle_timeout"):
+        if getattr(args, name) is not None:
+            flag = "--" + name.replace("_", "-")
+            raise CommandError(f"{flag} goes with --from-dead-letter", 2)
     topic = check_topic_name(args.topic)
     if args.batch < 1:
         raise CommandError(f"--batch {args.batch} is out of range: use 1 or more", 2)

@@ -3,6 +3,9 @@
 It subscribes on an ephemeral channel (``tail123456#ephemeral``) unless
 ``--channel`` names one, finishes every message once printed, and stops
 after ``-n`` messages or on Ctrl-C, closing the consumer cleanly (exit 0).
+With ``--dead-letter`` each message is read as a dead-letter envelope (see
+:mod:`gnsqlite.deadletter`) and printed with where it came from, its
+attempts and its last error.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from typing import Any, BinaryIO
 import gevent.event
 
 from ..consumer import Consumer
+from ..deadletter import DeadLetter, decode_envelope
+from ..errors import EnvelopeError
 from ..http import LookupdClient
 from ..message import Message, RequeueMessage
 from ..protocol import check_channel_name, check_topic_name
@@ -30,17 +35,29 @@ from ._common import (
     stop_on_signals,
 )
 
-__all__ = ["build_parser", "format_message", "main"]
+__all__ = ["build_parser", "format_dead_letter", "format_message", "main"]
 
 _EXAMPLES = """
 examples:
   gnsqlite tail --topic clicks --nsqd-tcp-address 127.0.0.1:4150
   gnsqlite tail --topic clicks --lookupd-http-address 127.0.0.1:4161 -n 10 --format json
   gnsqlite tail --topic clicks --channel archive --nsqd-tcp-address 127.0.0.1:4150
+  gnsqlite tail --topic orders.dead --dead-letter --nsqd-tcp-address 127.0.0.1:4150
 
 Raw output writes each body followed by a newline; json writes one object a
 line: {"id", "timestamp" (ns), "attempts", "nsqd", "body"} ("body_base64"
 instead of "body" when the body is not UTF-8).
+
+With --dead-letter, raw output writes one line a dead letter:
+  orders/billing id=0a1b2c3d4e5f6789 attempts=6 error="ValueError: boom" <body>
+and json the envelope's fields: {"topic", "channel", "id", "attempts",
+"timestamp" (ns), "nsqd", "dead_lettered_at" (ns), "error" ({"type",
+"message"} or null), "body" or "body_base64"}. A message that is not an
+envelope is printed as without --dead-letter, with a warning on stderr.
+An ephemeral channel sees only what is published while it exists, and on a
+topic with no other channel it takes the messages away: give a dead-letter
+topic its own durable channel (e.g. the one `gnsqlite pub --from-dead-letter`
+reads).
 """
 
 
@@ -69,6 +86,10 @@ def build_parser() -> Parser:
     )  # fmt: skip
     parser.add_argument("--format", choices=("raw", "json"), default="raw", help="output format")
     parser.add_argument(
+        "--dead-letter", action="store_true",
+        help="decode dead-letter envelopes: original topic, attempts, error, body",
+    )  # fmt: skip
+    parser.add_argument(
         "--max-in-flight", type=int, default=200, help="RDY budget (default %(default)s)"
     )
     parser.add_argument("--verbose", action="store_true", help="log connections to stderr")
@@ -85,11 +106,42 @@ def format_message(message: Message, fmt: str) -> bytes:
         "attempts": message.attempts,
         "nsqd": message.nsqd,
     }
+    return _json_line(record, message.body)
+
+
+def _json_line(record: dict[str, Any], body: bytes) -> bytes:
+    """``record`` with ``body`` (``body_base64`` when not UTF-8) as one JSON line."""
     try:
-        record["body"] = message.body.decode("utf-8")
+        record["body"] = body.decode("utf-8")
     except UnicodeDecodeError:
-        record["body_base64"] = base64.b64encode(message.body).decode("ascii")
+        record["body_base64"] = base64.b64encode(body).decode("ascii")
     return json.dumps(record, ensure_ascii=False).encode("utf-8") + b"\n"
+
+
+def format_dead_letter(letter: DeadLetter, fmt: str) -> bytes:
+    """One output line (newline included) for a decoded dead letter in ``fmt``."""
+    error = letter.error
+    if fmt == "raw":
+        said = "none" if error is None else json.dumps(f"{error.type}: {error.message}")
+        head = (
+            f"{letter.topic}/{letter.channel} id={letter.id} attempts={letter.attempts}"
+            f" error={said} "
+        )
+        return head.encode("utf-8") + letter.body + b"\n"
+    record = letter.to_json()
+    del record["format"], record["body"]
+    return _json_line(record, letter.body)
+
+
+def _format(message: Message, fmt: str, dead_letter: bool) -> bytes:
+    if not dead_letter:
+        return format_message(message, fmt)
+    try:
+        letter = decode_envelope(message.body)
+    except EnvelopeError as exc:
+        print(f"gnsqlite tail: message {message.id}: {exc}; printed as is", file=sys.stderr)
+        return format_message(message, fmt)
+    return format_dead_letter(letter, fmt)
 
 
 def main(argv: Sequence[str]) -> int:
@@ -129,7 +181,7 @@ def _tail(args: Any) -> int:
         if stop.is_set():
             raise RequeueMessage(0.0)  # not printed: back to the channel, without backoff
         try:
-            out.write(format_message(message, args.format))
+            out.write(_format(message, args.format, args.dead_letter))
             out.flush()
         except BrokenPipeError:  # the reader went away (`gnsqlite tail ... | head`)
             stop.set()

@@ -12,7 +12,7 @@ pynsq's public surface, mapped onto gnsqlite's gevent
   constants and the byte-building helpers.
 
 Importing it imports no tornado and patches nothing. What differs from pynsq
-is listed in the README's section "Coming from pynsq".
+is listed in docs/migrating-pynsq.md.
 """
 
 from __future__ import annotations

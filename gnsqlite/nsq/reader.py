@@ -42,7 +42,14 @@ log = logging.getLogger(__name__)
 MAX_REQUEUE_DELAY = 3600.0
 #: Seconds between two calls of an overridden :meth:`Reader.disabled`.
 DISABLED_CHECK_INTERVAL = 1.0
-_EXTRA_KEYWORDS = ("concurrency",)
+#: gnsqlite's own Consumer options a Reader passes on as given (pynsq has none of them).
+_DEAD_LETTER_KEYWORDS = (
+    "dead_letter_topic",
+    "dead_letter_envelope",
+    "dead_letter_nsqd",
+    "dead_letter_timeout",
+)
+_EXTRA_KEYWORDS = ("concurrency", *_DEAD_LETTER_KEYWORDS)
 
 
 class _ReaderConsumer(Consumer):
@@ -66,7 +73,14 @@ class Reader:
     timeout bounds the whole lookup). ``**kwargs`` are pynsq's connection
     keywords in pynsq's units (see :mod:`gnsqlite.nsq.options`), plus
     ``concurrency``: how many handlers run at once (default
-    ``max_in_flight``; ``1`` runs them one at a time, as pynsq does).
+    ``max_in_flight``; ``1`` runs them one at a time, as pynsq does), and
+    the dead-letter options ``dead_letter_topic``, ``dead_letter_envelope``,
+    ``dead_letter_nsqd``, ``dead_letter_timeout`` (seconds) of the Consumer
+    (:mod:`gnsqlite.deadletter`): a message past ``max_tries`` is published
+    there, then :meth:`giving_up` runs, then it is finished; if the publish
+    fails it is requeued and :meth:`giving_up` waits for a later delivery.
+    An envelope's ``error`` is the exception ``process_message`` raised on
+    the last try (``null`` when it returned ``False`` instead).
 
     ``reader.consumer`` is the gnsqlite Consumer underneath
     (``reader.consumer.stats()``).
@@ -122,6 +136,7 @@ class Reader:
         }
         if kwargs.get("concurrency") is not None:
             options["concurrency"] = kwargs["concurrency"]
+        options.update({k: kwargs[k] for k in _DEAD_LETTER_KEYWORDS if k in kwargs})
         self.consumer: Consumer = _ReaderConsumer(
             self,
             topic,
@@ -249,7 +264,10 @@ class Reader:
         return self.message_handler(message)
 
     def giving_up(self, message: Message) -> None:
-        """Called when ``message.attempts`` exceeds ``max_tries``; then it is finished."""
+        """Called when ``message.attempts`` exceeds ``max_tries``; then it is finished.
+
+        With ``dead_letter_topic``, it runs once the message is in that topic.
+        """
         log.warning(
             "[%s] giving up on message %s after %d tries (max:%d) %r",
             self.name,

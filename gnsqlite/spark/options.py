@@ -11,7 +11,8 @@ An unknown option, an option of the other side (``channel`` on a write), a
 missing required option or a bad value raises
 :class:`~gnsqlite.errors.ConfigError` naming the option: Spark reports it
 when the query starts. :func:`describe_options` lists every option with its
-default and unit (the README table is generated from it).
+default and unit (the table in examples/spark_pipeline/README.md, shown on the
+documentation site's Spark page, is generated from it).
 """
 
 from __future__ import annotations
@@ -100,8 +101,8 @@ OPTIONS: tuple[Spec, ...] = (
           " batches); slower streams are planned at once; 0 never waits"),
     _spec("numPartitions", SOURCE, int, 2, 1, "", "Spark partitions per micro-batch"),
     _spec("maxAttempts", SOURCE, int, 0, 0, "",
-          "Finish (drop, with a WARNING) messages delivered more often than this;"
-          " 0 never drops"),
+          "Finish (drop, with a WARNING, or publish to deadLetterTopic) messages delivered"
+          " more often than this; 0 never drops"),
     _spec("availableNowIdleTimeout", SOURCE, float, 2.0, 0.01, "s",
           "Trigger.AvailableNow ends once no message arrived for this long"),
     _spec("startTimeout", SOURCE, float, 30.0, 0.1, "s",
@@ -126,9 +127,14 @@ _CONSUMER_PASSTHROUGH = (
     "lookupd_poll_jitter",
     "lookupd_request_timeout",
     "low_rdy_idle_timeout",
+    "low_rdy_timeout",
     "rdy_redistribute_interval",
     "reconnect_interval",
     "max_reconnect_interval",
+    "dead_letter_topic",
+    "dead_letter_envelope",
+    "dead_letter_nsqd",
+    "dead_letter_timeout",
 )
 _CONNECTION_FIELDS = tuple(n for n in ConnectionConfig.option_names() if n != "tls_context")
 
@@ -300,9 +306,14 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
             " (host:4150,...)"
         )
     try:
-        checked = ConsumerConfig.from_mapping(consumer)
-    except ConfigError as exc:
+        # with maxAttempts, so rules across both (a dead-letter topic needs it) are checked
+        checked = ConsumerConfig.from_mapping({**consumer, "max_attempts": v["maxAttempts"]})
+    except ValueError as exc:  # ConfigError, InvalidNameError (deadLetterTopic)
         raise ConfigError(f"consumer option: {exc}") from None
+    if checked.dead_letter_topic == topic:
+        raise ConfigError(
+            f"option deadLetterTopic={topic!r} is the topic read: use another, e.g. {topic}.dead"
+        )
     per_batch = v["maxMessagesPerBatch"]
     wal = v["walLocation"] or None
     if wal is not None:

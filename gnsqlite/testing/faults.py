@@ -40,6 +40,7 @@ __all__ = [
     "FaultInjector",
     "Handling",
     "Ledger",
+    "describe_greenlets",
     "live_greenlets",
     "open_fds",
     "rss_bytes",
@@ -68,6 +69,17 @@ def live_greenlets() -> set[int]:
         and g is not greenlet.getcurrent()
         and not isinstance(g, gevent.hub.Hub)
     }
+
+
+def describe_greenlets(ids: set[int]) -> list[str]:
+    """What each live greenlet of ``ids`` runs (function and current line), for failure messages."""
+    described = []
+    for g in gc.get_objects():
+        if isinstance(g, greenlet.greenlet) and id(g) in ids and not g.dead:
+            frame = g.gr_frame
+            where = f" at {frame.f_code.co_name}:{frame.f_lineno}" if frame is not None else ""
+            described.append(f"{g!r}{where}")
+    return described
 
 
 def rss_bytes() -> int:
@@ -115,6 +127,12 @@ class Ledger:
     acked: set[int] = field(default_factory=set)
     unacked: int = 0  # publishes that raised (they may or may not have been stored)
     handlings: dict[int, list[Handling]] = field(default_factory=dict)
+    #: The highest ``attempts`` each number was delivered with (unsettled ones):
+    #: tells a message nsqd never delivered from one the client did not complete.
+    deliveries: dict[int, int] = field(default_factory=dict)
+    #: Numbers handed to the consumer's give-up hook (past ``max_attempts``),
+    #: with the attempts they had: accounted for, not lost.
+    given_up: dict[int, int] = field(default_factory=dict)
     failures: int = 0  # handler runs that raised (requeued, not handled)
     #: The longest the network may hold a message on its way (a stall, a
     #: delay): nsqd's timeout runs from when it sent, ours from when it came.
@@ -136,6 +154,15 @@ class Ledger:
         """nsqd acknowledged the publish of ``number``."""
         self.acked.add(number)
 
+    def delivered(self, number: int, attempts: int) -> None:
+        """A handler started on ``number``, delivered for the ``attempts``-th time."""
+        if attempts > self.deliveries.get(number, 0):
+            self.deliveries[number] = attempts
+
+    def gave_up(self, message: Message) -> None:
+        """A consumer's ``on_giving_up`` hook: record the number (then it is finished)."""
+        self.given_up[int(message.body)] = message.attempts
+
     def handled(self, number: int, handling: Handling) -> None:
         """A handler completed on ``number``."""
         if self._is_settled(number):
@@ -155,8 +182,22 @@ class Ledger:
         return sum(len(h) for h in self.handlings.values()) + self.settled_handlings
 
     def lost(self) -> list[int]:
-        """Acknowledged numbers never handled (must be empty at the end)."""
-        return sorted(self.acked.difference(self.handlings))
+        """Acknowledged numbers neither handled nor given up (must be empty at the end)."""
+        return sorted(self.acked.difference(self.handlings, self.given_up))
+
+    def explain_lost(self, limit: int = 10) -> str:
+        """The first ``limit`` lost numbers, each with what was seen of it.
+
+        ``never delivered``: no handler ever started on it (nsqd did not send
+        it, or the client dropped it unstarted); ``delivered N times``: a
+        handler started on it (the highest attempts seen) but none completed.
+        """
+        parts = []
+        for number in self.lost()[:limit]:
+            attempts = self.deliveries.get(number)
+            seen = f"delivered, attempts up to {attempts}" if attempts else "never delivered"
+            parts.append(f"{number} ({seen})")
+        return ", ".join(parts) or "none"
 
     def settle(self, below: int) -> None:
         """Fold the handled numbers below ``below`` into counters, to keep memory flat.
@@ -165,6 +206,8 @@ class Ledger:
         """
         if len(self._settled) * 8 < below:
             self._settled.extend(bytes(below // 8 + 1 - len(self._settled)))
+        for number in [n for n in self.deliveries if n < below]:
+            del self.deliveries[number]
         for number in [n for n in self.handlings if n < below]:
             runs = self.handlings.pop(number)
             self._settled_dups.update(_causes(runs, self.transit, self.fin_failed))
@@ -181,10 +224,12 @@ class Ledger:
     def duplicates(self) -> dict[str, int]:
         """Every handling beyond the first, by cause.
 
-        ``timed_out``: nsqd timed the message out before the earlier run's
-        FIN reached it (and redelivered it): the handler outlived the
+        ``timed_out``: nsqd timed one of the two deliveries out before its
+        FIN reached it (and redelivered it): its handler outlived the
         timeout, or finished within ``transit`` seconds of it, or nsqd
-        answered ``E_FIN_FAILED`` (the network held the message or the FIN);
+        answered ``E_FIN_FAILED`` (the network held the message or the FIN).
+        The delivery that timed out may be the one that completed second
+        (a slow handler still running when its quick redelivery finished);
         ``connection_lost``: the earlier run's
         connection ended with an error, so its FIN was not sent or was lost
         with the connection; ``republished``: a second id for the same number
@@ -203,8 +248,8 @@ class Ledger:
         dups = self.duplicates()
         return (
             f"acked {self.acked_count} (+{self.unacked} unacked) handled {self.handled_count}"
-            f" lost {len(self.lost())} duplicates {sum(dups.values())} {dups}"
-            f" failures {self.failures}"
+            f" lost {len(self.lost())} given up {len(self.given_up)}"
+            f" duplicates {sum(dups.values())} {dups} failures {self.failures}"
         )
 
 
@@ -219,7 +264,10 @@ def _causes(
         if earlier is None:
             if seen:
                 causes["republished"] += 1
-        elif earlier.outlived or earlier.spare <= transit or run.message_id in fin_failed:
+        elif run.message_id in fin_failed or _timed_out(earlier, transit, run):
+            # Either delivery may be the one nsqd timed out: handlings are
+            # listed as they completed, so a slow first delivery completes
+            # after the quick redelivery it caused.
             causes["timed_out"] += 1
         elif not earlier.fin_sent or getattr(earlier.connection, "error", None) is not None:
             causes["connection_lost"] += 1
@@ -227,6 +275,11 @@ def _causes(
             causes["unexplained"] += 1
         seen[run.message_id] = run
     return causes
+
+
+def _timed_out(first: Handling, transit: float, second: Handling) -> bool:
+    """Whether nsqd may have timed either delivery out before its FIN arrived."""
+    return any(h.outlived or h.spare <= transit for h in (first, second))
 
 
 class AccountingHandler:
@@ -260,6 +313,7 @@ class AccountingHandler:
 
     def __call__(self, message: Message) -> None:
         number = int(message.body)
+        self.ledger.delivered(number, message.attempts)
         roll = self.rng.random()
         self.running += 1
         try:

@@ -33,4 +33,5 @@ def test_crawl_fetches_every_page_within_depth_exactly_once(
     assert {path: fetches.get(path, 0) for path in within} == dict.fromkeys(within, 1)
     assert set(fetches) == within  # nothing beyond the limit, nothing off the site
     assert report["parsed"] == len(within)
+    assert 1 <= report["parse_batches"] <= report["parsed"]  # the parse stage takes batches
     assert "fetched once" in result.stdout

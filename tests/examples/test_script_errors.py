@@ -18,6 +18,7 @@ NOWHERE = "unreachable"  # replaced by an address where nothing listens
 SCRIPTS = {
     # name: (path, the arguments before the address option, the address option)
     "batch_consumer": ("batch_consumer.py", ["--count", "1"], "--nsqd-tcp-address"),
+    "dead_letters": ("dead_letters.py", [], "--nsqd-tcp-address"),
     "crawler": ("crawler", ["--pages", "5"], "--nsqd-tcp-address"),
     "generator": ("spark_pipeline/generator.py", ["--pages", "5"], "--nsqd-tcp-address"),
     "summaries": ("spark_pipeline/summaries.py", ["--pages", "5"], "--nsqd-tcp-address"),
@@ -31,11 +32,14 @@ CASES = [
     # (script, extra arguments, address, a piece of the one line)
     *[(name, [], "nohost", "'host:port'") for name in SCRIPTS],
     *[(name, [], NOWHERE, "connect failed")
-      for name in ("batch_consumer", "crawler", "generator", "summaries", "spark_pipeline")],
+      for name in ("batch_consumer", "crawler", "generator", "summaries", "spark_pipeline",
+                   "dead_letters")],
     ("batch_consumer", ["--topic", "no/slash"], NOWHERE, "topic name"),
     ("batch_consumer", ["--max-in-flight", "-3"], NOWHERE, "max_in_flight=-3"),
     ("batch_consumer", ["--publish", "10"], NOWHERE, "connect failed"),
+    ("batch_consumer", ["--max-in-flight", "50"], NOWHERE, "max_in_flight=50 is below batch_size"),
     ("generator", ["--topic", "a b"], NOWHERE, "topic name"),
+    ("dead_letters", ["--topic", "a b"], NOWHERE, "topic name"),
     ("summaries", ["--topic", "a b"], NOWHERE, "topic name"),
     ("dashboard_consumer", ["--topic", "a b"], NOWHERE, "topic name"),
 ]
@@ -63,7 +67,7 @@ def test_one_line_and_exit_status_1(name: str, extra: list[str], address: str,
 
 
 @pytest.mark.parametrize(("name", "extra"), [
-    ("batch_consumer", ["--flush-timeout", "0"]),
+    ("batch_consumer", ["--batch-timeout", "0"]),
     ("batch_consumer", ["--count", "many"]),
     ("crawler", ["--pages", "0"]),
     ("crawler", ["--fetchers", "0"]),

@@ -116,6 +116,21 @@ def test_subclass_hooks(nsqd: NsqdServer) -> None:
     reader.close()
 
 
+def test_dead_letter_options_reach_the_consumer(nsqd: NsqdServer) -> None:
+    publish(nsqd, [b"ok", b"poison"])
+    reader = make_reader(nsqd, cls=Hooked, max_tries=1, dead_letter_topic="dropin.dead",
+                         dead_letter_envelope=True)  # fmt: skip
+    reader.start()
+    wait_until(lambda: reader.given_up == [(b"poison", 2)], timeout=20)
+    wait_until(lambda: drained(nsqd, TOPIC, CHANNEL), timeout=10)
+    # giving_up ran after the publish: the dead letter is in its topic
+    assert reader.consumer.stats()["dead_letters"]["published"] == 1
+    assert topic_stats(nsqd, "dropin.dead")["message_count"] == 1
+    reader.close()
+    with pytest.raises(TypeError, match="'dead_letter_topik'; did you mean 'dead_letter_topic'"):
+        make_reader(nsqd, dead_letter_topik="x")
+
+
 def test_disabled_pauses_the_reader(nsqd: NsqdServer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(reader_module, "DISABLED_CHECK_INTERVAL", 0.05)
     reader = make_reader(nsqd, cls=Hooked)

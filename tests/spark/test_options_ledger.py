@@ -19,12 +19,12 @@ def test_source_options_are_case_insensitive_with_documented_defaults() -> None:
     o = parse_source_options({"TOPIC": "pages", "Channel": "spark",
                               "lookupdhttpaddresses": "127.0.0.1:4161, 127.0.0.1:4162",
                               "maxmessagesperbatch": "500", "heartbeatinterval": "5",
-                              "lookupd_poll_interval": "1.5"})
+                              "lookupd_poll_interval": "1.5", "lowRdyTimeout": "12"})
     assert o.lookupd_http_addresses == ("127.0.0.1:4161", "127.0.0.1:4162")
     assert o.max_messages_per_batch == 500
     assert o.max_in_flight == 1000  # two batches
     assert o.connection.heartbeat_interval == 5.0
-    assert o.consumer == {"lookupd_poll_interval": 1.5}
+    assert o.consumer == {"lookupd_poll_interval": 1.5, "low_rdy_timeout": 12.0}
     assert parse_source_options(SOURCE).max_messages_per_batch == 10000
 
 
@@ -44,6 +44,23 @@ def test_source_options_are_case_insensitive_with_documented_defaults() -> None:
 def test_a_bad_source_option_is_named(extra: dict[str, str], named: str) -> None:
     with pytest.raises(ConfigError, match=named):
         parse_source_options({**SOURCE, **extra})
+
+
+def test_source_takes_the_dead_letter_options() -> None:
+    o = parse_source_options({**SOURCE, "maxAttempts": "3", "deadLetterTopic": "pages.dead",
+                              "deadletterenvelope": "true", "dead_letter_nsqd": "h:1,h:2",
+                              "deadLetterTimeout": "2.5"})  # fmt: skip
+    assert o.max_attempts == 3
+    assert o.consumer == {"dead_letter_topic": "pages.dead", "dead_letter_envelope": True,
+                          "dead_letter_nsqd": ("h:1", "h:2"), "dead_letter_timeout": 2.5}
+    with pytest.raises(ConfigError, match="needs max_attempts of 1 or more"):
+        parse_source_options({**SOURCE, "deadLetterTopic": "pages.dead"})  # maxAttempts 0
+    with pytest.raises(ConfigError, match="deadLetterTopic='pages' is the topic read"):
+        parse_source_options({**SOURCE, "maxAttempts": "3", "deadLetterTopic": "pages"})
+    with pytest.raises(ConfigError, match="dead_letter_topic: topic name 'a b'"):
+        parse_source_options({**SOURCE, "maxAttempts": "3", "deadLetterTopic": "a b"})
+    with pytest.raises(ConfigError, match="need a dead_letter_topic"):
+        parse_source_options({**SOURCE, "deadLetterEnvelope": "true"})
 
 
 def test_source_needs_topic_channel_and_an_address() -> None:

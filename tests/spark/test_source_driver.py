@@ -6,10 +6,10 @@ import threading
 from typing import Any, ClassVar
 
 import pytest
-from spark_support import drained, publish
+from spark_support import consume, drained, publish
 
 from gnsqlite.spark.ledger import Ledger
-from gnsqlite.testing import NsqdServer
+from gnsqlite.testing import NsqdServer, wait_until
 
 pytest.importorskip("pyspark", reason="the spark extra (PySpark) is not installed")
 
@@ -54,3 +54,35 @@ def test_spark_calls_reach_the_ledger_only_through_the_hub_thread(
     assert drained(nsqd, TOPIC, CHANNEL)
     assert threading.get_ident() not in RecordingLedger.threads
     assert len(RecordingLedger.threads) == 1  # the hub thread
+
+
+def test_the_source_consumer_dead_letters_what_it_gives_up(nsqd: NsqdServer) -> None:
+    from gnsqlite.deadletter import decode_envelope
+    from gnsqlite.message import Message
+    from gnsqlite.spark.options import parse_source_options
+    from gnsqlite.spark.source import source_consumer
+
+    publish(nsqd, [b"kept", b"failing"], TOPIC)
+    options = parse_source_options(
+        {"nsqdTcpAddresses": nsqd.tcp_address, "topic": TOPIC, "channel": CHANNEL,
+         "maxAttempts": "1", "deadLetterTopic": "driver.dead", "deadLetterEnvelope": "true"}
+    )  # fmt: skip
+
+    def on_message(message: Message) -> None:  # a batch that failed: nsqd redelivers it
+        if message.body == b"failing":
+            message.requeue(0.0, backoff=False)
+
+    consumer = source_consumer(options, on_message)
+    consumer.start()
+    try:
+        # (a message REQ'd with no delay is in neither depth nor in flight for a moment)
+        wait_until(lambda: consumer.stats()["dead_letters"]["published"] == 1
+                   and drained(nsqd, TOPIC, CHANNEL), timeout=20)  # fmt: skip
+        assert consumer.stats()["totals"]["finished"] == 2
+    finally:
+        consumer.close(5.0)
+    [raw] = consume(nsqd, "driver.dead", 1)
+    letter = decode_envelope(raw)
+    assert (letter.body, letter.topic, letter.channel, letter.attempts) == (
+        b"failing", TOPIC, CHANNEL, 2,
+    )  # fmt: skip

@@ -1,0 +1,51 @@
+"""The fault runs' books: what counts as lost, and what a loss report says."""
+
+from __future__ import annotations
+
+from gnsqlite.message import Message
+from gnsqlite.testing.faults import Handling, Ledger
+
+
+def message(number: int, attempts: int) -> Message:
+    return Message(b"0" * 16, str(number).encode(), 0, attempts, "127.0.0.1:4150", None, 60.0)  # type: ignore[arg-type]
+
+
+def test_a_given_up_message_is_accounted_for_and_a_lost_one_says_what_was_seen() -> None:
+    ledger = Ledger()
+    for number in range(4):
+        ledger.ack(number)
+    ledger.delivered(0, 1)
+    ledger.handled(0, Handling("id0", None, False, True))
+    for attempts in (1, 2, 6):
+        ledger.delivered(1, attempts)
+    ledger.gave_up(message(1, 6))  # past max_attempts: the hook had it
+    ledger.delivered(2, 3)
+    ledger.delivered(2, 2)  # a lower count arriving late does not hide the highest
+    assert ledger.lost() == [2, 3]
+    assert ledger.given_up == {1: 6}
+    assert ledger.explain_lost() == "2 (delivered, attempts up to 3), 3 (never delivered)"
+    assert "lost 2 given up 1" in ledger.summary()
+
+
+def test_settling_forgets_deliveries_below_the_mark() -> None:
+    ledger = Ledger()
+    ledger.ack(5)
+    ledger.delivered(5, 1)
+    ledger.delivered(20, 1)
+    ledger.handled(5, Handling("id5", None, False, True))
+    ledger.settle(10)
+    assert ledger.deliveries == {20: 1}
+    assert ledger.lost() == [] and ledger.explain_lost() == "none"
+
+
+def test_a_slow_delivery_that_completes_after_its_redelivery_explains_the_duplicate() -> None:
+    """Handlings are listed as they complete: the timed-out one may come second."""
+    ledger = Ledger(transit=0.6)
+    ledger.ack(7)
+    ledger.handled(7, Handling("id7", None, False, True, spare=0.99))  # the quick redelivery
+    ledger.handled(7, Handling("id7", None, True, True, spare=0.0))  # the first, slow one
+    ledger.ack(8)
+    ledger.handled(8, Handling("id8", None, False, True, spare=0.99))
+    ledger.handled(8, Handling("id8", None, False, True, spare=0.98))  # nothing explains this one
+    dups = ledger.duplicates()
+    assert dups["timed_out"] == 1 and dups["unexplained"] == 1
