@@ -431,15 +431,16 @@ class Connection:
                 for event in self.protocol.events():
                     route(event)
 
-    def _start_silence_timer(self, limit: float) -> None:
+    def _start_silence_timer(self, limit: float, at_least: float = 0.0) -> None:
         """Arm the reader's liveness check: one hub timer, not one per receive.
 
         It fires ``limit`` seconds after the last bytes were read (re-armed
-        lazily: when it fires early it sets itself for the rest), and ends a
-        silent connection by raising in the reader's receive.
+        lazily: when it fires early it sets itself for the rest, but not
+        sooner than ``at_least`` seconds), and ends a silent connection by
+        raising in the reader's receive.
         """
         silent = time.monotonic() - self.last_received
-        timer = self._silence = self._loop.timer(max(0.0, limit - silent))
+        timer = self._silence = self._loop.timer(max(at_least, limit - silent))
         timer.start(self._silence_check, limit)
 
     def _stop_silence_timer(self) -> None:
@@ -453,8 +454,11 @@ class Connection:
         reader = self._reader
         if self._closed or reader is None or reader.dead:
             return
-        if time.monotonic() - self.last_received < limit or not self._in_recv:
+        if time.monotonic() - self.last_received < limit:
             self._start_silence_timer(limit)  # bytes came since it was armed
+            return
+        if not self._in_recv:  # silent, but the reader is busy (a slow callback): look again
+            self._start_silence_timer(limit, at_least=limit / 8)
             return
         reader.throw(
             BrokenConnectionError(
