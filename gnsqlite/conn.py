@@ -22,8 +22,9 @@ what the socket does not take at once is left to the writer greenlet, ahead
 of anything queued later, so no caller and not the hub ever blocks on a
 slow nsqd.
 
-A connection that hears nothing for two heartbeat intervals is dead: the
-reader's receive times out and the connection ends with
+A connection that hears nothing for two heartbeat intervals is dead: one hub
+timer per connection (re-armed lazily, not per receive) ends the reader's
+receive and the connection ends with
 :class:`~gnsqlite.errors.BrokenConnectionError`. Network failures surface as
 :class:`~gnsqlite.errors.BrokenConnectionError` carrying the address, with
 the cause chained; using a connection after :meth:`Connection.close` raises
@@ -181,6 +182,8 @@ class Connection:
         self._close_wait = gevent.event.Event()
         self._reader: gevent.Greenlet[[], None] | None = None
         self._writer: gevent.Greenlet[[], None] | None = None
+        self._silence: Any = None  # the reader's liveness timer (a hub timer watcher)
+        self._in_recv = False  # the reader waits in its receive (where silence may end it)
         self._tls = False
         self._draining = False  # close() asked the writer to flush and stop
         self._closed = False
@@ -428,46 +431,93 @@ class Connection:
                 for event in self.protocol.events():
                     route(event)
 
-    def _recv_or_die(self, limit: float | None) -> bytes:
-        """The next bytes; :class:`BrokenConnectionError` after ``limit`` seconds of silence."""
-        if limit is None:
-            return self._recv()
-        timer = gevent.Timeout.start_new(limit)
-        try:
-            return self._recv()
-        except gevent.Timeout as exc:
-            if exc is not timer:
-                raise
-            raise BrokenConnectionError(
+    def _start_silence_timer(self, limit: float, at_least: float = 0.0) -> None:
+        """Arm the reader's liveness check: one hub timer, not one per receive.
+
+        It fires ``limit`` seconds after the last bytes were read (re-armed
+        lazily: when it fires early it sets itself for the rest, but not
+        sooner than ``at_least`` seconds), and ends a silent connection by
+        raising in the reader's receive.
+        """
+        silent = time.monotonic() - self.last_received
+        timer = self._silence = self._loop.timer(max(at_least, limit - silent))
+        timer.start(self._silence_check, limit)
+
+    def _stop_silence_timer(self) -> None:
+        timer, self._silence = self._silence, None
+        if timer is not None:
+            timer.close()
+
+    def _silence_check(self, limit: float) -> None:
+        """Runs in the hub when the silence timer fires."""
+        self._stop_silence_timer()
+        reader = self._reader
+        if self._closed or reader is None or reader.dead:
+            return
+        if time.monotonic() - self.last_received < limit:
+            self._start_silence_timer(limit)  # bytes came since it was armed
+            return
+        if not self._in_recv:  # silent, but the reader is busy (a slow callback): look again
+            self._start_silence_timer(limit, at_least=limit / 8)
+            return
+        reader.throw(
+            BrokenConnectionError(
                 self.name,
                 f"nothing heard for two heartbeat intervals"
                 f" ({self.config.heartbeat_interval} s each): the connection is dead",
-            ) from None
-        finally:
-            timer.close()
+            )
+        )
 
     def _read_loop(self) -> None:
         error: Exception | None = None
         interval = self.config.heartbeat_interval
-        # Two heartbeat intervals without a byte mean the connection is dead.
-        limit = None if interval is None else 2 * interval
         try:
+            # Two heartbeat intervals without a byte mean the connection is dead.
+            if interval is not None:
+                self._start_silence_timer(2 * interval)
+            protocol = self.protocol
+            route = self._route
+            sock = self._sock
+            # A plain gevent socket can be waited on before the receive: after
+            # a short read the next receive would fail with EAGAIN (an
+            # exception per round trip) before gevent waits anyway.
+            wait = getattr(sock, "_wait", None) if not self._tls else None
+            readable = getattr(sock, "_read_event", None)
+            if readable is None:
+                wait = None
+            short = False
             with map_io_errors(self.name, "read failed"):
                 while True:
-                    data = self._recv_or_die(limit)
+                    self._in_recv = True
+                    if short and wait is not None:
+                        wait(readable)
+                    data = sock.recv(_RECV_SIZE)  # _recv, inlined
+                    self._in_recv = False
+                    short = len(data) < _RECV_SIZE
+                    if not data:
+                        raise BrokenConnectionError(self.name, "nsqd closed the connection")
                     self.last_received = time.monotonic()
-                    self._feed(data, self._route)
-                    for event in self.protocol.events():
-                        if type(event) is MessageReceived and self.on_message is not None:
+                    if self._codec is None:
+                        protocol.receive_data(data)
+                    else:
+                        self._feed(data, route)
+                    routed = False
+                    for event in protocol.events():
+                        kind = type(event)
+                        if kind is MessageReceived and self.on_message is not None:
                             try:  # the hot path: _route and _call inlined
-                                self.on_message(self, event.message)
+                                self.on_message(self, event.message)  # type: ignore[attr-defined]
                             except Exception:
                                 log.exception("%s: callback %r failed", self.name, self.on_message)
+                        elif kind is Response and event.waiter is not None:  # type: ignore[attr-defined]
+                            event.waiter.set(event.data)  # type: ignore[attr-defined]
                         else:
-                            self._route(event)
-                    nop = self.protocol.data_to_send()
-                    if nop:
-                        self._queue(nop)
+                            routed = True  # a heartbeat among them queues a NOP
+                            route(event)
+                    if routed:
+                        nop = protocol.data_to_send()
+                        if nop:
+                            self._queue(nop)
         except NSQError as exc:  # a network failure too, mapped at the edge
             error = exc
         except gevent.GreenletExit:
@@ -476,6 +526,9 @@ class Connection:
             log.exception("%s: the reader failed", self.name)
             error = BrokenConnectionError(self.name, f"reader failed: {exc!r}")
             error.__cause__ = exc
+        finally:
+            self._in_recv = False
+            self._stop_silence_timer()
         if not self._closed:
             self._end(error)
 
@@ -517,8 +570,12 @@ class Connection:
 
     def _queue(self, data: bytes) -> None:
         """Queue ``data``; it goes out with this turn's flush. Never blocks."""
+        self._outbox.append(data)
+        self._queued()
+
+    def _queued(self) -> None:
+        """After a command was appended to the outbox: see that it goes out."""
         outbox = self._outbox
-        outbox.append(data)
         if self._tls:
             self._wakeup.set()  # gevent's TLS socket cannot try a send without waiting
         elif len(outbox) >= _FLUSH_AT:
@@ -625,9 +682,22 @@ class Connection:
         the reader greenlet. :meth:`publish` and friends are this with an
         ``AsyncResult``; a producer passes its own waiter to skip a hop.
         """
-        self._check_open()
+        if self._closed or self._draining or self._reader is None:
+            self._check_open()  # raises the error that says why
         self.protocol.await_answer(waiter)
         self._queue(data)
+
+    def request_encoded(self, waiter: Waiter, command: str, data: bytes) -> None:
+        """Queue a ``PUB``/``MPUB``/``DPUB`` built once for any connection; does not block.
+
+        ``data`` comes from :mod:`gnsqlite.protocol.commands` (``pub``,
+        ``dpub``, ``mpub_encoded``) and ``command`` names it; nsqd's answer
+        goes to ``waiter`` as with :meth:`request`.
+        """
+        if self._closed or self._draining or self._reader is None:
+            self._check_open()  # raises the error that says why
+        self._outbox.append(self.protocol.publish_encoded(command, data, waiter))
+        self._queued()  # _queue, inlined
 
     def publish(self, topic: str, body: bytes | str) -> gevent.event.AsyncResult[bytes]:
         """PUB; the result resolves to ``b"OK"`` or the server's error. Does not block."""
@@ -673,8 +743,12 @@ class Connection:
 
     def finish(self, message_id: bytes | str) -> None:
         """FIN a message. Does not block."""
-        self._check_open()
-        self._queue(self.protocol.fin(message_id))
+        if self._closed or self._draining or self._reader is None:
+            self._check_open()  # raises the error that says why
+        outbox = self._outbox
+        outbox.append(self.protocol.fin(message_id))  # _queue, inlined: a flush is usually due
+        if self._tls or not self._flush_scheduled or len(outbox) >= _FLUSH_AT:
+            self._queued()
 
     def requeue(self, message_id: bytes | str, delay: float = 0.0) -> None:
         """REQ a message, redelivered after ``delay`` seconds. Does not block."""

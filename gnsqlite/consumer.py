@@ -52,7 +52,7 @@ from .discovery import LookupdPoller
 from .errors import ConfigError, NSQConnectionError, NSQError, ServerError
 from .flow import Backoff, Pause, Probe, RdyPlanner, Reconnect, Resume, make_backoff_strategy
 from .health import ConnectionHealth, Health, build_health
-from .message import Message, RequeueMessage
+from .message import Message, RequeueMessage, delivered
 from .net import normalize_address, normalize_addresses
 from .protocol import Message as WireMessage
 from .protocol import check_channel_name, check_topic_name
@@ -94,12 +94,22 @@ class _Link:
     that close() can requeue them and a lost connection drops them at once.
     """
 
-    __slots__ = ("address", "conn", "discovered", "finished", "received", "requeued", "unanswered")
+    __slots__ = (
+        "address",
+        "conn",
+        "discovered",
+        "finished",
+        "msg_timeout",
+        "received",
+        "requeued",
+        "unanswered",
+    )
 
     def __init__(self, address: str, conn: Connection, discovered: bool) -> None:
         self.address = address
         self.conn = conn
         self.discovered = discovered
+        self.msg_timeout = conn.msg_timeout  # negotiated at connect: read once, not per message
         self.received = 0
         self.finished = 0
         self.requeued = 0
@@ -239,9 +249,13 @@ class Consumer:
         self._drained = gevent.event.Event()
         #: Set while :meth:`is_starved` is true: a batching handler waits on it.
         self.starved = gevent.event.Event()
+        self._starved_names = self._planner.starved_names  # the planner's live set
+        self._starved_flag = False  # what ``starved`` was last set to
         #: Set while at least one connection is subscribed (:attr:`connections`).
         self.connected = gevent.event.Event()
         self._observers: list[Callable[[Message], None]] = []
+        #: handle() is Consumer.handle: the worker calls the handler directly.
+        self._plain_handle = type(self).handle is Consumer.handle
         # Counts of connections that went away, and messages given up, per nsqd:
         # with the live links' counts they make the cumulative stats()["by_nsqd"].
         self._retired: dict[str, dict[str, int]] = {}
@@ -383,6 +397,7 @@ class Consumer:
         self._links.clear()
         self.connected.clear()
         self.starved.clear()
+        self._starved_flag = False
         self._stopped.set()
 
     def join(self, timeout: float | None = None) -> bool:
@@ -423,7 +438,8 @@ class Consumer:
         return bool(self.starved.wait(timeout))
 
     def _update_starved(self) -> None:
-        if self._planner.is_starved():
+        starved = self._starved_flag = bool(self._starved_names)
+        if starved:
             if not self.starved.is_set():
                 self.starved.set()
                 if self._batcher is not None:
@@ -618,41 +634,52 @@ class Consumer:
 
     def _on_message(self, conn: Connection, wire: WireMessage) -> None:
         """Runs in the connection's reader greenlet: count, top up RDY, queue. Never blocks."""
-        message = Message(
-            wire.id,
-            wire.body,
-            wire.timestamp,
-            wire.attempts,
-            conn.name,
-            self,
-            conn.msg_timeout,
-            connection=conn,
-        )
-        link = self._links.get(conn.name)
+        name = conn.name
+        link = self._links.get(name)
         if link is None or link.conn is not conn:
+            timeout = conn.msg_timeout
+            message = Message(
+                wire.id, wire.body, wire.timestamp, wire.attempts, name, self, timeout, conn
+            )
             message.requeue(0.0, backoff=False)  # not counted, so respond() counts nothing
             return
+        now = time.monotonic()
+        message = delivered(
+            wire.id, wire.body, wire.timestamp, wire.attempts,
+            name, self, link.msg_timeout, conn, now,
+        )  # fmt: skip
         link.received += 1
-        self._send_rdy(self._planner.message_received(conn.name, time.monotonic()))
+        commands = self._planner.message_received(name, now)
+        if commands or bool(self._starved_names) is not self._starved_flag:
+            self._send_rdy(commands)
         if self._closing:
             message.requeue(0.0, backoff=False)
             return
         link.unanswered.add(message)
+        if self._observers:
+            self._observe(message)
+        if self._batcher is not None:
+            self._batcher.add(message)  # hands batches to _enqueue
+            return
+        queue = self._queue  # _enqueue, inlined on the hot path
+        queue.put(message)
+        if self._idle_workers < queue.qsize() and len(self._workers.greenlets) < (
+            self._concurrency or self._planner.max_in_flight or 1  # concurrency, inlined
+        ):
+            self._workers.spawn(self._work)
+
+    def _observe(self, message: Message) -> None:
         for observer in self._observers:
             try:
                 observer(message)
             except Exception:
                 log.exception("%s: message observer %r failed", self, observer)
-        if self._batcher is not None:
-            self._batcher.add(message)  # hands batches to _enqueue
-        else:
-            self._enqueue(message)
 
     def _enqueue(self, item: Message | Batch) -> None:
         """Queue a message or a batch for a worker, spawning one if needed. Never blocks."""
         queue = self._queue
         queue.put(item)
-        if self._idle_workers < queue.qsize() and len(self._workers) < self.concurrency:
+        if self._idle_workers < queue.qsize() and len(self._workers.greenlets) < self.concurrency:
             self._workers.spawn(self._work)
 
     def _drop_queued(self, conn: Connection) -> None:
@@ -717,7 +744,10 @@ class Consumer:
         timing = self._handler_timing
         started = perf_counter() if timing is not None else 0.0
         try:
-            self.handle(message)
+            if self._plain_handle and self._handler is not None:
+                self._handler(message)  # Consumer.handle, inlined on the hot path
+            else:
+                self.handle(message)
         except RequeueMessage as request:
             message.requeue(request.delay, request.backoff)
         except (Exception, gevent.Timeout) as exc:
@@ -731,7 +761,7 @@ class Consumer:
             message.requeue(0.0, backoff=False)
             raise
         else:
-            if not message.is_async:
+            if not message._async:  # is_async, inlined on the hot path
                 message.finish()
         if timing is not None:
             timing(perf_counter() - started)
@@ -772,16 +802,36 @@ class Consumer:
 
     def on_finish(self, message: Message) -> None:
         """FIN ``message`` and count a success; called by :meth:`Message.finish`. Does not block."""
-        conn, link = self._answering(message)
-        try:  # _quietly, inlined on the hot path
+        # _answering, _quietly and _message_done, inlined on the hot path.
+        conn = message.connection
+        if type(conn) is not Connection:
+            conn = _connection_of(message)
+        name = conn.name
+        link = self._links.get(name)
+        if link is not None and link.conn is conn:
+            link.unanswered.discard(message)
+        else:
+            link = None
+        try:
             conn.finish(message.wire_id)
         except NSQConnectionError as exc:
             log.debug("%s: not sent (%s); nsqd redelivers what is unanswered", self, exc)
         if link is None:
             return
         link.finished += 1
-        if self._message_done(conn) and self._backoff is not None:
-            self._apply_backoff(self._backoff.success(time.monotonic()))
+        now = time.monotonic()
+        commands = self._planner.message_done(name, now)
+        if commands or bool(self._starved_names) is not self._starved_flag:
+            self._send_rdy(commands)
+        if self._closing:
+            if self._in_flight() == 0:
+                self._drained.set()
+            return
+        backoff = self._backoff
+        if backoff is not None and backoff.level:  # at level 0 a success changes nothing
+            action = backoff.success(now)
+            if action is not None:
+                self._apply_backoff(action)
 
     def on_requeue(self, message: Message, delay: float | None, backoff: bool) -> None:
         """REQ ``message`` after ``delay`` seconds (``None``: :meth:`requeue_delay`).
@@ -823,16 +873,20 @@ class Consumer:
 
         Returns its connection and, while that is still subscribed, its link.
         """
-        conn = _connection_of(message)
+        conn = message.connection
+        if type(conn) is not Connection:
+            conn = _connection_of(message)
         link = self._links.get(conn.name)
         if link is None or link.conn is not conn:
             return conn, None
         link.unanswered.discard(message)
         return conn, link
 
-    def _message_done(self, conn: Connection) -> bool:
+    def _message_done(self, conn: Connection, now: float | None = None) -> bool:
         """The planner's count drops (RDY may top up); ``False`` once closing."""
-        self._send_rdy(self._planner.message_done(conn.name, time.monotonic()))
+        commands = self._planner.message_done(conn.name, time.monotonic() if now is None else now)
+        if commands or bool(self._starved_names) is not self._starved_flag:
+            self._send_rdy(commands)
         if self._closing:
             if self._in_flight() == 0:
                 self._drained.set()

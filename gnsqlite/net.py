@@ -28,8 +28,9 @@ __all__ = [
 def parse_address(address: str | tuple[str, int]) -> tuple[str, int]:
     """``"host:port"`` or ``(host, port)`` as a ``(host, port)`` tuple.
 
-    An IPv6 host may be bracketed (``"[::1]:4150"``). Raises ``ValueError``
-    for a malformed string, ``TypeError`` for anything but a string or a pair.
+    An IPv6 host may be bracketed (``"[::1]:4150"``). Raises
+    :class:`~gnsqlite.errors.ConfigError` (a ``ValueError``) for a malformed
+    string, ``TypeError`` for anything but a string or a pair.
     """
     if isinstance(address, tuple):
         host, port = address
@@ -38,7 +39,7 @@ def parse_address(address: str | tuple[str, int]) -> tuple[str, int]:
         raise TypeError(f"an address is 'host:port' or (host, port), not {address!r}")
     host, sep, port_text = address.rpartition(":")
     if not sep or not host or not port_text.isdigit():
-        raise ValueError(f"an nsqd address is 'host:port', not {address!r}")
+        raise ConfigError(f"an address is 'host:port' (like 127.0.0.1:4150), not {address!r}")
     return host.strip("[]"), int(port_text)
 
 

@@ -38,7 +38,9 @@ answer; :meth:`Producer.health` is what a readiness probe needs.
 from __future__ import annotations
 
 import logging
+import math
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -64,8 +66,8 @@ from .errors import (
 from .flow import Reconnect
 from .health import ConnectionHealth, Health, build_health
 from .net import normalize_addresses
-from .protocol import as_body, check_topic_name, mpub_body, to_milliseconds
-from .timers import TimerWheel
+from .protocol import as_body, check_topic_name, commands, mpub_body, to_milliseconds
+from .timers import Timer, TimerWheel
 
 __all__ = ["Producer", "error_code"]
 
@@ -75,8 +77,9 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_MESSAGE_SIZE: int = ProducerConfig.max_message_size
 DEFAULT_MAX_BODY_SIZE: int = ProducerConfig.max_body_size
 _RETRYABLE = (NSQConnectionError, PubFailedError, MPubFailedError, DPubFailedError)
-
-Command = Callable[[Connection], bytes]
+#: A blocking call gives up this long (seconds) after its attempt's deadline, so
+#: an attempt parked without a connection fails with NoConnectionsError first.
+_GRACE = 0.05
 #: Called with ``(topic, command, seconds)`` when a publish is answered or fails.
 PublishTiming = Callable[[str, str, float], None]
 
@@ -103,48 +106,45 @@ def error_code(error: BaseException) -> str:
 
 
 class _Attempt:
-    """One publish call travelling over connections until it succeeds or gives up."""
+    """One publish call travelling over connections until it succeeds or gives up.
 
-    __slots__ = (
-        "command", "deadline", "errors", "kind", "messages", "result", "started", "topic", "tried"
-    )
-
-    def __init__(
-        self, command: Command, started: float, deadline: float, topic: str, kind: str,
-        messages: int,
-    ) -> None:  # fmt: skip
-        self.command = command  # builds the request bytes with a connection's protocol
-        self.result: gevent.event.AsyncResult[bytes] = gevent.event.AsyncResult()
-        self.started = started
-        self.deadline = deadline
-        self.topic = topic
-        self.kind = kind  # "pub", "mpub" or "dpub"
-        self.messages = messages
-        self.errors: dict[str, BaseException] = {}
-        self.tried: set[Connection] = set()
-
-
-class _Reply:
-    """The :class:`~gnsqlite.conn.Waiter` of one attempt on one connection.
-
-    The connection's reader calls it directly, so an answer reaches the
-    attempt without a detour through the hub.
+    It is also the :class:`~gnsqlite.conn.Waiter` of the connection it was
+    last sent on (one at a time: it moves on only after that one failed),
+    which the connection's reader calls directly.
     """
 
-    __slots__ = ("attempt", "conn", "producer")
+    __slots__ = (
+        "command", "conn", "data", "deadline", "errors", "messages", "producer", "result",
+        "timeout", "topic", "tried",
+    )  # fmt: skip
 
-    def __init__(self, producer: Producer, attempt: _Attempt, conn: Connection) -> None:
+    def __init__(
+        self, producer: Producer, command: str, data: bytes, deadline: float, timeout: float,
+        topic: str, messages: int,
+    ) -> None:  # fmt: skip
         self.producer = producer
-        self.attempt = attempt
-        self.conn = conn
+        self.command = command  # "PUB", "MPUB" or "DPUB"
+        self.topic = topic  # for the producer's counters
+        self.messages = messages
+        self.data = data  # the whole request, the same bytes for any connection
+        self.result: gevent.event.AsyncResult[bytes] = gevent.event.AsyncResult()
+        self.deadline = deadline  # time.monotonic() after which it is not retried
+        self.timeout = timeout  # seconds: what the caller allowed
+        self.errors: dict[str, BaseException] = {}
+        self.tried: set[Connection] = set()
+        self.conn: Connection | None = None  # where it was sent last
 
     def set(self, value: bytes) -> None:
-        if not self.attempt.result.ready():
-            self.attempt.result.set(value)
-            self.producer._done(self.attempt, None)
+        """nsqd answered on :attr:`conn`."""
+        if not self.result.ready():
+            self.result.set(value)
+            self.producer._done(self, None)
 
     def set_exception(self, exception: BaseException) -> None:
-        self.producer._answered_with_error(self.attempt, self.conn, exception)
+        """:attr:`conn` refused it or ended before answering."""
+        conn = self.conn
+        if conn is not None:
+            self.producer._answered_with_error(self, conn, exception)
 
 
 class Producer:
@@ -197,6 +197,12 @@ class Producer:
         self._healthy: list[Connection] = []
         self._next = 0
         self._waiting: list[_Attempt] = []
+        # Attempts a caller blocks on, in the order the waits began: one wheel
+        # timer (at the earliest deadline) fails the late ones, instead of a
+        # gevent Timeout per call.
+        self._timed: deque[_Attempt] = deque()
+        self._deadline_timer: Timer | None = None
+        self._deadline_at = math.inf
         self._group = gevent.pool.Group()
         self._wheel: TimerWheel | None = None
         self._started = False
@@ -252,6 +258,8 @@ class Producer:
             conn.close()
         self._conns.clear()
         self._healthy.clear()
+        self._timed.clear()
+        self._deadline_timer = None  # cancelled with the owner's other timers
         waiting, self._waiting = self._waiting, []
         for attempt in waiting:
             self._fail(attempt, ConnectionClosedError(",".join(self.addresses), "producer closed"))
@@ -370,15 +378,14 @@ class Producer:
         self, topic: str, body: bytes | str, defer: float | None, timeout: float | None
     ) -> _Attempt:
         topic = check_topic_name(topic)
-        raw = as_body(body)
-        self._check_message_size(len(raw))
-        command: Command
+        raw = body if type(body) is bytes else as_body(body)
+        if not 0 < len(raw) <= self.max_message_size:
+            self._check_message_size(len(raw))  # raises the error that says why
+        # Built once, whatever connection takes it.
         if defer is None:
-            command = lambda conn: conn.protocol.pub(topic, raw)  # noqa: E731
-        else:
-            to_milliseconds(defer, "defer")
-            command = lambda conn: conn.protocol.dpub(topic, defer, raw)  # noqa: E731
-        return self._submit(command, timeout, topic, "pub" if defer is None else "dpub", 1)
+            return self._submit("PUB", commands.pub(topic, raw), timeout, topic, 1)
+        to_milliseconds(defer, "defer")
+        return self._submit("DPUB", commands.dpub(topic, defer, raw), timeout, topic, 1)
 
     def multi_publish_async(
         self, topic: str, bodies: Iterable[bytes | str], timeout: float | None = None
@@ -392,23 +399,27 @@ class Producer:
         topic = check_topic_name(topic)
         if isinstance(bodies, (bytes, str)):
             raise TypeError("multi_publish takes a list of bodies, not one bytes or str")
-        raws = [b if type(b) is bytes else as_body(b) for b in bodies]
+        raws: Sequence[bytes]
+        if type(bodies) in (list, tuple) and set(map(type, bodies)) == {bytes}:
+            raws = bodies  # type: ignore[assignment]  # all bytes already: no copy of the list
+        else:
+            raws = [b if type(b) is bytes else as_body(b) for b in bodies]
         if not raws:
             raise LocalProtocolError("multi_publish needs at least one message")
-        sizes = list(map(len, raws))
-        self._check_message_size(min(sizes))
-        self._check_message_size(max(sizes))
-        total = 4 + 4 * len(sizes) + sum(sizes)
+        sizes = set(map(len, raws))  # one pass; usually one size
+        smallest, largest = min(sizes), max(sizes)
+        self._check_message_size(smallest)
+        self._check_message_size(largest)
+        count = len(raws)
+        total = 4 + 4 * count + (largest * count if len(sizes) == 1 else sum(map(len, raws)))
         if total > self.max_body_size:
             raise MessageTooLargeError(
                 f"an MPUB body of {total} bytes ({len(raws)} messages) exceeds"
                 f" max_body_size={self.max_body_size} (nsqd's --max-body-size); split the batch"
             )
-        payload = mpub_body(raws)  # encoded once, whatever connection takes it
-        return self._submit(
-            lambda conn: conn.protocol.mpub_encoded(topic, payload), timeout, topic, "mpub",
-            len(raws),
-        )  # fmt: skip
+        # Encoded once, whatever connection takes it; equal sizes in one join.
+        payload = mpub_body(raws, largest if smallest == largest else None)
+        return self._submit("MPUB", commands.mpub_encoded(topic, payload), timeout, topic, count)
 
     def multi_publish_encoded(
         self, topic: str, payload: bytes | memoryview, timeout: float | None = None
@@ -428,9 +439,7 @@ class Producer:
                 f"{self.max_body_size} (nsqd's --max-body-size); split the batch"
             )
         count = int.from_bytes(bytes(payload[:4]), "big")  # the body's message count
-        attempt = self._submit(
-            lambda conn: conn.protocol.mpub_encoded(topic, payload), timeout, topic, "mpub", count
-        )
+        attempt = self._submit("MPUB", commands.mpub_encoded(topic, payload), timeout, topic, count)
         self._wait(attempt, timeout)
 
     def _check_message_size(self, size: int) -> None:
@@ -443,20 +452,78 @@ class Producer:
             )
 
     def _wait(self, attempt: _Attempt, timeout: float | None) -> None:
-        timeout = self.timeout if timeout is None else timeout
-        # A little longer than the attempt's own deadline, so a parked attempt
-        # fails with NoConnectionsError (naming each nsqd) rather than a timeout.
-        attempt.result.wait(timeout + 0.05)
-        if not attempt.result.ready():
+        """Block until ``attempt`` is answered or its deadline (plus a grace) passed.
+
+        ``timeout`` is what the call was given (already in the attempt's deadline).
+        """
+        result = attempt.result
+        if not result.ready():
+            timed = self._timed
+            if timed and not self._closed and attempt.deadline + _GRACE >= self._deadline_at:
+                # _watch's common case, inlined: the timer is armed early enough.
+                while timed and timed[0].result.ready():
+                    timed.popleft()
+                timed.append(attempt)
+            else:
+                self._watch(attempt)
+            result.wait()
+        result.get(block=False)
+
+    def _watch(self, attempt: _Attempt) -> None:
+        """Fail ``attempt`` if it is still unanswered ``_GRACE`` s after its deadline."""
+        if self._closed or self._wheel is None:
+            self._fail(attempt, ConnectionClosedError(",".join(self.addresses), "producer closed"))
+            return
+        timed = self._timed
+        while timed and timed[0].result.ready():  # answered ones leave, in order
+            timed.popleft()
+        timed.append(attempt)
+        due = attempt.deadline + _GRACE
+        if due < self._deadline_at:
+            self._arm_deadline(due)
+
+    def _arm_deadline(self, due: float) -> None:
+        wheel = self._wheel
+        if wheel is None:  # not started: nothing waits
+            return
+        if self._deadline_timer is not None:
+            self._deadline_timer.cancel()
+        self._deadline_at = due
+        self._deadline_timer = wheel.call_later(
+            max(0.0, due - time.monotonic()), self._check_deadlines, owner=self
+        )
+
+    def _check_deadlines(self) -> None:
+        """The deadline timer fired: fail the late attempts, arm for the next."""
+        self._deadline_timer = None
+        self._deadline_at = math.inf
+        now = time.monotonic()
+        kept: deque[_Attempt] = deque()
+        late: list[_Attempt] = []
+        next_due = math.inf
+        for attempt in self._timed:
+            if attempt.result.ready():
+                continue
+            due = attempt.deadline + _GRACE
+            if due <= now:
+                late.append(attempt)
+            else:
+                kept.append(attempt)
+                next_due = min(next_due, due)
+        self._timed = kept
+        for attempt in late:
             if attempt in self._waiting:
                 self._waiting.remove(attempt)
                 self._give_up(attempt)
             else:
-                self._fail(attempt, NSQTimeoutError(f"no answer from nsqd within {timeout} s"))
-        attempt.result.get(block=False)
+                self._fail(
+                    attempt, NSQTimeoutError(f"no answer from nsqd within {attempt.timeout} s")
+                )
+        if kept and not self._closed:
+            self._arm_deadline(next_due)
 
     def _submit(
-        self, command: Command, timeout: float | None, topic: str, kind: str, messages: int
+        self, command: str, data: bytes, timeout: float | None, topic: str, messages: int
     ) -> _Attempt:
         if self._closed:
             raise ConnectionClosedError(",".join(self.addresses), "the producer is closed")
@@ -465,8 +532,9 @@ class Producer:
                 ",".join(self.addresses), "the producer is not started: call start() first"
             )
         timeout = self.timeout if timeout is None else timeout
-        now = time.monotonic()
-        attempt = _Attempt(command, now, now + timeout, topic, kind, messages)
+        attempt = _Attempt(
+            self, command, data, time.monotonic() + timeout, timeout, topic, messages
+        )
         self._in_flight += 1
         self._dispatch(attempt)
         return attempt
@@ -488,8 +556,9 @@ class Producer:
             self._park(attempt)
             return
         attempt.tried.add(conn)
+        attempt.conn = conn
         try:
-            conn.request(_Reply(self, attempt, conn), attempt.command(conn))
+            conn.request_encoded(attempt, attempt.command, attempt.data)
         except (NSQConnectionError, LocalProtocolError) as exc:  # the connection just ended
             attempt.errors[conn.name] = exc
             self._dispatch(attempt)
@@ -538,7 +607,10 @@ class Producer:
     def _done(self, attempt: _Attempt, error: BaseException | None) -> None:
         """Count the end of one publish (the result was just set)."""
         self._in_flight -= 1
-        self.count_publish(attempt.topic, attempt.kind, attempt.messages, attempt.started, error)
+        started = attempt.deadline - attempt.timeout  # the time.monotonic() of the call
+        self.count_publish(
+            attempt.topic, attempt.command.lower(), attempt.messages, started, error
+        )
 
     # -- counters --------------------------------------------------------------
 

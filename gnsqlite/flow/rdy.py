@@ -192,7 +192,10 @@ class RdyPlanner:
         self.rng = rng if rng is not None else random.Random()
         self.conns: dict[str, ConnFlow] = {}
         self.mode = self.FULL
-        self._starved: set[str] = set()  # kept up to date so is_starved() is O(1)
+        #: The starved connections' names, kept up to date so :meth:`is_starved`
+        #: is O(1); the same set object for the planner's life (read it, never change it).
+        self.starved_names: set[str] = set()
+        self._starved = self.starved_names
         self._short: set[str] = set()  # connections below their target
         self._last_evaluation: float | None = None
         #: Floor grants (RDY 1 to a connection holding none) made since the last
@@ -443,17 +446,24 @@ class RdyPlanner:
         return self._rebalance(now)
 
     def message_received(self, name: str, now: float) -> list[Command]:
-        """A message arrived on ``name``: count it; its first message opens its share."""
+        """A message arrived on ``name``: count it; its first message opens its share.
+
+        The per-message path: O(1), and it returns commands only for a
+        connection's first message (in full flow).
+        """
         flow = self.conns.get(name)
         if flow is None:
             return []
-        flow.in_flight += 1
+        in_flight = flow.in_flight = flow.in_flight + 1
         flow.rdy -= 1
         flow.last_message_at = now
-        if self._check_starved(flow):
+        # In-flight only grew: a starved connection stays starved, so only
+        # the other way needs a check (_check_starved, inlined).
+        if in_flight >= flow.last_rdy * STARVATION_RATIO:
+            self._starved.add(name)
             flow.window_saturated = True
-        if flow.in_flight > flow.window_peak:
-            flow.window_peak = flow.in_flight
+        if in_flight > flow.window_peak:
+            flow.window_peak = in_flight
         if not flow.warmed:
             flow.warmed = True
             flow.hungry = True
@@ -468,25 +478,39 @@ class RdyPlanner:
         in the same write as the FIN. While probing, the one message is the
         test and its result decides what comes next, so nothing is topped up.
         An answer may also free budget a connection below its target waits for.
+        The per-message path: O(1) unless RDY crosses its low-water mark or
+        the answer frees budget another connection waits for.
         """
         flow = self.conns.get(name)
         if flow is None:
             return []
-        out: list[Command] = []
+        in_flight = flow.in_flight
+        last_rdy = flow.last_rdy
+        reserve = flow.reserve
         # Only a connection holding more than its RDY frees budget by answering.
-        holding_more = flow.reserve > 0 or flow.in_flight > flow.last_rdy
+        holding_more = reserve > 0 or in_flight > last_rdy
         before = flow.committed if holding_more else 0
-        if flow.in_flight > 0:
-            flow.in_flight -= 1
-        if flow.reserve > 0:
-            flow.reserve -= 1  # the RDY went out before this answer: nsqd sends no more
-        self._check_starved(flow)
+        if in_flight > 0:
+            in_flight = flow.in_flight = in_flight - 1
+        if reserve > 0:
+            flow.reserve = reserve - 1  # the RDY went out before this answer: nsqd sends no more
+        # In-flight only shrank: a connection not starved stays so (_check_starved, inlined).
+        if name in self._starved and not (
+            in_flight > 0 and in_flight >= last_rdy * STARVATION_RATIO
+        ):
+            self._starved.discard(name)
+        if self.mode != self.FULL:
+            return []
         rdy = flow.rdy
-        if self.mode == self.FULL:
-            if flow.last_rdy > 0 and (rdy <= 0 or rdy < flow.last_rdy * RESEND_RATIO):
-                self._send(flow, flow.last_rdy, now, out)
-            if holding_more and self._short and flow.committed < before:
-                self._fill(now, out, eager=False)
+        if last_rdy > 0 and (rdy <= 0 or rdy < last_rdy * RESEND_RATIO):
+            out: list[Command] = []
+            self._send(flow, last_rdy, now, out)
+        elif not holding_more:
+            return []
+        else:
+            out = []
+        if holding_more and self._short and flow.committed < before:
+            self._fill(now, out, eager=False)
         return out
 
     def set_max_in_flight(self, max_in_flight: int, now: float | None = None) -> list[Command]:

@@ -38,6 +38,7 @@ from ..errors import (
     error_from_frame,
 )
 from . import commands
+from .commands import MESSAGE_ID_LENGTH
 from .events import (
     Authenticated,
     CloseWait,
@@ -54,6 +55,7 @@ from .frames import (
     DEFAULT_MAX_FRAME_SIZE,
     FRAME_TYPE_ERROR,
     FRAME_TYPE_MESSAGE,
+    FRAME_TYPE_RESPONSE,
     HEARTBEAT,
     OK,
     FrameDecoder,
@@ -92,6 +94,19 @@ class ClientState(enum.Enum):
 # Tuples, not sets: membership is then an identity test per member, where a
 # set would call Enum.__hash__ (Python code) once per FIN on the hot path.
 _PUBLISH_STATES = (ClientState.SUBSCRIBED, ClientState.READY, ClientState.SUBSCRIBING)
+_PUBLISH_COMMANDS = ("PUB", "MPUB", "DPUB")
+
+# Events built without the frozen dataclass's __init__ (which goes through
+# object.__setattr__ once per field): one per message or publish on the hot paths.
+_new = object.__new__
+_set_data = Response.__dict__["data"].__set__
+_set_command = Response.__dict__["command"].__set__
+_set_waiter = Response.__dict__["waiter"].__set__
+
+
+_set_message = MessageReceived.__dict__["message"].__set__
+
+
 _RESPOND_STATES = (ClientState.SUBSCRIBED, ClientState.CLOSING, ClientState.SUBSCRIBING)
 
 
@@ -100,9 +115,9 @@ class _Pending:
 
     __slots__ = ("command", "waiter")
 
-    def __init__(self, command: str) -> None:
+    def __init__(self, command: str, waiter: Any = None) -> None:
         self.command = command
-        self.waiter: Any = None
+        self.waiter: Any = waiter
 
 
 class ClientConnection:
@@ -162,7 +177,8 @@ class ClientConnection:
 
     def pub(self, topic: str, body: bytes | str) -> bytes:
         """PUB one message; the answer is a :class:`Response` for ``"PUB"``."""
-        self._require(_PUBLISH_STATES, "PUB")
+        if self.state not in _PUBLISH_STATES:
+            self._require(_PUBLISH_STATES, "PUB")
         data = commands.pub(topic, body)
         self._pending.append(_Pending("PUB"))
         return data
@@ -181,6 +197,24 @@ class ClientConnection:
         self._pending.append(_Pending("MPUB"))
         return data
 
+    def publish_encoded(self, command: str, data: bytes, waiter: Any = None) -> bytes:
+        """Record a whole ``PUB``/``MPUB``/``DPUB`` built elsewhere and return it.
+
+        ``data`` must be what :func:`~gnsqlite.protocol.commands.pub`,
+        :func:`~gnsqlite.protocol.commands.dpub` or
+        :func:`~gnsqlite.protocol.commands.mpub_encoded` built (names and
+        sizes checked there), and ``command`` its name. The same bytes serve
+        any connection, so a producer builds them once per publish rather
+        than once per connection tried. ``waiter`` is attached as by
+        :meth:`await_answer`.
+        """
+        if command not in _PUBLISH_COMMANDS:
+            raise LocalProtocolError(f"publish_encoded takes PUB, MPUB or DPUB, not {command!r}")
+        if self.state not in _PUBLISH_STATES:
+            self._require(_PUBLISH_STATES, command)
+        self._pending.append(_Pending(command, waiter))
+        return data
+
     def dpub(self, topic: str, delay: float, body: bytes | str) -> bytes:
         """DPUB one message deferred by ``delay`` seconds."""
         self._require(_PUBLISH_STATES, "DPUB")
@@ -195,7 +229,10 @@ class ClientConnection:
 
     def fin(self, message_id: bytes | str) -> bytes:
         """FIN a message."""
-        self._require(_RESPOND_STATES, "FIN")
+        if self.state not in _RESPOND_STATES:
+            self._require(_RESPOND_STATES, "FIN")
+        if type(message_id) is bytes and len(message_id) == MESSAGE_ID_LENGTH:
+            return b"FIN %s\n" % message_id  # commands.fin's common case, inlined
         return commands.fin(message_id)
 
     def req(self, message_id: bytes | str, delay: float = 0.0) -> bytes:
@@ -287,16 +324,34 @@ class ClientConnection:
         out: list[Event] = []
         if self.state is ClientState.SUBSCRIBED:
             # The hot path: messages, heartbeats and the odd error.
+            received = _new
+            set_message = _set_message
             for frame_type, data in self._decoder.frames_decoding_messages():
-                if isinstance(data, Message):
-                    out.append(MessageReceived(data))
+                if type(data) is Message:
+                    event = received(MessageReceived)
+                    set_message(event, data)
+                    out.append(event)
                 else:
-                    out.append(self._frame_event(frame_type, data))
+                    out.append(self._frame_event(frame_type, data))  # type: ignore[arg-type]
             return out
         if self.state is ClientState.READY:
             # A publisher's answers: no upgrade can follow, so every frame at once.
+            pending = self._pending
             for frame_type, data in self._decoder.frames():
-                out.append(self._other_event(frame_type, data))
+                if (
+                    frame_type == FRAME_TYPE_RESPONSE
+                    and pending
+                    and pending[0].command in _PUBLISH_COMMANDS
+                    and data != HEARTBEAT
+                ):  # the hot path: _frame_event's answer to a publish, inlined
+                    answered = pending.popleft()
+                    answer: Response = _new(Response)  # no frozen __init__
+                    _set_data(answer, data)
+                    _set_command(answer, answered.command)
+                    _set_waiter(answer, answered.waiter)
+                    out.append(answer)
+                else:
+                    out.append(self._other_event(frame_type, data))
             return out
         while self.state is not ClientState.UPGRADING:
             frame = self._decoder.next_frame()

@@ -107,7 +107,8 @@ def sub(topic: str, channel: str) -> bytes:
 def pub(topic: str, body: bytes | str) -> bytes:
     """``PUB <topic>`` with one size-prefixed message body."""
     t = check_topic_name(topic)
-    return _with_body(f"PUB {t}\n".encode("ascii"), as_body(body))
+    raw = body if type(body) is bytes else as_body(body)
+    return b"".join((f"PUB {t}\n".encode("ascii"), _SIZE.pack(len(raw)), raw))  # _with_body
 
 
 def mpub(topic: str, bodies: Iterable[bytes | str]) -> bytes:
@@ -123,13 +124,18 @@ def mpub(topic: str, bodies: Iterable[bytes | str]) -> bytes:
     return mpub_encoded(t, mpub_body(raws))
 
 
-def mpub_body(bodies: Sequence[bytes]) -> bytes:
+def mpub_body(bodies: Sequence[bytes], size: int | None = None) -> bytes:
     """The body of an MPUB: the 4-byte message count, then each body's 4-byte size and bytes.
 
     ``bodies`` must be ``bytes`` already (see :func:`as_body`); their sizes
-    are not checked here.
+    are not checked here. ``size``, when given, is the size of every body (the
+    caller found them all equal): the prefixes are then one repeated
+    separator, and the body is built in one join.
     """
     count = len(bodies)
+    if size is not None and count:
+        prefix = _SIZE.pack(size)
+        return b"".join((_SIZE.pack(count), prefix, prefix.join(bodies)))
     parts: list[bytes] = [b""] * (2 * count + 1)
     parts[0] = _SIZE.pack(count)
     parts[1::2] = map(_SIZE.pack, map(len, bodies))

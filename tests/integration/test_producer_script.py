@@ -25,6 +25,7 @@ from gnsqlite.errors import (
     LocalProtocolError,
     MessageTooLargeError,
     NoConnectionsError,
+    NSQTimeoutError,
 )
 from gnsqlite.producer import Producer
 from gnsqlite.testing.waiting import wait_until
@@ -231,6 +232,40 @@ def test_close_fails_waiting_publishes_and_leaves_no_greenlet(scripted: Start) -
     producer.close()  # twice is fine
     with pytest.raises(ConnectionClosedError):
         producer.publish("t", b"x")
+
+
+def test_a_blocking_publish_nsqd_never_answers_times_out_on_its_own_timeout(
+    scripted: Start,
+) -> None:
+    def never_answers(peer: Peer) -> None:
+        peer.handshake()
+        while True:
+            peer.read_command()
+
+    server = scripted(never_answers)
+    with Producer(server.address, timeout=30) as producer:
+        outcomes: dict[str, tuple[type[BaseException], float]] = {}
+
+        def publish(name: str, timeout: float) -> None:
+            started = time.monotonic()
+            try:
+                producer.publish("t", name.encode(), timeout=timeout)
+            except NSQTimeoutError as exc:
+                assert f"within {timeout} s" in str(exc)
+                outcomes[name] = (type(exc), time.monotonic() - started)
+
+        # The longer wait starts first: the shorter one must not wait behind it.
+        slow = gevent.spawn(publish, "slow", 1.5)
+        gevent.sleep(0.05)
+        fast = gevent.spawn(publish, "fast", 0.3)
+        gevent.joinall([slow, fast], timeout=5, raise_error=True)
+        assert outcomes["fast"][0] is NSQTimeoutError
+        assert 0.3 <= outcomes["fast"][1] < 1.0
+        assert outcomes["slow"][0] is NSQTimeoutError
+        assert 1.5 <= outcomes["slow"][1] < 2.5
+        assert len(published(server)) == 2
+        wheel = TimerWheel.for_hub()
+        assert [t for t in wheel.owned_by(producer) if t.active] == []  # nothing left to time
 
 
 def test_concurrent_publishers_on_one_connection(scripted: Start) -> None:

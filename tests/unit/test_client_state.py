@@ -286,3 +286,23 @@ def test_a_refused_request_hands_its_waiter_the_error() -> None:
     assert isinstance(event, ErrorReceived)
     assert (event.command, event.waiter) == ("PUB", "w")
     assert isinstance(event.error, BadTopicError)
+
+
+def test_a_request_built_once_is_recorded_with_its_waiter_on_any_connection() -> None:
+    from gnsqlite.protocol import commands
+
+    data = commands.pub("t", b"1")
+    first, second = identified({}), identified({})
+    assert first.publish_encoded("PUB", data, "w1") is data
+    assert second.publish_encoded("MPUB", commands.mpub_encoded("t", b"\0\0\0\1\0\0\0\1x")) != b""
+    first.receive_data(response(b"OK"))
+    (answer,) = first.events()
+    assert isinstance(answer, Response) and (answer.data, answer.waiter) == (b"OK", "w1")
+    second.receive_data(response(b"OK"))
+    (event,) = second.events()
+    assert isinstance(event, Response) and (event.command, event.waiter) == ("MPUB", None)
+    with pytest.raises(LocalProtocolError, match="PUB, MPUB or DPUB"):
+        first.publish_encoded("SUB", data)
+    with pytest.raises(LocalProtocolError, match="cannot send PUB"):
+        ClientConnection().publish_encoded("PUB", data)
+    assert first.pending_requests == 0  # nothing recorded for a refused one

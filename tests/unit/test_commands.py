@@ -63,6 +63,13 @@ def test_mpub_takes_str_bytearray_and_memoryview_bodies_like_bytes() -> None:
     assert p.mpub_body([b"a", b"bc"]) == size(2) + size(1) + b"a" + size(2) + b"bc"
 
 
+def test_mpub_body_of_equal_sizes_is_the_same_bytes_as_the_general_form() -> None:
+    bodies = [b"%03d" % i for i in range(100)]
+    assert p.mpub_body(bodies, 3) == p.mpub_body(bodies)
+    assert p.mpub_body([b"x"], 1) == size(1) + size(1) + b"x"
+    assert p.mpub_body(bodies, 3)[:11] == size(100) + size(3) + b"000"
+
+
 def test_remembering_valid_names_never_lets_an_invalid_one_through() -> None:
     # Valid names are remembered; an invalid one is refused every time.
     assert p.check_topic_name("remembered") == "remembered"

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
 
-from gnsqlite.message import Message
+from gnsqlite.message import Message, delivered
 
 pytestmark = pytest.mark.no_server
 
@@ -53,3 +54,17 @@ def test_a_responder_with_the_older_single_respond_method_still_works() -> None:
     m, n = make(Old(), 1), make(Old(), 2)
     assert m.touch() and m.finish() and n.requeue()
     assert calls == [("touch", None, False), ("finish", None, False), ("requeue", None, True)]
+
+
+def test_a_delivered_message_is_the_message_the_constructor_builds() -> None:
+    r = Recorder()
+    conn = object()
+    now = time.monotonic()
+    built = Message(b"0000000000000007", b"body", 123, 2, "h:4150", r, 30.0, connection=conn)
+    fast = delivered(b"0000000000000007", b"body", 123, 2, "h:4150", r, 30.0, conn, now)
+    for field in ("id", "wire_id", "body", "timestamp", "attempts", "nsqd", "msg_timeout",
+                  "connection", "has_responded", "is_async"):  # fmt: skip
+        assert getattr(fast, field) == getattr(built, field), field
+    assert 29.0 < fast.time_left() <= 30.0
+    assert fast.finish() and not fast.finish()
+    assert r.calls == [("finish", "0000000000000007")]
