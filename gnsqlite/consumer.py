@@ -36,6 +36,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Iterable
+from time import perf_counter  # bound once: the handler timing reads it twice a message
 from typing import Any
 
 import gevent
@@ -50,6 +51,7 @@ from .deadletter import DeadLetterPublisher
 from .discovery import LookupdPoller
 from .errors import ConfigError, NSQConnectionError, NSQError, ServerError
 from .flow import Backoff, Pause, Probe, RdyPlanner, Reconnect, Resume, make_backoff_strategy
+from .health import ConnectionHealth, Health, build_health
 from .message import Message, RequeueMessage, delivered
 from .net import normalize_address, normalize_addresses
 from .protocol import Message as WireMessage
@@ -63,6 +65,8 @@ log = logging.getLogger(__name__)
 Handler = Callable[[Message], Any]
 GiveUpHook = Callable[[Message], Any]
 _PREVIEW = 64
+#: The counters ``stats()["by_nsqd"]`` keeps per nsqd, cumulative across reconnects.
+COUNTERS = ("received", "finished", "requeued", "given_up")
 #: The reconnect policy's key for lookupd polls (an address always has a ':').
 _LOOKUPD = "lookupd"
 
@@ -252,6 +256,10 @@ class Consumer:
         self._observers: list[Callable[[Message], None]] = []
         #: handle() is Consumer.handle: the worker calls the handler directly.
         self._plain_handle = type(self).handle is Consumer.handle
+        # Counts of connections that went away, and messages given up, per nsqd:
+        # with the live links' counts they make the cumulative stats()["by_nsqd"].
+        self._retired: dict[str, dict[str, int]] = {}
+        self._handler_timing: Callable[[float], None] | None = None
 
     def __repr__(self) -> str:
         return f"<Consumer {self.topic}/{self.channel} conns={len(self._links)}>"
@@ -288,6 +296,17 @@ class Consumer:
         """Stop calling ``observer``; a no-op if it was not added."""
         if observer in self._observers:
             self._observers.remove(observer)
+
+    def set_handler_timing(self, timing: Callable[[float], None] | None) -> None:
+        """Call ``timing(seconds)`` after each handler call (``None``: stop).
+
+        ``seconds`` is how long the handler ran (a handler that raised
+        included; an async message's later answer is not); with a
+        ``batch_handler``, how long each batch call ran. It runs in the
+        worker greenlet: it must not block. :mod:`gnsqlite.metrics` uses it
+        for its histogram; without it the consumer reads no clock for this.
+        """
+        self._handler_timing = timing
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -371,6 +390,8 @@ class Consumer:
         self._requeue_queued()
         for link in links:
             link.conn.close(max(0.1, deadline - time.monotonic()))
+        for link in self._links.values():
+            self._retire(link)
         if self._batcher is not None:
             self._batcher.stop()
         self._links.clear()
@@ -516,6 +537,7 @@ class Consumer:
         if link is None or link.conn is not conn:
             return
         del self._links[conn.name]
+        self._retire(link)
         if not self._links:
             self.connected.clear()
         # Its unanswered messages, gone with the link, can no longer be
@@ -534,6 +556,10 @@ class Consumer:
             # A discovered nsqd is connected again only if lookupd lists it:
             # ask now (as go-nsq does) rather than at the next scheduled poll.
             self.query_lookupd()
+
+    def _retire(self, link: _Link) -> None:
+        """Keep a lost link's counts for the cumulative ``stats()["by_nsqd"]``."""
+        _add_counts(self._retired.setdefault(link.conn.name, dict.fromkeys(COUNTERS, 0)), link)
 
     def _schedule_reconnect(self, address: str) -> None:
         if self._closing or self._wheel is None:
@@ -700,7 +726,11 @@ class Consumer:
 
     def _run_batch(self, batch: Batch) -> None:
         if self._batcher is not None:
+            timing = self._handler_timing
+            started = perf_counter() if timing is not None else 0.0
             self._batcher.run(batch)
+            if timing is not None:
+                timing(perf_counter() - started)
 
     def _process(self, message: Message) -> None:
         conn = message.connection
@@ -711,6 +741,8 @@ class Consumer:
         if max_attempts and message.attempts > max_attempts:
             self._give_up(message)
             return
+        timing = self._handler_timing
+        started = perf_counter() if timing is not None else 0.0
         try:
             if self._plain_handle and self._handler is not None:
                 self._handler(message)  # Consumer.handle, inlined on the hot path
@@ -731,6 +763,8 @@ class Consumer:
         else:
             if not message._async:  # is_async, inlined on the hot path
                 message.finish()
+        if timing is not None:
+            timing(perf_counter() - started)
 
     def _give_up(self, message: Message) -> None:
         """Dead-letter (blocks up to ``dead_letter_timeout``), then the hook, then FIN."""
@@ -743,7 +777,7 @@ class Consumer:
         except (Exception, gevent.Timeout):
             if dead_letters is not None:  # it is safe in the dead-letter topic
                 log.exception("%s: on_giving_up failed on dead-lettered %s", self, message)
-                message.finish()
+                self._given_up(message)
                 return
             log.exception("%s: on_giving_up failed on %s; requeueing it", self, message)
             message.requeue(None, backoff=False)
@@ -751,6 +785,12 @@ class Consumer:
         except BaseException:
             message.requeue(0.0, backoff=False)
             raise
+        self._given_up(message)
+
+    def _given_up(self, message: Message) -> None:
+        """Count ``message`` as given up (``stats()["by_nsqd"]``), then FIN it."""
+        kept = self._retired.setdefault(message.nsqd, dict.fromkeys(COUNTERS, 0))
+        kept["given_up"] += 1
         message.finish()
 
     def requeue_delay(self, attempts: int) -> float:
@@ -879,6 +919,13 @@ class Consumer:
         else its ``topic``, ``envelope`` and the counts ``published`` and
         ``failed`` (publishes that failed: those messages were requeued).
 
+        ``by_nsqd`` maps each nsqd ever subscribed to its counts of
+        :data:`COUNTERS` (``received``, ``finished``, ``requeued``,
+        ``given_up``: dead-lettered and/or handed to ``on_giving_up``, and
+        finished), cumulative since the consumer started: they never go down
+        when a connection is lost (what Prometheus counters need).
+        ``given_up`` in ``totals`` is their sum.
+
         ``last_message_time`` is wall-clock seconds (``time.time()``), or ``None``.
         ``rdy_target`` is the count the RDY policy wants for a connection (its
         ``last_rdy`` may be lower while others answer what they hold) and
@@ -913,12 +960,17 @@ class Consumer:
                 "rdy", "rdy_remaining", "last_rdy", "in_flight", "received", "finished", "requeued"
             )
         }
+        by_nsqd = {name: dict(counts) for name, counts in self._retired.items()}
+        for link in self._links.values():
+            _add_counts(by_nsqd.setdefault(link.conn.name, dict.fromkeys(COUNTERS, 0)), link)
+        totals["given_up"] = sum(c["given_up"] for c in by_nsqd.values())
         return {
             "topic": self.topic,
             "channel": self.channel,
             "max_in_flight": self._planner.max_in_flight,
             "connections": conns,
             "totals": totals,
+            "by_nsqd": by_nsqd,
             "backoff": self._backoff.describe(now) if self._backoff else {"state": "off"},
             "starved": self.is_starved(),
             "handlers_running": len(self._running),
@@ -926,6 +978,47 @@ class Consumer:
             "dead_letters": None if self._dead_letters is None else self._dead_letters.stats(),
             **({"batches": self._batcher.stats()} if self._batcher is not None else {}),
         }
+
+    def health(self) -> Health:
+        """Whether the consumer can consume now, for a readiness probe; does not block.
+
+        ``ok`` when started, not closed and subscribed on at least one nsqd.
+        Per nsqd it knows (static addresses, and the subscribed ones): whether
+        it is subscribed, the seconds since its last message and since
+        anything was read from it (heartbeats included; nsqd sends one every
+        ``heartbeat_interval``, so an age well above that means a stalled
+        connection). Backoff state and level are reported, not counted
+        against ``ok``. Sends nothing.
+        """
+        now = time.monotonic()
+        rows: dict[str, ConnectionHealth] = {
+            address: ConnectionHealth(address, False, None, None)
+            for address in (*self.nsqd_tcp_addresses, *self._connecting)
+        }
+        for name, link in self._links.items():
+            flow = self._planner.conns.get(name)
+            last = flow.last_message_at if flow else None
+            rows[name] = ConnectionHealth(
+                name,
+                not link.conn.closed,
+                None if last is None else now - last,
+                now - link.conn.last_received,
+            )
+        backoff = self._backoff
+        return build_health(
+            started=self._started,
+            closed=self._closing,
+            connections=rows.values(),
+            backoff=backoff.state if backoff is not None else "off",
+            backoff_level=backoff.level if backoff is not None else 0,
+        )
+
+
+def _add_counts(counts: dict[str, int], link: _Link) -> None:
+    """Add ``link``'s received/finished/requeued counts to ``counts``."""
+    counts["received"] += link.received
+    counts["finished"] += link.finished
+    counts["requeued"] += link.requeued
 
 
 def _requeue_now(item: Message | Batch | None) -> None:

@@ -29,6 +29,10 @@ an empty body (which nsqd refuses too) raises
 Each connection answers nsqd's heartbeats by itself, so an idle producer
 stays connected indefinitely; a connection that hears nothing for two
 heartbeat intervals is treated as dead and reconnected.
+
+:meth:`Producer.stats` counts what was published (commands and messages by
+topic and command), the errors by code and the publishes waiting for an
+answer; :meth:`Producer.health` is what a readiness probe needs.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ import logging
 import math
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import gevent
@@ -60,11 +64,12 @@ from .errors import (
     ServerError,
 )
 from .flow import Reconnect
+from .health import ConnectionHealth, Health, build_health
 from .net import normalize_addresses
 from .protocol import as_body, check_topic_name, commands, mpub_body, to_milliseconds
 from .timers import Timer, TimerWheel
 
-__all__ = ["Producer"]
+__all__ = ["Producer", "error_code"]
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +80,30 @@ _RETRYABLE = (NSQConnectionError, PubFailedError, MPubFailedError, DPubFailedErr
 #: A blocking call gives up this long (seconds) after its attempt's deadline, so
 #: an attempt parked without a connection fails with NoConnectionsError first.
 _GRACE = 0.05
+#: Called with ``(topic, command, seconds)`` when a publish is answered or fails.
+PublishTiming = Callable[[str, str, float], None]
+
+
+def error_code(error: BaseException) -> str:
+    """The ``code`` a failed publish is counted under in :meth:`Producer.stats`.
+
+    nsqd's ``E_*`` code for an error nsqd sent (``"E_BAD_TOPIC"``), else
+    ``"no_connections"`` (no nsqd took it in time), ``"timeout"`` (sent, not
+    answered in time), ``"closed"`` (the producer closed first) or
+    ``"connection"`` (the connection broke and no retry was possible).
+    """
+    if isinstance(error, ServerError):
+        return error.code
+    if isinstance(error, NoConnectionsError):
+        return "no_connections"
+    if isinstance(error, ConnectionClosedError):
+        return "closed"
+    if isinstance(error, NSQTimeoutError):
+        return "timeout"
+    if isinstance(error, NSQConnectionError):
+        return "connection"
+    return type(error).__name__
+
 
 class _Attempt:
     """One publish call travelling over connections until it succeeds or gives up.
@@ -85,14 +114,18 @@ class _Attempt:
     """
 
     __slots__ = (
-        "command", "conn", "data", "deadline", "errors", "producer", "result", "timeout", "tried",
+        "command", "conn", "data", "deadline", "errors", "messages", "producer", "result",
+        "timeout", "topic", "tried",
     )  # fmt: skip
 
     def __init__(
-        self, producer: Producer, command: str, data: bytes, deadline: float, timeout: float
-    ) -> None:
+        self, producer: Producer, command: str, data: bytes, deadline: float, timeout: float,
+        topic: str, messages: int,
+    ) -> None:  # fmt: skip
         self.producer = producer
         self.command = command  # "PUB", "MPUB" or "DPUB"
+        self.topic = topic  # for the producer's counters
+        self.messages = messages
         self.data = data  # the whole request, the same bytes for any connection
         self.result: gevent.event.AsyncResult[bytes] = gevent.event.AsyncResult()
         self.deadline = deadline  # time.monotonic() after which it is not retried
@@ -105,6 +138,7 @@ class _Attempt:
         """nsqd answered on :attr:`conn`."""
         if not self.result.ready():
             self.result.set(value)
+            self.producer._done(self, None)
 
     def set_exception(self, exception: BaseException) -> None:
         """:attr:`conn` refused it or ended before answering."""
@@ -174,6 +208,11 @@ class Producer:
         self._started = False
         self._closed = False
         self._connected = gevent.event.Event()
+        # stats(): (topic, command) -> [commands answered OK, messages in them]
+        self._published: dict[tuple[str, str], list[int]] = {}
+        self._errors: dict[str, int] = {}  # error_code() -> failed publishes
+        self._in_flight = 0  # publishes waiting for an answer (or a connection)
+        self._publish_timing: PublishTiming | None = None
 
     def __repr__(self) -> str:
         return f"<Producer {list(self.addresses)} healthy={len(self._healthy)}>"
@@ -238,6 +277,11 @@ class Producer:
     def connections(self) -> Sequence[Connection]:
         """The connections that can publish now."""
         return tuple(self._healthy)
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` was called."""
+        return self._closed
 
     # -- connections -------------------------------------------------------
 
@@ -339,9 +383,9 @@ class Producer:
             self._check_message_size(len(raw))  # raises the error that says why
         # Built once, whatever connection takes it.
         if defer is None:
-            return self._submit("PUB", commands.pub(topic, raw), timeout)
+            return self._submit("PUB", commands.pub(topic, raw), timeout, topic, 1)
         to_milliseconds(defer, "defer")
-        return self._submit("DPUB", commands.dpub(topic, defer, raw), timeout)
+        return self._submit("DPUB", commands.dpub(topic, defer, raw), timeout, topic, 1)
 
     def multi_publish_async(
         self, topic: str, bodies: Iterable[bytes | str], timeout: float | None = None
@@ -375,7 +419,7 @@ class Producer:
             )
         # Encoded once, whatever connection takes it; equal sizes in one join.
         payload = mpub_body(raws, largest if smallest == largest else None)
-        return self._submit("MPUB", commands.mpub_encoded(topic, payload), timeout)
+        return self._submit("MPUB", commands.mpub_encoded(topic, payload), timeout, topic, count)
 
     def multi_publish_encoded(
         self, topic: str, payload: bytes | memoryview, timeout: float | None = None
@@ -394,7 +438,8 @@ class Producer:
                 f"an MPUB body of {len(payload)} bytes exceeds max_body_size="
                 f"{self.max_body_size} (nsqd's --max-body-size); split the batch"
             )
-        attempt = self._submit("MPUB", commands.mpub_encoded(topic, payload), timeout)
+        count = int.from_bytes(bytes(payload[:4]), "big")  # the body's message count
+        attempt = self._submit("MPUB", commands.mpub_encoded(topic, payload), timeout, topic, count)
         self._wait(attempt, timeout)
 
     def _check_message_size(self, size: int) -> None:
@@ -477,7 +522,9 @@ class Producer:
         if kept and not self._closed:
             self._arm_deadline(next_due)
 
-    def _submit(self, command: str, data: bytes, timeout: float | None) -> _Attempt:
+    def _submit(
+        self, command: str, data: bytes, timeout: float | None, topic: str, messages: int
+    ) -> _Attempt:
         if self._closed:
             raise ConnectionClosedError(",".join(self.addresses), "the producer is closed")
         if not self._started:
@@ -485,7 +532,10 @@ class Producer:
                 ",".join(self.addresses), "the producer is not started: call start() first"
             )
         timeout = self.timeout if timeout is None else timeout
-        attempt = _Attempt(self, command, data, time.monotonic() + timeout, timeout)
+        attempt = _Attempt(
+            self, command, data, time.monotonic() + timeout, timeout, topic, messages
+        )
+        self._in_flight += 1
         self._dispatch(attempt)
         return attempt
 
@@ -548,7 +598,119 @@ class Producer:
                 errors[address] = self._last_error[address]
         self._fail(attempt, NoConnectionsError(errors, "every nsqd failed or is unreachable"))
 
-    @staticmethod
-    def _fail(attempt: _Attempt, error: BaseException | None) -> None:
+    def _fail(self, attempt: _Attempt, error: BaseException | None) -> None:
         if not attempt.result.ready():
-            attempt.result.set_exception(error or RuntimeError("publish failed"))
+            error = error or RuntimeError("publish failed")
+            attempt.result.set_exception(error)
+            self._done(attempt, error)
+
+    def _done(self, attempt: _Attempt, error: BaseException | None) -> None:
+        """Count the end of one publish (the result was just set)."""
+        self._in_flight -= 1
+        started = attempt.deadline - attempt.timeout  # the time.monotonic() of the call
+        self.count_publish(
+            attempt.topic, attempt.command.lower(), attempt.messages, started, error
+        )
+
+    # -- counters --------------------------------------------------------------
+
+    def count_publish(
+        self,
+        topic: str,
+        command: str,
+        messages: int,
+        started: float | None,
+        error: BaseException | None,
+    ) -> None:
+        """Count one publish that ended: answered OK (``error`` ``None``) or failed.
+
+        The producer calls it itself; a front end that publishes on one of
+        its connections directly (the pynsq ``Writer``) calls it too, so that
+        :meth:`stats` counts everything. ``started`` is the
+        ``time.monotonic()`` of the send (``None``: not timed). Does not block.
+        """
+        if error is None:
+            counts = self._published.get((topic, command))
+            if counts is None:
+                counts = self._published[(topic, command)] = [0, 0]
+            counts[0] += 1
+            counts[1] += messages
+        else:
+            code = error_code(error)
+            self._errors[code] = self._errors.get(code, 0) + 1
+        timing = self._publish_timing
+        if timing is not None and started is not None:
+            timing(topic, command, time.monotonic() - started)
+
+    def track_in_flight(self, change: int) -> None:
+        """Add ``change`` to the publishes waiting for an answer (for a front end, as above)."""
+        self._in_flight += change
+
+    def set_publish_timing(self, timing: PublishTiming | None) -> None:
+        """Call ``timing(topic, command, seconds)`` when a publish ends (``None``: stop).
+
+        ``seconds`` runs from the call to nsqd's answer or the failure,
+        retries included. It runs in the greenlet that saw the answer (a
+        connection's reader): it must not block. :mod:`gnsqlite.metrics`
+        uses it for its histogram.
+        """
+        self._publish_timing = timing
+
+    def stats(self) -> dict[str, Any]:
+        """What the producer published and how its connections are; does not block.
+
+        ``connections``: every address with ``connected`` (it can publish
+        now) and ``last_error`` (the text of the last error, or ``None``).
+        ``publishes``: one row per topic and command (``"pub"``, ``"mpub"``,
+        ``"dpub"``) with ``count`` (commands nsqd answered ``OK``) and
+        ``messages`` (the messages in them). ``errors``: failed publishes by
+        :func:`error_code`. ``in_flight``: publishes waiting for an answer or
+        a connection. Counts are cumulative since the producer was built;
+        ``totals`` sums them.
+        """
+        up = {conn.name for conn in self._healthy}
+        publishes = [
+            {"topic": topic, "command": command, "count": counts[0], "messages": counts[1]}
+            for (topic, command), counts in sorted(self._published.items())
+        ]
+        return {
+            "connections": [
+                {
+                    "address": address,
+                    "connected": address in up,
+                    "last_error": (
+                        str(self._last_error[address]) if address in self._last_error else None
+                    ),
+                }
+                for address in self.addresses
+            ],
+            "publishes": publishes,
+            "errors": dict(sorted(self._errors.items())),
+            "in_flight": self._in_flight,
+            "totals": {
+                "publishes": sum(p["count"] for p in publishes),
+                "messages": sum(p["messages"] for p in publishes),
+                "errors": sum(self._errors.values()),
+                "in_flight": self._in_flight,
+            },
+        }
+
+    def health(self) -> Health:
+        """Whether the producer can publish now, for a readiness probe; does not block.
+
+        ``ok`` when started, not closed and connected to at least one nsqd.
+        Per address: connected or not, and the seconds since anything was read
+        from it (heartbeats included). Sends nothing.
+        """
+        now = time.monotonic()
+        up = {conn.name: conn for conn in self._healthy}
+        rows = [
+            ConnectionHealth(
+                address,
+                address in up,
+                None,
+                now - up[address].last_received if address in up else None,
+            )
+            for address in self.addresses
+        ]
+        return build_health(started=self._started, closed=self._closed, connections=rows)

@@ -21,6 +21,13 @@ Endpoints:
   reached nsqd, so a retry can duplicate it.
 * ``GET /stats``: the worker's pid, how many messages it handled, and the
   Consumer's ``stats()``.
+* ``GET /metrics``: Prometheus metrics of every worker's Consumer and
+  Producer, summed over the workers (prometheus_client's multiprocess mode:
+  ``gunicorn.conf.py`` sets ``PROMETHEUS_MULTIPROC_DIR``). Needs
+  ``gnsqlite[metrics]``.
+* ``GET /healthz``: 200 when this worker's Consumer and Producer are
+  connected, else 503; the body is both ``health()`` reports with the
+  reasons.
 
 Settings come from the environment: ``NSQD_TCP_ADDRESS`` (default
 ``127.0.0.1:4150``), ``NSQ_TOPIC`` (``events``), ``NSQ_CHANNEL`` (``web``),
@@ -37,7 +44,7 @@ import logging
 import os
 from typing import Any
 
-from flask import Flask, Request, jsonify, request
+from flask import Flask, Request, Response, jsonify, request
 from werkzeug.exceptions import BadRequest
 
 from gnsqlite.consumer import Consumer
@@ -54,6 +61,7 @@ from gnsqlite.errors import (
     PubFailedError,
 )
 from gnsqlite.message import Message
+from gnsqlite.metrics import Instrumentation, exposition, instrument
 from gnsqlite.producer import Producer
 
 log = logging.getLogger(__name__)
@@ -84,6 +92,7 @@ class Worker:
         self.topic = ""
         self.producer: Producer | None = None
         self.consumer: Consumer | None = None
+        self.metrics: list[Instrumentation] = []
         self._record: Any = None
 
     def build(self) -> tuple[Producer, Consumer]:
@@ -109,6 +118,8 @@ class Worker:
         if record_dir:
             path = os.path.join(record_dir, f"{os.getpid()}.log")
             self._record = open(path, "ab", buffering=0)  # noqa: SIM115 - closed in stop()
+        # Exported at /metrics; in multiprocess mode synced to the shared directory every second.
+        self.metrics = [instrument(self.producer), instrument(self.consumer)]
         self.producer.start()
         self.consumer.start()
         log.info("worker %d: consuming %s/%s", os.getpid(), self.topic, self.consumer.channel)
@@ -125,6 +136,8 @@ class Worker:
             self.consumer.close(timeout=10.0)
         if self.producer is not None:
             self.producer.close()
+        for instrumentation in self.metrics:
+            instrumentation.close()  # the last counts reach the shared directory
         if self._record is not None:
             self._record.close()
         log.info("worker %d: closed after handling %d messages", os.getpid(), self.handled)
@@ -200,3 +213,22 @@ def stats() -> Any:
             "consumer": consumer.stats() if consumer is not None else None,
         }
     )
+
+
+@app.get("/metrics")
+def metrics() -> Any:
+    """Prometheus metrics, summed over every worker in multiprocess mode."""
+    body, content_type = exposition()
+    return Response(body, content_type=content_type)
+
+
+@app.get("/healthz")
+def healthz() -> Any:
+    """200 when this worker's Consumer and Producer are connected, else 503 with the reasons."""
+    if worker.consumer is None or worker.producer is None:
+        return jsonify({"ok": False, "reasons": ["no NSQ clients: run under gunicorn"]}), 503
+    consumer, producer = worker.consumer.health(), worker.producer.health()
+    ok = consumer.ok and producer.ok
+    body = {"ok": ok, "worker": os.getpid(), "consumer": consumer.as_dict(),
+            "producer": producer.as_dict()}  # fmt: skip
+    return jsonify(body), 200 if ok else 503

@@ -152,10 +152,13 @@ def consume_rate(
     count: int,
     max_in_flight: int,
     options: Mapping[str, Any] | None = None,
+    prepare: Callable[[Consumer], object] | None = None,
 ) -> float:
     """Seconds gnsqlite's Consumer takes to handle ``count`` queued messages; blocks.
 
-    ``options`` are connection options (``snappy=True``, ``tls_v1=True`` ...).
+    ``options`` are connection options (``snappy=True``, ``tls_v1=True`` ...);
+    ``prepare(consumer)`` runs before the clock starts (the overhead benchmark
+    instruments the consumer there).
     """
     done = gevent.event.Event()
     handled = 0
@@ -175,6 +178,8 @@ def consume_rate(
         concurrency=min(max_in_flight, 100),
         **dict(options or {}),
     )
+    if prepare is not None:
+        prepare(consumer)
     start = time.perf_counter()
     consumer.start()
     try:

@@ -114,7 +114,13 @@ class ConsumerSource:
 
 
 class ProducerSource:
-    """A :class:`~gnsqlite.producer.Producer` in this process: its nsqd and which are up."""
+    """A :class:`~gnsqlite.producer.Producer` in this process: its nsqd, which are up, its counts.
+
+    ``counts`` holds the producer's ``stats()`` totals (publishes, messages,
+    errors, in flight), ``publishes`` its rows per topic and command and
+    ``errors`` its failed publishes by code; a growing error count becomes
+    an event.
+    """
 
     kind = "producer"
 
@@ -123,9 +129,10 @@ class ProducerSource:
         self.id = f"producer{index}"
         self.title = "producer"
         self._up: set[str] | None = None
+        self._errors: dict[str, int] = {}
 
     def sample(self) -> tuple[dict[str, Any], list[str]]:
-        """The producer's addresses and healthy connections; does not block."""
+        """The producer's addresses, healthy connections and counters; does not block."""
         addresses = list(self.producer.addresses)
         up = {conn.name for conn in self.producer.connections}
         events: list[str] = []
@@ -133,8 +140,18 @@ class ProducerSource:
             events += [f"connected to {a}" for a in sorted(up - self._up)]
             events += [f"lost the connection to {a}" for a in sorted(self._up - up)]
         self._up = up
+        stats = self.producer.stats() if callable(getattr(self.producer, "stats", None)) else {}
+        errors = {str(k): int(v) for k, v in (stats.get("errors") or {}).items()}
+        for code, count in sorted(errors.items()):
+            grown = count - self._errors.get(code, 0)
+            if grown > 0:
+                events.append(f"{grown} publish error{'s' if grown > 1 else ''}: {code}")
+        self._errors = errors
         return {
             "connections": [{"address": a, "connected": a in up} for a in addresses],
+            "counts": dict(stats.get("totals") or {}),
+            "publishes": list(stats.get("publishes") or []),
+            "errors": errors,
         }, events
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -24,7 +25,7 @@ import gevent.pool
 import gevent.queue
 
 from ..conn import Connection
-from ..errors import ConfigError, NSQConnectionError
+from ..errors import ConfigError, NoConnectionsError, NSQConnectionError
 from ..producer import Producer
 from . import runner
 from .conns import ConnectionView
@@ -131,14 +132,14 @@ class Writer:
 
     def pub(self, topic: str, msg: bytes | str, callback: Callback | None = None) -> None:
         """PUB ``msg`` to ``topic``; ``callback(conn, data)`` gets the answer. Does not block."""
-        self._send("pub", topic, callback, lambda c: c.publish(topic, msg))
+        self._send("pub", topic, 1, callback, lambda c: c.publish(topic, msg))
 
     def mpub(
         self, topic: str, msg: bytes | str | Iterable[bytes | str], callback: Callback | None = None
     ) -> None:
         """MPUB the list of bodies ``msg`` (or one body) to ``topic``. Does not block."""
         bodies = [msg] if isinstance(msg, (bytes, str)) else list(msg)
-        self._send("mpub", topic, callback, lambda c: c.multi_publish(topic, bodies))
+        self._send("mpub", topic, len(bodies), callback, lambda c: c.multi_publish(topic, bodies))
 
     def dpub(
         self, topic: str, delay_ms: int, msg: bytes | str, callback: Callback | None = None
@@ -147,31 +148,41 @@ class Writer:
         if isinstance(delay_ms, bool) or not isinstance(delay_ms, (int, float)):
             raise TypeError(f"delay_ms must be a number of milliseconds, not {delay_ms!r}")
         delay = delay_ms / 1000.0
-        self._send("dpub", topic, callback, lambda c: c.deferred_publish(topic, delay, msg))
+        self._send("dpub", topic, 1, callback, lambda c: c.deferred_publish(topic, delay, msg))
 
     def _send(
         self,
         command: str,
         topic: str,
+        messages: int,
         callback: Callback | None,
         request: Callable[[Connection], gevent.event.AsyncResult[bytes]],
     ) -> None:
-        conns = list(self.producer.connections) if not self._closed else []
+        # Every publish is counted in the Producer's stats(), as its own are.
+        producer = self.producer
+        conns = list(producer.connections) if not self._closed else []
         if not conns:
+            failed = NoConnectionsError({}, "no open connections")
+            producer.count_publish(topic, command, messages, None, failed)
             self._call(callback, command, topic, None, SendError("no open connections"))
             return
         conn = random.choice(conns)
         view = ConnectionView(conn)
+        started = time.monotonic()
         try:
             result = request(conn)
         except NSQConnectionError as exc:
+            producer.count_publish(topic, command, messages, None, exc)
             self._call(callback, command, topic, view, SendError("send error", exc))
             return
         self._pending += 1
         self._idle.clear()
+        producer.track_in_flight(1)
 
         def answered(done: gevent.event.AsyncResult[bytes]) -> None:  # runs in the hub
             error = done.exception
+            producer.track_in_flight(-1)
+            producer.count_publish(topic, command, messages, started, error)
             data = done.value if error is None else as_nsq_error(error)
             self._jobs.put((callback, command, topic, view, data))
 

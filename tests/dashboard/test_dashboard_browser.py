@@ -103,6 +103,19 @@ def test_the_page_shows_live_growing_figures_matching_stats(
         assert row.split() == [conn["address"], str(conn["rdy"]), conn["rdy_reason"], "0",
                                f"{published:,}", f"{published:,}", "0"]  # fmt: skip
 
+        # the producer's card counts what it published
+        def producer_shows(counter: str) -> float:
+            selector = f"[data-source=producer1] [data-counter={counter}]"
+            return _number(browser.call(lambda page: page.text_content(selector)))
+
+        wait_until(lambda: producer_shows("publishes") == published, timeout=10,
+                   message=f"the producer card shows {published} publishes")  # fmt: skip
+        assert producer_shows("messages") == published and producer_shows("errors") == 0
+        prow = browser.call(
+            lambda page: page.inner_text("[data-source=producer1] table.publishes tbody tr")
+        )
+        assert prow.split() == ["clicks", "pub", f"{published:,}", f"{published:,}"]
+
         # a body with HTML is shown as text, never as markup
         tail_text = browser.call(lambda page: page.inner_text("[data-testid=tail]"))
         assert HOSTILE in tail_text

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gnsqlite.dashboard.sources import ConsumerSource, HTTPSource
+from gnsqlite.dashboard.sources import ConsumerSource, HTTPSource, ProducerSource
 from gnsqlite.testing import free_port
 
 
@@ -50,6 +50,43 @@ def test_counters_stay_cumulative_when_a_connection_goes_and_comes_back() -> Non
     state, events = source.sample()
     assert state["totals"]["received"] == 18 and state["totals"]["finished"] == 18
     assert events == ["connected to b:1"]
+
+
+class _FakeConn:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+class _FakeProducer:
+    addresses = ("a:1", "b:1")
+
+    def __init__(self) -> None:
+        self.connections = [_FakeConn("a:1")]
+        self.errors: dict[str, int] = {}
+
+    def stats(self) -> dict[str, Any]:
+        return {"publishes": [{"topic": "t", "command": "pub", "count": 3, "messages": 3}],
+                "errors": self.errors,
+                "totals": {"publishes": 3, "messages": 3, "errors": sum(self.errors.values()),
+                           "in_flight": 1}}  # fmt: skip
+
+
+def test_the_producer_card_gets_its_counts_and_new_errors_become_events() -> None:
+    producer = _FakeProducer()
+    source = ProducerSource(producer, 1)
+    state, events = source.sample()
+    assert state["counts"] == {"publishes": 3, "messages": 3, "errors": 0, "in_flight": 1}
+    assert state["publishes"] == [{"topic": "t", "command": "pub", "count": 3, "messages": 3}]
+    assert state["connections"] == [{"address": "a:1", "connected": True},
+                                    {"address": "b:1", "connected": False}]  # fmt: skip
+    assert events == []
+    producer.errors = {"E_BAD_MESSAGE": 2}
+    producer.connections = []
+    state, events = source.sample()
+    assert state["errors"] == {"E_BAD_MESSAGE": 2}
+    assert events == ["lost the connection to a:1", "2 publish errors: E_BAD_MESSAGE"]
+    state, events = source.sample()
+    assert events == []  # no growth, no event
 
 
 def test_an_unreachable_nsqd_is_an_error_and_an_event_not_an_exception() -> None:

@@ -1,4 +1,9 @@
-"""examples/gunicorn_flask: real gunicorn, two gevent workers, against a live nsqd."""
+"""examples/gunicorn_flask: real gunicorn, two gevent workers, against a live nsqd.
+
+Besides publishing and consuming: ``/metrics`` (prometheus_client's
+multiprocess mode) must sum what both workers published and consumed, and
+``/healthz`` must answer 200 while connected and 503 while nsqd is gone.
+"""
 
 from __future__ import annotations
 
@@ -20,6 +25,9 @@ from gnsqlite.testing import NsqdServer, free_port, wait_until
 
 pytest.importorskip("gunicorn")
 pytest.importorskip("flask")
+pytest.importorskip("prometheus_client")
+
+from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "gunicorn_flask"
@@ -48,6 +56,30 @@ def call(port: int, method: str, path: str, body: bytes = b"",
         return response.status, dict(response.getheaders()), decoded
     finally:
         conn.close()
+
+
+def scrape(port: int) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """``/metrics`` as {(sample name, labels): value}."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("GET", "/metrics")
+        response = conn.getresponse()
+        text = response.read().decode()
+        assert response.status == 200, text
+    finally:
+        conn.close()
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def metric(samples: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str,
+           **labels: str) -> float:
+    """The sum of ``name``'s samples whose labels include ``labels``."""
+    wanted = set(labels.items())
+    return sum(v for (n, ls), v in samples.items() if n == name and wanted <= ls)
 
 
 def request(port: int, method: str, path: str, body: bytes = b"") -> Any:
@@ -81,6 +113,7 @@ def running_gunicorn(
         NSQD_TCP_ADDRESS=nsqd_tcp_address,
         RECORD_DIR=str(tmp_path),
         PYTHONPATH=str(ROOT),
+        PROMETHEUS_MULTIPROC_DIR=str(tmp_path / "metrics"),
         **settings,
     )
     output = tmp_path / "gunicorn.out"
@@ -140,6 +173,32 @@ def test_two_workers_consume_each_message_once_and_stop_cleanly(
     assert len(per_worker) == 2 and all(per_worker), per_worker  # both workers consumed
     stats = request(port, "GET", "/stats")
     assert stats["consumer"]["topic"] == TOPIC and stats["handled"] >= 0
+
+    # /metrics, answered by either worker, sums both (counters reach the
+    # shared directory within a second).
+    def sums() -> tuple[float, ...]:
+        samples = scrape(port)
+        return (
+            metric(samples, "gnsqlite_producer_publishes_total", topic=TOPIC, command="pub"),
+            metric(samples, "gnsqlite_producer_publishes_total", topic=TOPIC, command="mpub"),
+            metric(samples, "gnsqlite_producer_messages_total", topic=TOPIC),
+            metric(samples, "gnsqlite_consumer_messages_received_total", topic=TOPIC),
+            metric(samples, "gnsqlite_consumer_messages_finished_total", topic=TOPIC),
+            metric(samples, "gnsqlite_consumer_handler_seconds_count", topic=TOPIC),
+            metric(samples, "gnsqlite_connections", role="consumer", state="connected"),
+            metric(samples, "gnsqlite_connections", role="producer", state="connected"),
+        )
+
+    expected_sums = (100, 10, 200, 200, 200, 200, 2, 2)
+    wait_until(lambda: sums() == expected_sums, timeout=10,
+               message=f"/metrics sums {expected_sums}")  # fmt: skip
+    samples = scrape(port)
+    assert metric(samples, "gnsqlite_consumer_messages_requeued_total") == 0
+    assert metric(samples, "gnsqlite_producer_publish_seconds_count", command="pub") == 100
+    assert metric(samples, "gnsqlite_consumer_in_flight") == 0
+    status, _, health = call(port, "GET", "/healthz")
+    assert status == 200 and health["ok"], health
+    assert health["consumer"]["connected"] == [nsqd.tcp_address], health
 
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=60) == 0, output.read_text()
@@ -207,12 +266,21 @@ def test_nsqd_going_away_answers_503_until_it_is_back(
 ) -> None:
     with running_gunicorn(tmp_path, nsqd.tcp_address, NSQ_PUBLISH_TIMEOUT="0.5") as (_, port):
         assert request(port, "POST", "/publish", b"before")["published"] == 1
+        wait_until(lambda: all(call(port, "GET", "/healthz")[0] == 200 for _ in range(4)),
+                   timeout=10, message="/healthz 200 from both workers")  # fmt: skip
         nsqd.stop()
         status, headers, data = call(port, "POST", "/publish", b'{"messages": ["a", "b"]}')
         assert (status, headers.get("Retry-After"), data["published"]) == (503, "1", 0), data
+        wait_until(lambda: all(call(port, "GET", "/healthz")[0] == 503 for _ in range(4)),
+                   timeout=10, message="/healthz 503 from both workers")  # fmt: skip
+        status, _, health = call(port, "GET", "/healthz")
+        assert status == 503 and not health["ok"], health
+        assert health["consumer"]["reasons"][0].startswith("no nsqd connected"), health
         nsqd.start()
         wait_until(lambda: call(port, "POST", "/publish", b"after")[0] == 200, timeout=20,
                    message="publishing works again once nsqd is back")
+        wait_until(lambda: call(port, "GET", "/healthz")[0] == 200, timeout=20,
+                   message="/healthz 200 again")
     assert "Traceback" not in (tmp_path / "gunicorn.out").read_text()
 
 

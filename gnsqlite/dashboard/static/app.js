@@ -81,12 +81,18 @@ function renderConsumer(source) {
 
 function renderProducer(source) {
   const c = card(source);
+  setCounters(c.node, source.counts);
   const list = c.node.querySelector(".nsqds");
   list.replaceChildren(...(source.connections || []).map((conn) => {
     const li = el("li", conn.address + (conn.connected ? " (connected)" : " (down)"));
     if (conn.connected) li.className = "up";
     return li;
   }));
+  fillRows(c.node.querySelector("table.publishes tbody"), (source.publishes || []).map((row) => [
+    row.topic, row.command, fmt(row.count), fmt(row.messages),
+  ]));
+  const errors = Object.entries(source.errors || {}).map(([code, n]) => code + ": " + fmt(n));
+  c.node.querySelector(".errors").textContent = errors.length ? "errors by code: " + errors.join(", ") : "";
 }
 
 function renderCluster(source) {
