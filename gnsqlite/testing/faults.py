@@ -59,16 +59,30 @@ def seed_from_env(default: int | None = None) -> int:
 
 
 def live_greenlets() -> set[int]:
-    """Ids of the live greenlets other than the hub and the caller."""
+    """Ids of the live greenlets of the calling thread, other than the hub and the caller.
+
+    Greenlets of other threads (gevent's threadpool workers, which its
+    resolver starts on first use and keeps) belong to those threads.
+    """
     gevent.get_hub()
+    current = greenlet.getcurrent()
+    main = _root(current)
     return {
         id(g)
         for g in gc.get_objects()
         if isinstance(g, greenlet.greenlet)
         and not g.dead
-        and g is not greenlet.getcurrent()
+        and g is not current
         and not isinstance(g, gevent.hub.Hub)
+        and _root(g) is main
     }
+
+
+def _root(g: greenlet.greenlet) -> greenlet.greenlet:
+    """The main greenlet of the thread ``g`` runs in (the end of its parent chain)."""
+    while g.parent is not None:
+        g = g.parent
+    return g
 
 
 def describe_greenlets(ids: set[int]) -> list[str]:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gevent
+
 from gnsqlite.message import Message
-from gnsqlite.testing.faults import Handling, Ledger
+from gnsqlite.testing.faults import Handling, Ledger, live_greenlets
 
 
 def message(number: int, attempts: int) -> Message:
@@ -49,3 +51,14 @@ def test_a_slow_delivery_that_completes_after_its_redelivery_explains_the_duplic
     ledger.handled(8, Handling("id8", None, False, True, spare=0.98))  # nothing explains this one
     dups = ledger.duplicates()
     assert dups["timed_out"] == 1 and dups["unexplained"] == 1
+
+
+def test_live_greenlets_counts_this_thread_s_not_gevent_s_threadpool_workers() -> None:
+    before = live_greenlets()
+    gevent.get_hub().threadpool.spawn(lambda: None).get()  # starts a worker thread that stays
+    assert live_greenlets() <= before
+    sleeper = gevent.spawn(gevent.sleep, 5)
+    gevent.sleep(0)
+    assert live_greenlets() - before == {id(sleeper)}
+    sleeper.kill()
+    assert live_greenlets() <= before
