@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import threading
+
 import gevent
+import greenlet
 
 from gnsqlite.message import Message
+from gnsqlite.testing import wait_until
 from gnsqlite.testing.faults import Handling, Ledger, live_greenlets
 
 
@@ -53,12 +57,27 @@ def test_a_slow_delivery_that_completes_after_its_redelivery_explains_the_duplic
     assert dups["timed_out"] == 1 and dups["unexplained"] == 1
 
 
-def test_live_greenlets_counts_this_thread_s_not_gevent_s_threadpool_workers() -> None:
-    before = live_greenlets()
-    gevent.get_hub().threadpool.spawn(lambda: None).get()  # starts a worker thread that stays
-    assert live_greenlets() <= before
+def test_live_greenlets_counts_this_thread_s_not_another_thread_s() -> None:
+    """Like gevent's threadpool workers (its resolver starts them and they stay)."""
+    release = threading.Event()
+    theirs: list[int] = []
+
+    def other_thread() -> None:
+        waiting = greenlet.greenlet(release.wait)
+        theirs.extend((id(waiting), id(greenlet.getcurrent())))
+        waiting.switch()
+
+    thread = threading.Thread(target=other_thread)
+    thread.start()
     sleeper = gevent.spawn(gevent.sleep, 5)
-    gevent.sleep(0)
-    assert live_greenlets() - before == {id(sleeper)}
-    sleeper.kill()
-    assert live_greenlets() <= before
+    try:
+        wait_until(lambda: len(theirs) == 2, timeout=5)
+        gevent.sleep(0)
+        live = live_greenlets()
+        assert id(sleeper) in live
+        assert not live & set(theirs)
+    finally:
+        release.set()
+        thread.join(5)
+        sleeper.kill()
+    assert id(sleeper) not in live_greenlets()
