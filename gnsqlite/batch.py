@@ -294,13 +294,13 @@ class Batcher:
         """Make sure the touch timer runs before ``message`` needs a touch."""
         if self._wheel is None:
             return
-        due = time.monotonic() + _touch_delay(message)
+        delay = _touch_delay(message)
         timer = self._touch_timer
-        if timer is not None and timer.active and timer.deadline <= due:
+        if timer is not None and timer.active and timer.deadline <= time.monotonic() + delay:
             return
         if timer is not None:
             timer.cancel()
-        self._touch_timer = self._wheel.call_later(_touch_delay(message), self._touch, owner=self)
+        self._touch_timer = self._wheel.call_later(delay, self._touch, owner=self)
 
     def _touch(self) -> None:
         """TOUCH every held message with less than half its msg_timeout left; re-arm."""

@@ -278,7 +278,7 @@ def _causes(
         if earlier is None:
             if seen:
                 causes["republished"] += 1
-        elif run.message_id in fin_failed or _timed_out(earlier, transit, run):
+        elif run.message_id in fin_failed or any(_timed_out(h, transit) for h in (earlier, run)):
             # Either delivery may be the one nsqd timed out: handlings are
             # listed as they completed, so a slow first delivery completes
             # after the quick redelivery it caused.
@@ -291,9 +291,9 @@ def _causes(
     return causes
 
 
-def _timed_out(first: Handling, transit: float, second: Handling) -> bool:
-    """Whether nsqd may have timed either delivery out before its FIN arrived."""
-    return any(h.outlived or h.spare <= transit for h in (first, second))
+def _timed_out(handling: Handling, transit: float) -> bool:
+    """Whether nsqd may have timed this delivery out before its FIN arrived."""
+    return handling.outlived or handling.spare <= transit
 
 
 class AccountingHandler:
