@@ -10,7 +10,8 @@ instructions per message (the kernel's share is not counted)::
     python benchmarks/callgrind.py consume_2500 20000 --nsqd 127.0.0.1:4150
 
 Workloads: ``sequential``, ``pipelined``, ``mpub`` (the publish modes of
-``gnsqlite bench``) and ``consume_<max_in_flight>``. Needs ``valgrind`` and
+``gnsqlite bench``) and ``consume_<max_in_flight>``; ``bare_sequential`` and
+``bare_consume_1`` count the same round trips with no library (``floor.py``). Needs ``valgrind`` and
 ``callgrind_control`` on PATH.
 """
 
@@ -30,14 +31,20 @@ def _workload(name: str, address: str, count: int, measure: bool) -> None:
     from gnsqlite.cli.bench import consume_rate, publish_rate, queue_messages
 
     topic = f"callgrind_{name}_{'measured' if measure else 'warmup'}_{os.getpid()}"
+    consume, publish = consume_rate, publish_rate
+    if name.startswith("bare_"):  # the same round trips with no library (floor.py)
+        import floor  # beside this script
+
+        name = name.removeprefix("bare_")
+        consume, publish = floor.consume("bare-gevent"), floor.publish("bare-gevent")
     if name.startswith("consume_"):
         max_in_flight = int(name.split("_", 1)[1])
-        queue_messages(address, topic, BODY, count)
+        queue_messages(address, topic, BODY, count + 100)
         _toggle("on" if measure else "off")
-        consume_rate(address, topic, count, max_in_flight)
+        consume(address, topic, count, max_in_flight)
     else:
         _toggle("on" if measure else "off")
-        publish_rate(address, topic, BODY, count, name)
+        publish(address, topic, BODY, count, name)
     _toggle("off")
 
 
@@ -54,12 +61,17 @@ def _child(name: str, address: str, count: int) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("workload", help="sequential, pipelined, mpub or consume_<max_in_flight>")
+    parser.add_argument(
+        "workload",
+        help="sequential, pipelined, mpub, consume_<max_in_flight>, bare_sequential"
+        " or bare_consume_1",
+    )
     parser.add_argument("count", type=int, help="messages in the measured run")
     parser.add_argument("--nsqd", required=True, help="host:port of a running nsqd")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if not re.fullmatch(r"sequential|pipelined|mpub|consume_\d+", args.workload):
+    known = r"sequential|pipelined|mpub|consume_\d+|bare_(sequential|consume_1)"
+    if not re.fullmatch(known, args.workload):
         parser.error(f"unknown workload {args.workload!r}")
     if args.child:
         _child(args.workload, args.nsqd, args.count)

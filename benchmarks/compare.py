@@ -22,6 +22,11 @@ client is timed on, so the clock stops while nsqd is still streaming: when a
 channel runs dry nsqd holds its last partial buffer for its
 ``output_buffer_timeout`` (250 ms), which would otherwise be timed too.
 
+The latency-bound rows (sync PUB, max_in_flight 1) also run ``floor.py``'s
+``bare-gevent`` and ``bare-socket`` columns: the same round trips with no
+client library (``--no-floor`` skips them), printed in a table of their own
+with each client's share of the bare gevent round trip.
+
 ``--memory-messages N`` adds the memory rows: a gnsqlite consumer's and a
 producer's RSS over N messages (the issue's target is 5,000,000).
 ``--profile`` runs gnsqlite's cells once under cProfile and prints where the
@@ -51,6 +56,8 @@ from typing import Any
 BODY_SIZE = 100
 CLIENTS = ("gnsqlite", "pynsq", "gnsq", "go")
 PEERS = ("pynsq", "gnsq")
+#: No client library: the least a round trip costs (``floor.py``); latency-bound rows only.
+FLOORS = ("bare-gevent", "bare-socket")
 TRANSPORTS = ("plain", "snappy", "deflate", "tls")
 
 
@@ -71,8 +78,9 @@ class Row:
 ROWS: tuple[Row, ...] = (
     Row("consume_2500", "consume, max_in_flight 2500", "consume", 2500, "plain", 1.0, (None, 0.45)),
     Row("consume_100", "consume, max_in_flight 100", "consume", 100, "plain", 1.0, (None, 0.45)),
-    Row("consume_1", "consume, max_in_flight 1", "consume", 1, "plain", 0.05, (1.3, None)),
-    Row("pub_sync", "sync PUB", "publish", "sequential", "plain", 0.1, (1.3, 0.7)),
+    # The latency-bound rows run longer: their rates swing with the machine's scheduling.
+    Row("consume_1", "consume, max_in_flight 1", "consume", 1, "plain", 0.2, (1.3, None)),
+    Row("pub_sync", "sync PUB", "publish", "sequential", "plain", 0.2, (1.3, 0.7)),
     Row("pub_50", "PUB from 50 greenlets", "publish", "pipelined", "plain", 0.2, (2.0, None)),
     Row("mpub_100", "MPUB of 100", "publish", "mpub", "plain", 2.0, (1.3, 0.8)),
     *(
@@ -123,12 +131,20 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
     logging.getLogger("nsq").setLevel(logging.CRITICAL)  # pynsq's noise when it closes
     logging.getLogger("gnsq").setLevel(logging.ERROR)
     client = spec["client"]
-    if client != "gnsqlite":  # import before the clock starts
+    if client in PEERS:  # import before the clock starts
         __import__("nsq" if client == "pynsq" else "gnsq")
         __import__("tornado.ioloop")
     options = _connection_options(client, spec["transport"], spec.get("ca_file"))
-    consume: Callable[..., float] = consume_rate if client == "gnsqlite" else CONSUME[client]
-    publish: Callable[..., float] = publish_rate if client == "gnsqlite" else PUBLISH[client]
+    consume: Callable[..., float]
+    publish: Callable[..., float]
+    if client in FLOORS:
+        import floor  # beside this script
+
+        consume, publish = floor.consume(client), floor.publish(client)
+    elif client == "gnsqlite":
+        consume, publish = consume_rate, publish_rate
+    else:
+        consume, publish = CONSUME[client], PUBLISH[client]
     address, topic, count = spec["address"], spec["topic"], spec["count"]
     body = b"m" * BODY_SIZE
 
@@ -233,6 +249,11 @@ class Bench:
         if row.kind == "consume":
             return row.param != 1  # bench_reader flushes FINs by 3/4 of RDY: RDY 1 stalls
         return row.param in ("sequential", "mpub")
+
+    @staticmethod
+    def floor_supports(row: Row) -> bool:
+        """The floor runs the latency-bound rows: sync PUB and max_in_flight 1, plain."""
+        return row.transport == "plain" and row.param in (1, "sequential")
 
     def count(self, row: Row) -> int:
         return max(100, int(self.args.messages * row.scale) // 100 * 100)
@@ -425,10 +446,14 @@ def ratios(cells: dict[str, dict[str, Any]]) -> dict[str, Any]:
     peers = {c: cells[c]["median"] for c in PEERS if "median" in cells.get(c, {})}
     best = max(peers, key=lambda c: peers[c]) if peers else None
     go = cells.get("go", {}).get("median")
+    floor = cells.get(FLOORS[0], {}).get("median")
     return {
         "best_peer": best,
         "vs_best_peer": ours / peers[best] if ours and best else None,
         "vs_go": ours / go if ours and go else None,
+        # gnsqlite's and the best peer's share of what a bare gevent socket reaches
+        "of_floor": ours / floor if ours and floor else None,
+        "peer_of_floor": peers[best] / floor if best and floor else None,
     }
 
 
@@ -485,6 +510,7 @@ def print_table(report: dict[str, Any]) -> None:
                 cells.append("-")
         print(f"| {row.title} | " + " | ".join(cells) + " |")
     print("\nclient CPU µs/msg (client CPU as a share of one core) / nsqd CPU µs/msg.")
+    print_floor_table(report)
     for kind, mem in report.get("memory", {}).items():
         if "error" in mem:
             print(f"memory, {kind}: failed: {mem['error']}")
@@ -496,6 +522,45 @@ def print_table(report: dict[str, Any]) -> None:
             f" growth {mem['growth'] / 2**20:+.1f} MiB"
             f" ({'met' if mem['growth'] < 10 * 2**20 else 'NOT met'}: < 10 MiB)"
         )
+
+
+def print_floor_table(report: dict[str, Any]) -> None:
+    """The latency-bound rows against the same round trips with no library (floor.py)."""
+    floors = report.get("floors") or []
+    shown = [
+        (row, report["rows"][row.key])
+        for row in ROWS
+        if row.key in report["rows"]
+        and any("median" in report["rows"][row.key]["cells"].get(f, {}) for f in floors)
+    ]
+    if not shown:
+        return
+    print("\n| workload: the floor | gnsqlite | best peer | " + " | ".join(floors), end="")
+    print(" | gnsqlite / bare-gevent | best peer / bare-gevent | peer target / bare-gevent |")
+    print("|---" * (len(floors) + 6) + "|")
+    for row, entry in shown:
+        cells, r = entry["cells"], entry["ratios"]
+
+        def rate(cell: dict[str, Any]) -> str:
+            if "median" not in cell:
+                return "-"
+            return f"{cell['median']:,.0f} ({cell['cpu_us_per_msg']:.1f} µs)"
+
+        peer = f"{rate(cells.get(r['best_peer'] or '', {}))} {r['best_peer'] or ''}".strip()
+        target = row.targets[0]
+        needed = f"{target * r['peer_of_floor']:.2f}" if target and r["peer_of_floor"] else "-"
+        of_floor = f"{r['of_floor']:.2f}" if r["of_floor"] else "-"
+        peer_of = f"{r['peer_of_floor']:.2f}" if r["peer_of_floor"] else "-"
+        print(
+            f"| {row.title} | {rate(cells.get('gnsqlite', {}))} | {peer} | "
+            + " | ".join(rate(cells.get(f, {})) for f in floors)
+            + f" | {of_floor} | {peer_of} | {needed} |"
+        )
+    print(
+        "\nmsg/s median (client CPU µs/msg). bare-gevent: one greenlet, one send, gevent's wait,"
+        " one recv per round trip;\nbare-socket: a blocking socket, no event loop. A target"
+        " above 1.00x bare-gevent asks a client for more than the bare round trip."
+    )
 
 
 def plot(report: dict[str, Any], path: str) -> None:
@@ -578,6 +643,12 @@ def main(argv: list[str] | None = None) -> int:
         default=0,
         help="add the memory rows over N messages (the target: 5,000,000)",
     )
+    parser.add_argument(
+        "--no-floor",
+        dest="floor",
+        action="store_false",
+        help="skip the bare-socket runs of the latency-bound rows (floor.py)",
+    )
     parser.add_argument("--json", metavar="PATH", help="write the report as JSON")
     parser.add_argument("--plot", metavar="PATH", help="write the table as a PNG (matplotlib)")
     parser.add_argument(
@@ -630,14 +701,17 @@ def _compare(bench: Bench, rows: list[Row], clients: list[str]) -> dict[str, Any
         f" load average {uptime_before}; {args.repeat} repetitions",
         flush=True,
     )
+    everyone = clients + (list(FLOORS) if args.floor else [])
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {
-        r.key: {c: [] for c in clients} for r in rows
+        r.key: {c: [] for c in everyone} for r in rows
     }
     for rep in range(args.repeat):
-        order = clients[rep % len(clients) :] + clients[: rep % len(clients)]
+        order = everyone[rep % len(everyone) :] + everyone[: rep % len(everyone)]
         for row in rows:
             for client in order:
                 if client == "go" and not bench.go_supports(row):
+                    continue
+                if client in FLOORS and not bench.floor_supports(row):
                     continue
                 result = bench.cell(row, client)
                 runs[row.key][client].append(result)
@@ -656,6 +730,7 @@ def _compare(bench: Bench, rows: list[Row], clients: list[str]) -> dict[str, Any
         "repeat": args.repeat,
         "messages": args.messages,
         "clients": clients,
+        "floors": [f for f in FLOORS if f in everyone],
         "load_before": uptime_before,
         "rows": {},
     }

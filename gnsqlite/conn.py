@@ -738,8 +738,12 @@ class Connection:
 
     def ready(self, count: int) -> None:
         """RDY ``count``. Does not block."""
-        self._check_open()  # before the protocol refuses a closed state
-        self.send(self.protocol.rdy(count))
+        if self._closed or self._draining or self._reader is None:
+            self._check_open()  # raises the error that says why, before the protocol would
+        outbox = self._outbox
+        outbox.append(self.protocol.rdy(count))  # _queue, inlined: often after a FIN's flush
+        if self._tls or not self._flush_scheduled or len(outbox) >= _FLUSH_AT:
+            self._queued()
 
     def finish(self, message_id: bytes | str) -> None:
         """FIN a message. Does not block."""

@@ -459,7 +459,10 @@ class Consumer:
         for name, count in commands:
             link = self._links.get(name)
             if link is not None:
-                self._quietly(link.conn.ready, count)
+                try:  # _quietly, inlined: once per message at max_in_flight 1
+                    link.conn.ready(count)
+                except NSQConnectionError as exc:
+                    log.debug("%s: not sent (%s); nsqd redelivers what is unanswered", self, exc)
         self._update_starved()  # a new last RDY can start or end starvation
 
     def _redistribute(self) -> None:
@@ -650,8 +653,10 @@ class Consumer:
         )  # fmt: skip
         link.received += 1
         commands = self._planner.message_received(name, now)
-        if commands or bool(self._starved_names) is not self._starved_flag:
+        if commands:
             self._send_rdy(commands)
+        elif bool(self._starved_names) is not self._starved_flag:
+            self._update_starved()  # _send_rdy with no commands
         if self._closing:
             message.requeue(0.0, backoff=False)
             return
