@@ -413,6 +413,99 @@ def test_a_lone_request_goes_out_from_the_hub_without_waking_the_writer(scripted
         conn.close()
 
 
+class _RecordingSends:
+    """Wraps a connection's socket; records which greenlet made each ``send`` and what it sent."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.real = conn._sock
+        self.sends: list[tuple[Any, bytes]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+    def send(self, data: bytes, *args: Any) -> int:
+        self.sends.append((gevent.getcurrent(), bytes(data)))
+        sent: int = self.real.send(data, *args)
+        return sent
+
+    def __enter__(self) -> _RecordingSends:
+        self.conn._sock = self
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.conn._sock = self.real
+
+
+def test_the_one_publish_awaiting_an_answer_goes_out_before_the_caller_yields(
+    scripted: Any,
+) -> None:
+    # A publisher waiting for each answer: its PUB is sent from its own
+    # greenlet at once (nsqd works while it sets up its wait); a second one
+    # queued behind an unanswered first waits for the hub's flush, batched.
+    def script(peer: Peer) -> None:
+        peer.handshake()
+        for _ in range(3):
+            peer.read_command()
+            peer.respond()
+        until_eof(peer)
+
+    from gnsqlite.protocol import commands
+
+    conn = Connection(scripted(script).address)
+    conn.connect()
+    me = gevent.getcurrent()
+    try:
+        with _RecordingSends(conn) as recording:
+            first: gevent.event.AsyncResult[bytes] = gevent.event.AsyncResult()
+            conn.request_encoded(first, "PUB", commands.pub("t", b"one"))
+            assert recording.sends == [(me, b"PUB t\n\x00\x00\x00\x03one")]  # before any yield
+            second: gevent.event.AsyncResult[bytes] = gevent.event.AsyncResult()
+            third: gevent.event.AsyncResult[bytes] = gevent.event.AsyncResult()
+            conn.request_encoded(second, "PUB", commands.pub("t", b"two"))
+            conn.request_encoded(third, "PUB", commands.pub("t", b"333"))
+            assert len(recording.sends) == 1  # queued behind the unanswered first
+            assert [r.get(timeout=5) for r in (first, second, third)] == [b"OK"] * 3
+            assert recording.sends[1:] == [
+                (gevent.get_hub(), b"PUB t\n\x00\x00\x00\x03twoPUB t\n\x00\x00\x00\x03333")
+            ]
+    finally:
+        conn.close()
+
+
+def test_flush_sends_what_is_queued_from_the_calling_greenlet(scripted: Any) -> None:
+    got = gevent.event.Event()
+    lines: list[bytes] = []
+
+    def script(peer: Peer) -> None:
+        peer.handshake()
+        assert peer.read_command()[0] == b"SUB t c"
+        peer.respond()
+        lines.extend(peer.read_command()[0] for _ in range(2))
+        got.set()
+        until_eof(peer)
+
+    conn = Connection(scripted(script).address)
+    conn.connect()
+    conn.subscribe("t", "c", timeout=5)
+    try:
+        with _RecordingSends(conn) as recording:
+            conn.finish("0000000000000001")
+            conn.ready(1)
+            assert recording.sends == []  # queued for the hub's flush
+            conn.flush()
+            assert recording.sends == [
+                (gevent.getcurrent(), b"FIN 0000000000000001\nRDY 1\n")
+            ]  # one send, from here, before any yield
+            conn.flush()  # nothing queued: nothing sent
+            assert len(recording.sends) == 1
+            assert got.wait(5)
+            assert lines == [b"FIN 0000000000000001", b"RDY 1"]
+            assert len(recording.sends) == 1  # the hub's scheduled flush found nothing left
+    finally:
+        conn.close()
+
+
 def test_a_flush_the_socket_takes_in_part_is_finished_before_later_commands(
     scripted: Any,
 ) -> None:
