@@ -127,6 +127,12 @@ GIVEN_UP = MetricSpec(
     "Messages past max_attempts given up (dead-lettered, handed to on_giving_up) and finished.",
     _CONSUMER,
 )  # fmt: skip
+DEAD_LETTERS = MetricSpec(
+    "gnsqlite_consumer_dead_letters", "counter",
+    "Dead-letter publishes of messages given up, by outcome: published (then finished), or"
+    " failed (the message was requeued and is dead-lettered on a later delivery).",
+    ("topic", "channel", "dead_letter_topic", "outcome"),
+)  # fmt: skip
 IN_FLIGHT = MetricSpec(
     "gnsqlite_consumer_in_flight", "gauge",
     "Messages received and not yet answered, per connection.", _CONSUMER,
@@ -180,7 +186,8 @@ CONNECTIONS = MetricSpec(
 METRICS: dict[str, MetricSpec] = {
     spec.name: spec
     for spec in (
-        RECEIVED, FINISHED, REQUEUED, GIVEN_UP, IN_FLIGHT, RDY, BACKOFF_LEVEL, STARVED,
+        RECEIVED, FINISHED, REQUEUED, GIVEN_UP, DEAD_LETTERS, IN_FLIGHT, RDY, BACKOFF_LEVEL,
+        STARVED,
         HANDLER_SECONDS, PUBLISHES, MESSAGES, PUBLISH_ERRORS, PUBLISH_IN_FLIGHT,
         PUBLISH_SECONDS, CONNECTIONS,
     )
@@ -311,6 +318,10 @@ class Instrumentation:
         for conn in stats["connections"]:
             reading.add(IN_FLIGHT, (*channel, conn["address"]), conn["in_flight"])
             reading.add(RDY, (*channel, conn["address"]), conn["rdy"])
+        dead = stats["dead_letters"]
+        if dead is not None:
+            for outcome in ("published", "failed"):
+                reading.add(DEAD_LETTERS, (*channel, dead["topic"], outcome), dead[outcome])
         reading.add(BACKOFF_LEVEL, channel, float(stats["backoff"].get("level", 0)))
         reading.add(STARVED, channel, 1.0 if stats["starved"] else 0.0)
         if self.timing:

@@ -23,7 +23,7 @@ from gnsqlite.errors import BadMessageError, NoConnectionsError
 from gnsqlite.message import Message
 from gnsqlite.metrics import instrument
 from gnsqlite.producer import Producer
-from gnsqlite.testing import NsqdServer, wait_until
+from gnsqlite.testing import NsqdServer, free_port, wait_until
 
 TOPIC, CHANNEL = "metered", "count"
 LIMIT = 100  # nsqd's --max-msg-size here
@@ -230,6 +230,40 @@ def test_batch_calls_are_timed_and_dead_lettered_messages_count_as_given_up(
             assert value("gnsqlite_consumer_messages_requeued_total", **doomed_labels) == 1
             wait_until(lambda: nsqd.topic_stats("doomed_dead").get("message_count") == 1,
                        timeout=10)  # fmt: skip
+            dead = {"topic": "doomed", "channel": CHANNEL, "dead_letter_topic": "doomed_dead"}
+            assert value("gnsqlite_consumer_dead_letters_total", outcome="published", **dead) == 1
+            assert value("gnsqlite_consumer_dead_letters_total", outcome="failed", **dead) == 0
         finally:
             batches.close(timeout=5)
             doomed.close(timeout=5)
+
+
+def test_a_dead_letter_publish_that_fails_is_counted_and_the_message_requeued(
+    nsqd: NsqdServer,
+) -> None:
+    # The dead-letter nsqd is a port nobody listens on: each give-up fails to
+    # publish, so the message is requeued (never finished, never lost).
+    registry = CollectorRegistry()
+    value = values(registry)
+
+    def fail(message: Message) -> None:
+        raise RuntimeError("the test's handler fails every message")
+
+    stranded = Consumer("stranded", CHANNEL, fail, max_attempts=1,
+                        requeue_delay=0.05, backoff=None, dead_letter_topic="stranded_dead",
+                        dead_letter_nsqd=f"127.0.0.1:{free_port()}", dead_letter_timeout=0.3,
+                        nsqd_tcp_addresses=[nsqd.tcp_address])  # fmt: skip
+    instrument(stranded, registry)
+    dead = {"topic": "stranded", "channel": CHANNEL, "dead_letter_topic": "stranded_dead"}
+    with Producer(nsqd.tcp_address) as producer:
+        stranded.start()
+        try:
+            producer.publish("stranded", b"x")
+            wait_until(lambda: (value("gnsqlite_consumer_dead_letters_total", outcome="failed",
+                                      **dead) or 0) >= 1, timeout=15)  # fmt: skip
+            assert value("gnsqlite_consumer_dead_letters_total", outcome="published", **dead) == 0
+            labels = {"topic": "stranded", "channel": CHANNEL, "nsqd": nsqd.tcp_address}
+            assert value("gnsqlite_consumer_messages_given_up_total", **labels) == 0
+            assert value("gnsqlite_consumer_messages_finished_total", **labels) == 0
+        finally:
+            stranded.close(timeout=5)
