@@ -57,9 +57,10 @@ storage failure fails the query naming the path.
   uncommitted longer is redelivered by nsqd and appears again.
 * If the query fails or the driver dies before the commit, nsqd redelivers
   the messages (``attempts`` > 1). When a query **stops**, Spark ends the
-  source's process with SIGTERM; the source turns that into a clean stop
-  (its only process-wide change, made only if no SIGTERM handler is
-  installed) and gives back (``REQ 0``) every message it holds: the
+  source's process with SIGTERM and closes its socket, in either order;
+  the source turns that into a clean stop (its only process-wide change,
+  made only if no SIGTERM handler is installed) and gives back (``REQ 0``)
+  every message it holds before the process exits: the
   batches planned but not yet committed to the source (at least the last
   processed batch, since Spark commits it only when it plans the next one)
   are delivered again to the next run. A sink sees at most two batches

@@ -17,8 +17,6 @@ from __future__ import annotations
 import datetime
 import logging
 import os
-import signal
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -32,6 +30,7 @@ from ..consumer import Consumer
 from ..errors import NSQConnectionError
 from ..message import Message
 from ._hub import HubThread
+from ._shutdown import exit_on_sigterm, started, stopping
 from .ledger import Ledger
 from .options import SourceOptions
 
@@ -53,7 +52,6 @@ __all__ = [
     "ReadMaxRows",
     "SCHEMA",
     "SupportsTriggerAvailableNow",
-    "exit_on_sigterm",
     "read_limit",
 ]
 
@@ -84,12 +82,6 @@ class NSQPartition(InputPartition):
 
     def __repr__(self) -> str:
         return f"<NSQPartition {self.index} of {self.topic}: {len(self.rows)} messages>"
-
-
-def _raise_system_exit(signum: int, frame: Any) -> None:
-    # Spark may signal twice; a second SystemExit would cut stop() short.
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise SystemExit(128 + signum)
 
 
 def source_consumer(options: SourceOptions, on_message: Callable[[Message], None]) -> Consumer:
@@ -127,22 +119,6 @@ def stop_in_hub(
     except Exception:
         log.exception("%r: stopping failed; nsqd requeues what the closed connections held", owner)
     hub.stop()
-
-
-def exit_on_sigterm() -> None:
-    """Turn SIGTERM into ``SystemExit`` in the source's process, if nothing handles it.
-
-    Spark ends the process holding a query's source with SIGTERM when the
-    query stops; by default that kills Python on the spot, and the messages
-    the source holds would stay in flight at nsqd until ``msg_timeout``.
-    As ``SystemExit``, Spark's runner calls :meth:`NSQStreamReader.stop`,
-    which gives them back at once. A handler the application installed is
-    left alone; only the main thread can install one.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        return
-    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, _raise_system_exit)
 
 
 def read_limit(limit: Any, default: int) -> tuple[int | None, int | None]:
@@ -206,8 +182,9 @@ class NSQStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
         hub = HubThread(f"gnsqlite-source-{self.options.topic}")
         hub.start()
         self._hub = hub
-        hub.call(self._start_consumer)
+        started(self)
         exit_on_sigterm()
+        hub.call(self._start_consumer)
         return hub
 
     def _start_consumer(self) -> None:
@@ -226,11 +203,16 @@ class NSQStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
 
         Messages of batches Spark has not committed to the source (at least
         the last batch, see :mod:`gnsqlite.spark`) go back to nsqd with
-        ``REQ 0`` and are delivered again to the next run.
+        ``REQ 0`` and are delivered again to the next run. Blocks until
+        they are sent and the connections closed (at most ``stopTimeout``
+        + 10 s); a SIGTERM arriving meanwhile (Spark ends the process)
+        raises ``SystemExit`` only once that is done.
         """
         self._stopped = True
-        hub, self._hub = self._hub, None
-        stop_in_hub(self, hub, self._stop_consumer, self.options.stop_timeout + 10.0)
+        with stopping(self) as mine:
+            if mine:
+                hub, self._hub = self._hub, None
+                stop_in_hub(self, hub, self._stop_consumer, self.options.stop_timeout + 10.0)
 
     def _stop_consumer(self) -> None:
         if self._toucher is not None:

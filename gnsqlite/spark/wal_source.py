@@ -58,12 +58,12 @@ from ..consumer import Consumer
 from ..errors import NSQConnectionError
 from ..message import Message
 from ._hub import HubThread
+from ._shutdown import exit_on_sigterm, started, stopping
 from .options import SourceOptions
 from .segments import Position, SegmentIndex, Slice, offset, position, split_slices
 from .source import (
     ReadMaxRows,
     SupportsTriggerAvailableNow,
-    exit_on_sigterm,
     read_limit,
     source_consumer,
     stop_in_hub,
@@ -227,8 +227,9 @@ class NSQWalStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
         hub = HubThread(f"gnsqlite-wal-source-{self.options.topic}")
         hub.start()
         self._hub = hub
-        hub.call(self._start_consumer)
+        started(self)
         exit_on_sigterm()
+        hub.call(self._start_consumer)
         return hub
 
     def _start_consumer(self) -> None:
@@ -246,11 +247,15 @@ class NSQWalStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
     def stop(self) -> None:
         """Spark ends the query: give back unwritten messages, close, end the thread.
 
-        What is in the WAL stays there for the next run of the query.
+        What is in the WAL stays there for the next run of the query. Blocks
+        (at most ``stopTimeout`` + 30 s); a SIGTERM arriving meanwhile raises
+        ``SystemExit`` only once the give-back is done.
         """
         self._stopped = True
-        hub, self._hub = self._hub, None
-        stop_in_hub(self, hub, self._stop_consumer, self.options.stop_timeout + 30.0)
+        with stopping(self) as mine:
+            if mine:
+                hub, self._hub = self._hub, None
+                stop_in_hub(self, hub, self._stop_consumer, self.options.stop_timeout + 30.0)
 
     def _stop_consumer(self) -> None:
         consumer = self._consumer
