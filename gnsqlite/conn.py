@@ -589,10 +589,10 @@ class Connection:
     def flush(self) -> None:
         """Send what is queued now rather than when the hub next polls. Does not block.
 
-        For a caller that knows nothing will join the batch this turn (the
-        one unanswered message's FIN, the one request awaiting an answer):
-        nsqd starts on it while the caller finishes its own bookkeeping. A
-        TLS connection leaves it to its writer greenlet, as always.
+        For a caller that knows nothing will join the batch this turn (a
+        publish that blocks, with no other publisher about to run): nsqd
+        starts on it while the caller finishes its own bookkeeping. A TLS
+        connection leaves it to its writer greenlet, as always.
         """
         if not self._tls:
             self._flush()
@@ -707,14 +707,8 @@ class Connection:
         """
         if self._closed or self._draining or self._reader is None:
             self._check_open()  # raises the error that says why
-        protocol = self.protocol
-        self._outbox.append(protocol.publish_encoded(command, data, waiter))
-        if protocol.pending_requests == 1 and not self._tls:
-            # The only request awaiting an answer (a publisher waiting for each
-            # one): nothing joins it this turn, so it goes now.
-            self._flush()
-        else:
-            self._queued()  # _queue, inlined
+        self._outbox.append(self.protocol.publish_encoded(command, data, waiter))
+        self._queued()  # _queue, inlined
 
     def publish(self, topic: str, body: bytes | str) -> gevent.event.AsyncResult[bytes]:
         """PUB; the result resolves to ``b"OK"`` or the server's error. Does not block."""

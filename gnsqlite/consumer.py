@@ -828,10 +828,6 @@ class Consumer:
         commands = self._planner.message_done(name, now)
         if commands or bool(self._starved_names) is not self._starved_flag:
             self._send_rdy(commands)
-        if not link.unanswered and not self._queue.qsize():
-            # No other answer of this connection can join the FIN (and RDY)
-            # this turn: send now, so nsqd sends the next message meanwhile.
-            conn.flush()
         if self._closing:
             if self._in_flight() == 0:
                 self._drained.set()

@@ -114,8 +114,8 @@ class _Attempt:
     """
 
     __slots__ = (
-        "command", "conn", "data", "deadline", "errors", "messages", "producer", "result",
-        "timeout", "topic", "tried",
+        "blocked", "command", "conn", "data", "deadline", "errors", "messages", "producer",
+        "result", "timeout", "topic", "tried",
     )  # fmt: skip
 
     def __init__(
@@ -133,10 +133,13 @@ class _Attempt:
         self.errors: dict[str, BaseException] = {}
         self.tried: set[Connection] = set()
         self.conn: Connection | None = None  # where it was sent last
+        self.blocked = False  # a caller waits in Producer._wait for it
 
     def set(self, value: bytes) -> None:
         """nsqd answered on :attr:`conn`."""
         if not self.result.ready():
+            if self.blocked:
+                self.producer._resuming += 1
             self.result.set(value)
             self.producer._done(self, None)
 
@@ -212,6 +215,10 @@ class Producer:
         self._published: dict[tuple[str, str], list[int]] = {}
         self._errors: dict[str, int] = {}  # error_code() -> failed publishes
         self._in_flight = 0  # publishes waiting for an answer (or a connection)
+        # Blocked callers whose publish has ended and who have not run since:
+        # while there are any, a blocking publish leaves its send to the hub's
+        # flush, which batches it with theirs (see _send_now).
+        self._resuming = 0
         self._publish_timing: PublishTiming | None = None
 
     def __repr__(self) -> str:
@@ -352,13 +359,28 @@ class Producer:
         but nsqd did not answer in time. Invalid names, bodies and sizes
         raise before anything is sent.
         """
-        self._wait(self._publish(topic, body, defer, timeout), timeout)
+        self._wait(self._send_now(self._publish(topic, body, defer, timeout)), timeout)
 
     def multi_publish(
         self, topic: str, bodies: Iterable[bytes | str], timeout: float | None = None
     ) -> None:
         """MPUB ``bodies`` atomically; blocks until nsqd answers. Raises like :meth:`publish`."""
-        self._wait(self._multi_publish(topic, bodies, timeout), timeout)
+        self._wait(self._send_now(self._multi_publish(topic, bodies, timeout)), timeout)
+
+    def _send_now(self, attempt: _Attempt) -> _Attempt:
+        """A blocking call's publish goes out at once unless another publisher is about to run.
+
+        A caller that publishes and waits, one at a time, gains a round
+        trip's worth of overlap: nsqd works on the command while the caller
+        sets up its wait. Callers woken by the same batch of answers (many
+        greenlets publishing through one producer) leave their sends to the
+        hub's flush instead, which sends them together; the last of them to
+        run sends the batch.
+        """
+        conn = attempt.conn
+        if conn is not None and not self._resuming:
+            conn.flush()
+        return attempt
 
     def publish_async(
         self,
@@ -466,7 +488,13 @@ class Producer:
                 timed.append(attempt)
             else:
                 self._watch(attempt)
-            result.wait()
+            attempt.blocked = True
+            try:
+                result.wait()
+            finally:
+                attempt.blocked = False
+                if result.ready():
+                    self._resuming -= 1  # counted by set() or _fail() while blocked
         result.get(block=False)
 
     def _watch(self, attempt: _Attempt) -> None:
@@ -601,6 +629,8 @@ class Producer:
     def _fail(self, attempt: _Attempt, error: BaseException | None) -> None:
         if not attempt.result.ready():
             error = error or RuntimeError("publish failed")
+            if attempt.blocked:
+                self._resuming += 1
             attempt.result.set_exception(error)
             self._done(attempt, error)
 

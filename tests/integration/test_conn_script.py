@@ -40,6 +40,7 @@ from gnsqlite.errors import (
     RemoteProtocolError,
     UnauthorizedError,
 )
+from gnsqlite.producer import Producer
 from gnsqlite.protocol import FRAME_TYPE_ERROR, FRAME_TYPE_MESSAGE, FRAME_TYPE_RESPONSE
 from gnsqlite.protocol.frames import Message, encode_frame, encode_message
 from gnsqlite.testing.waiting import wait_until
@@ -437,40 +438,51 @@ class _RecordingSends:
         self.conn._sock = self.real
 
 
-def test_the_one_publish_awaiting_an_answer_goes_out_before_the_caller_yields(
-    scripted: Any,
-) -> None:
-    # A publisher waiting for each answer: its PUB is sent from its own
-    # greenlet at once (nsqd works while it sets up its wait); a second one
-    # queued behind an unanswered first waits for the hub's flush, batched.
+def test_a_blocking_publish_is_sent_by_its_caller_before_it_waits(scripted: Any) -> None:
+    # One publish at a time: the PUB leaves from the caller's greenlet at
+    # once (nsqd works while the caller sets up its wait), not from the hub.
     def script(peer: Peer) -> None:
         peer.handshake()
-        for _ in range(3):
+        while True:
             peer.read_command()
             peer.respond()
-        until_eof(peer)
 
-    from gnsqlite.protocol import commands
+    with (
+        Producer(scripted(script).address) as producer,
+        _RecordingSends(producer.connections[0]) as recording,
+    ):
+        publisher = gevent.spawn(lambda: [producer.publish("t", b"%d" % i) for i in range(3)])
+        publisher.get(timeout=5)
+        assert recording.sends == [(publisher, b"PUB t\n\x00\x00\x00\x01%d" % i)
+                                   for i in range(3)]  # fmt: skip
 
-    conn = Connection(scripted(script).address)
-    conn.connect()
-    me = gevent.getcurrent()
-    try:
-        with _RecordingSends(conn) as recording:
-            first: gevent.event.AsyncResult[bytes] = gevent.event.AsyncResult()
-            conn.request_encoded(first, "PUB", commands.pub("t", b"one"))
-            assert recording.sends == [(me, b"PUB t\n\x00\x00\x00\x03one")]  # before any yield
-            second: gevent.event.AsyncResult[bytes] = gevent.event.AsyncResult()
-            third: gevent.event.AsyncResult[bytes] = gevent.event.AsyncResult()
-            conn.request_encoded(second, "PUB", commands.pub("t", b"two"))
-            conn.request_encoded(third, "PUB", commands.pub("t", b"333"))
-            assert len(recording.sends) == 1  # queued behind the unanswered first
-            assert [r.get(timeout=5) for r in (first, second, third)] == [b"OK"] * 3
-            assert recording.sends[1:] == [
-                (gevent.get_hub(), b"PUB t\n\x00\x00\x00\x03twoPUB t\n\x00\x00\x00\x03333")
-            ]
-    finally:
-        conn.close()
+
+def test_publishers_woken_together_send_their_next_publishes_in_one_batch(
+    scripted: Any,
+) -> None:
+    # 10 greenlets publish through one producer; nsqd answers each round of 10
+    # in one segment. Woken by the same answers, they leave their sends to
+    # one batch rather than each sending at once.
+    def script(peer: Peer) -> None:
+        peer.handshake()
+        while True:
+            for _ in range(10):
+                peer.read_command()
+            peer.send(encode_frame(FRAME_TYPE_RESPONSE, b"OK") * 10)
+
+    with (
+        Producer(scripted(script).address) as producer,
+        _RecordingSends(producer.connections[0]) as recording,
+    ):
+        publishers = [
+            gevent.spawn(lambda: [producer.publish("t", b"x") for _ in range(4)])
+            for _ in range(10)
+        ]
+        gevent.joinall(publishers, timeout=10, raise_error=True)
+        pubs_per_send = [data.count(b"PUB t\n") for _, data in recording.sends]
+        # the first round: each sent at once, nobody was woken with it
+        assert pubs_per_send[:10] == [1] * 10
+        assert pubs_per_send[10:] == [10, 10, 10]
 
 
 def test_flush_sends_what_is_queued_from_the_calling_greenlet(scripted: Any) -> None:
