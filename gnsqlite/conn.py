@@ -570,8 +570,10 @@ class Connection:
 
     def _queue(self, data: bytes) -> None:
         """Queue ``data``; it goes out with this turn's flush. Never blocks."""
-        self._outbox.append(data)
-        self._queued()
+        outbox = self._outbox
+        outbox.append(data)
+        if self._tls or not self._flush_scheduled or len(outbox) >= _FLUSH_AT:
+            self._queued()  # otherwise the flush already scheduled takes it
 
     def _queued(self) -> None:
         """After a command was appended to the outbox: see that it goes out."""
@@ -751,10 +753,7 @@ class Connection:
         """RDY ``count``. Does not block."""
         if self._closed or self._draining or self._reader is None:
             self._check_open()  # raises the error that says why, before the protocol would
-        outbox = self._outbox
-        outbox.append(self.protocol.rdy(count))  # _queue, inlined: often after a FIN's flush
-        if self._tls or not self._flush_scheduled or len(outbox) >= _FLUSH_AT:
-            self._queued()
+        self._queue(self.protocol.rdy(count))
 
     def finish(self, message_id: bytes | str) -> None:
         """FIN a message. Does not block."""

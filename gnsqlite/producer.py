@@ -138,8 +138,6 @@ class _Attempt:
     def set(self, value: bytes) -> None:
         """nsqd answered on :attr:`conn`."""
         if not self.result.ready():
-            if self.blocked:
-                self.producer._resuming += 1
             self.result.set(value)
             self.producer._done(self, None)
 
@@ -494,7 +492,7 @@ class Producer:
             finally:
                 attempt.blocked = False
                 if result.ready():
-                    self._resuming -= 1  # counted by set() or _fail() while blocked
+                    self._resuming -= 1  # counted by _done() while blocked
         result.get(block=False)
 
     def _watch(self, attempt: _Attempt) -> None:
@@ -629,14 +627,14 @@ class Producer:
     def _fail(self, attempt: _Attempt, error: BaseException | None) -> None:
         if not attempt.result.ready():
             error = error or RuntimeError("publish failed")
-            if attempt.blocked:
-                self._resuming += 1
             attempt.result.set_exception(error)
             self._done(attempt, error)
 
     def _done(self, attempt: _Attempt, error: BaseException | None) -> None:
         """Count the end of one publish (the result was just set)."""
         self._in_flight -= 1
+        if attempt.blocked:  # its caller runs soon (see _send_now)
+            self._resuming += 1
         started = attempt.deadline - attempt.timeout  # the time.monotonic() of the call
         self.count_publish(
             attempt.topic, attempt.command.lower(), attempt.messages, started, error

@@ -40,7 +40,6 @@ from gnsqlite.errors import (
     RemoteProtocolError,
     UnauthorizedError,
 )
-from gnsqlite.producer import Producer
 from gnsqlite.protocol import FRAME_TYPE_ERROR, FRAME_TYPE_MESSAGE, FRAME_TYPE_RESPONSE
 from gnsqlite.protocol.frames import Message, encode_frame, encode_message
 from gnsqlite.testing.waiting import wait_until
@@ -382,39 +381,7 @@ def test_commands_written_together_go_out_in_one_send(scripted: Any) -> None:
         conn.close()
 
 
-def test_a_lone_request_goes_out_from_the_hub_without_waking_the_writer(scripted: Any) -> None:
-    # One PUB at a time is latency-bound: its flush runs in the hub before it
-    # polls, with no switch into the writer greenlet.
-    def script(peer: Peer) -> None:
-        peer.handshake()
-        assert peer.read_command() == (b"PUB t", b"x")
-        peer.respond()
-        until_eof(peer)
-
-    conn = Connection(scripted(script).address)
-    conn.connect()
-    senders: list[Any] = []
-    real = conn._sock
-
-    class RecordingSocket:
-        def __getattr__(self, name: str) -> Any:
-            return getattr(real, name)
-
-        def send(self, data: bytes, *args: Any) -> int:
-            senders.append(gevent.getcurrent())
-            sent: int = real.send(data, *args)
-            return sent
-
-    conn._sock = RecordingSocket()
-    try:
-        assert conn.publish("t", b"x").get(timeout=5) == b"OK"
-        assert senders == [gevent.get_hub()]
-    finally:
-        conn._sock = real
-        conn.close()
-
-
-class _RecordingSends:
+class RecordingSends:
     """Wraps a connection's socket; records which greenlet made each ``send`` and what it sent."""
 
     def __init__(self, conn: Connection) -> None:
@@ -430,7 +397,7 @@ class _RecordingSends:
         sent: int = self.real.send(data, *args)
         return sent
 
-    def __enter__(self) -> _RecordingSends:
+    def __enter__(self) -> RecordingSends:
         self.conn._sock = self
         return self
 
@@ -438,51 +405,23 @@ class _RecordingSends:
         self.conn._sock = self.real
 
 
-def test_a_blocking_publish_is_sent_by_its_caller_before_it_waits(scripted: Any) -> None:
-    # One publish at a time: the PUB leaves from the caller's greenlet at
-    # once (nsqd works while the caller sets up its wait), not from the hub.
+def test_a_lone_request_goes_out_from_the_hub_without_waking_the_writer(scripted: Any) -> None:
+    # One PUB at a time is latency-bound: its flush runs in the hub before it
+    # polls, with no switch into the writer greenlet.
     def script(peer: Peer) -> None:
         peer.handshake()
-        while True:
-            peer.read_command()
-            peer.respond()
+        assert peer.read_command() == (b"PUB t", b"x")
+        peer.respond()
+        until_eof(peer)
 
-    with (
-        Producer(scripted(script).address) as producer,
-        _RecordingSends(producer.connections[0]) as recording,
-    ):
-        publisher = gevent.spawn(lambda: [producer.publish("t", b"%d" % i) for i in range(3)])
-        publisher.get(timeout=5)
-        assert recording.sends == [(publisher, b"PUB t\n\x00\x00\x00\x01%d" % i)
-                                   for i in range(3)]  # fmt: skip
-
-
-def test_publishers_woken_together_send_their_next_publishes_in_one_batch(
-    scripted: Any,
-) -> None:
-    # 10 greenlets publish through one producer; nsqd answers each round of 10
-    # in one segment. Woken by the same answers, they leave their sends to
-    # one batch rather than each sending at once.
-    def script(peer: Peer) -> None:
-        peer.handshake()
-        while True:
-            for _ in range(10):
-                peer.read_command()
-            peer.send(encode_frame(FRAME_TYPE_RESPONSE, b"OK") * 10)
-
-    with (
-        Producer(scripted(script).address) as producer,
-        _RecordingSends(producer.connections[0]) as recording,
-    ):
-        publishers = [
-            gevent.spawn(lambda: [producer.publish("t", b"x") for _ in range(4)])
-            for _ in range(10)
-        ]
-        gevent.joinall(publishers, timeout=10, raise_error=True)
-        pubs_per_send = [data.count(b"PUB t\n") for _, data in recording.sends]
-        # the first round: each sent at once, nobody was woken with it
-        assert pubs_per_send[:10] == [1] * 10
-        assert pubs_per_send[10:] == [10, 10, 10]
+    conn = Connection(scripted(script).address)
+    conn.connect()
+    try:
+        with RecordingSends(conn) as recording:
+            assert conn.publish("t", b"x").get(timeout=5) == b"OK"
+            assert [sender for sender, _ in recording.sends] == [gevent.get_hub()]
+    finally:
+        conn.close()
 
 
 def test_flush_sends_what_is_queued_from_the_calling_greenlet(scripted: Any) -> None:
@@ -501,7 +440,7 @@ def test_flush_sends_what_is_queued_from_the_calling_greenlet(scripted: Any) -> 
     conn.connect()
     conn.subscribe("t", "c", timeout=5)
     try:
-        with _RecordingSends(conn) as recording:
+        with RecordingSends(conn) as recording:
             conn.finish("0000000000000001")
             conn.ready(1)
             assert recording.sends == []  # queued for the hub's flush

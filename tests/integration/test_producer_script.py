@@ -15,7 +15,7 @@ from typing import Any
 import gevent
 import gevent.event
 import pytest
-from test_conn_script import Peer, Script, ScriptedNsqd, scripted_servers
+from test_conn_script import Peer, RecordingSends, Script, ScriptedNsqd, scripted_servers
 
 from gnsqlite.errors import (
     BadMessageError,
@@ -28,6 +28,8 @@ from gnsqlite.errors import (
     NSQTimeoutError,
 )
 from gnsqlite.producer import Producer
+from gnsqlite.protocol import FRAME_TYPE_RESPONSE
+from gnsqlite.protocol.frames import encode_frame
 from gnsqlite.testing.waiting import wait_until
 from gnsqlite.timers import TimerWheel
 
@@ -294,3 +296,44 @@ def test_close_cancels_reconnects_and_parked_publishes() -> None:
     with pytest.raises(ConnectionClosedError, match="producer closed"):
         result.get(timeout=1)
     assert producer.join(0)
+
+
+def test_a_blocking_publish_is_sent_by_its_caller_before_it_waits(scripted: Start) -> None:
+    # One publish at a time: the PUB leaves from the caller's greenlet at
+    # once (nsqd works while the caller sets up its wait), not from the hub.
+    with (
+        Producer(scripted(answer_all).address) as producer,
+        RecordingSends(producer.connections[0]) as recording,
+    ):
+        publisher = gevent.spawn(lambda: [producer.publish("t", b"%d" % i) for i in range(3)])
+        publisher.get(timeout=5)
+        assert recording.sends == [(publisher, b"PUB t\n\x00\x00\x00\x01%d" % i)
+                                   for i in range(3)]  # fmt: skip
+
+
+def test_publishers_woken_together_send_their_next_publishes_in_one_batch(
+    scripted: Start,
+) -> None:
+    # 10 greenlets publish through one producer; nsqd answers each round of 10
+    # in one segment. Woken by the same answers, they leave their sends to
+    # one batch rather than each sending at once.
+    def script(peer: Peer) -> None:
+        peer.handshake()
+        while True:
+            for _ in range(10):
+                peer.read_command()
+            peer.send(encode_frame(FRAME_TYPE_RESPONSE, b"OK") * 10)
+
+    with (
+        Producer(scripted(script).address) as producer,
+        RecordingSends(producer.connections[0]) as recording,
+    ):
+        publishers = [
+            gevent.spawn(lambda: [producer.publish("t", b"x") for _ in range(4)])
+            for _ in range(10)
+        ]
+        gevent.joinall(publishers, timeout=10, raise_error=True)
+        pubs_per_send = [data.count(b"PUB t\n") for _, data in recording.sends]
+        # the first round: each sent at once, nobody was woken with it
+        assert pubs_per_send[:10] == [1] * 10
+        assert pubs_per_send[10:] == [10, 10, 10]
