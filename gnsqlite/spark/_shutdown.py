@@ -55,8 +55,12 @@ _state = _State()
 
 
 def started(source: _Stoppable) -> None:
-    """Record ``source`` (now holding a hub) as one a SIGTERM must stop. Does not block."""
+    """Record ``source`` (now holding a hub) as one a SIGTERM must stop. Does not block.
+
+    Installs the handler too (:func:`exit_on_sigterm`), if it can.
+    """
     _state.sources[id(source)] = source
+    exit_on_sigterm()
 
 
 @contextlib.contextmanager

@@ -30,7 +30,7 @@ from ..consumer import Consumer
 from ..errors import NSQConnectionError
 from ..message import Message
 from ._hub import HubThread
-from ._shutdown import exit_on_sigterm, started, stopping
+from ._shutdown import started, stopping
 from .ledger import Ledger
 from .options import SourceOptions
 
@@ -182,8 +182,7 @@ class NSQStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
         hub = HubThread(f"gnsqlite-source-{self.options.topic}")
         hub.start()
         self._hub = hub
-        started(self)
-        exit_on_sigterm()
+        started(self)  # and SIGTERM handled: see _shutdown
         hub.call(self._start_consumer)
         return hub
 

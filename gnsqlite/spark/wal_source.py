@@ -58,7 +58,7 @@ from ..consumer import Consumer
 from ..errors import NSQConnectionError
 from ..message import Message
 from ._hub import HubThread
-from ._shutdown import exit_on_sigterm, started, stopping
+from ._shutdown import started, stopping
 from .options import SourceOptions
 from .segments import Position, SegmentIndex, Slice, offset, position, split_slices
 from .source import (
@@ -227,8 +227,7 @@ class NSQWalStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
         hub = HubThread(f"gnsqlite-wal-source-{self.options.topic}")
         hub.start()
         self._hub = hub
-        started(self)
-        exit_on_sigterm()
+        started(self)  # and SIGTERM handled: see _shutdown
         hub.call(self._start_consumer)
         return hub
 
