@@ -213,9 +213,11 @@ class Producer:
         self._published: dict[tuple[str, str], list[int]] = {}
         self._errors: dict[str, int] = {}  # error_code() -> failed publishes
         self._in_flight = 0  # publishes waiting for an answer (or a connection)
-        # Blocked callers whose publish has ended and who have not run since:
-        # while there are any, a blocking publish leaves its send to the hub's
-        # flush, which batches it with theirs (see _send_now).
+        # Callers blocked in _wait on a publish not yet ended, and those whose
+        # publish has ended who have not run since: while there are any, a
+        # blocking publish leaves its send to the hub's flush, which batches
+        # it with theirs (see _send_now).
+        self._blocked = 0
         self._resuming = 0
         self._publish_timing: PublishTiming | None = None
 
@@ -366,17 +368,18 @@ class Producer:
         self._wait(self._send_now(self._multi_publish(topic, bodies, timeout)), timeout)
 
     def _send_now(self, attempt: _Attempt) -> _Attempt:
-        """A blocking call's publish goes out at once unless another publisher is about to run.
+        """A blocking call's publish goes out at once when it is the only blocking caller.
 
         A caller that publishes and waits, one at a time, gains a round
         trip's worth of overlap: nsqd works on the command while the caller
-        sets up its wait. Callers woken by the same batch of answers (many
-        greenlets publishing through one producer) leave their sends to the
-        hub's flush instead, which sends them together; the last of them to
-        run sends the batch.
+        sets up its wait. When other callers block on this producer (many
+        greenlets publishing through it), their publishes come in batches,
+        each woken by one batch of answers: this one leaves its send to the
+        hub's flush, which sends the batch together. Sending each at once
+        would split the batches, and once split they stay split.
         """
         conn = attempt.conn
-        if conn is not None and not self._resuming:
+        if conn is not None and not self._blocked and not self._resuming:
             conn.flush()
         return attempt
 
@@ -487,12 +490,15 @@ class Producer:
             else:
                 self._watch(attempt)
             attempt.blocked = True
+            self._blocked += 1
             try:
                 result.wait()
             finally:
                 attempt.blocked = False
                 if result.ready():
-                    self._resuming -= 1  # counted by _done() while blocked
+                    self._resuming -= 1  # moved from _blocked by _done()
+                else:  # the wait was cut short (a Timeout, a kill)
+                    self._blocked -= 1
         result.get(block=False)
 
     def _watch(self, attempt: _Attempt) -> None:
@@ -634,6 +640,7 @@ class Producer:
         """Count the end of one publish (the result was just set)."""
         self._in_flight -= 1
         if attempt.blocked:  # its caller runs soon (see _send_now)
+            self._blocked -= 1
             self._resuming += 1
         started = attempt.deadline - attempt.timeout  # the time.monotonic() of the call
         self.count_publish(
