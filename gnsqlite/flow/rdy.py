@@ -503,8 +503,17 @@ class RdyPlanner:
             return []
         rdy = flow.rdy
         if last_rdy > 0 and (rdy <= 0 or rdy < last_rdy * RESEND_RATIO):
-            out: list[Command] = []
-            self._send(flow, last_rdy, now, out)
+            # The top-up, the same count again: _send and _check, inlined (once
+            # per message at max_in_flight 1). With the count unchanged only
+            # ``rdy`` moves; starvation and shortness are checked as _check does.
+            flow.rdy = last_rdy
+            if in_flight > 0 and in_flight >= last_rdy * STARVATION_RATIO:
+                self._starved.add(name)
+            if last_rdy < flow.target:
+                self._short.add(name)
+            else:
+                self._short.discard(name)
+            out: list[Command] = [(name, last_rdy)]
         elif not holding_more:
             return []
         else:
