@@ -11,8 +11,9 @@ instructions per message (the kernel's share is not counted)::
 
 Workloads: ``sequential``, ``pipelined``, ``mpub`` (the publish modes of
 ``gnsqlite bench``) and ``consume_<max_in_flight>``; ``bare_sequential`` and
-``bare_consume_1`` count the same round trips with no library (``floor.py``). Needs ``valgrind`` and
-``callgrind_control`` on PATH.
+``bare_consume_1`` count the same round trips with no library (``floor.py``),
+and ``handoff_consume_1`` those of a reader greenlet handing each message to a
+handler greenlet. Needs ``valgrind`` and ``callgrind_control`` on PATH.
 """
 
 from __future__ import annotations
@@ -32,11 +33,12 @@ def _workload(name: str, address: str, count: int, measure: bool) -> None:
 
     topic = f"callgrind_{name}_{'measured' if measure else 'warmup'}_{os.getpid()}"
     consume, publish = consume_rate, publish_rate
-    if name.startswith("bare_"):  # the same round trips with no library (floor.py)
+    if name.startswith(("bare_", "handoff_")):  # the same round trips with no library (floor.py)
         import floor  # beside this script
 
-        name = name.removeprefix("bare_")
-        consume, publish = floor.consume("bare-gevent"), floor.publish("bare-gevent")
+        kind, name = name.split("_", 1)
+        client = "bare-handoff" if kind == "handoff" else "bare-gevent"
+        consume, publish = floor.consume(client), floor.publish(client)
     if name.startswith("consume_"):
         max_in_flight = int(name.split("_", 1)[1])
         queue_messages(address, topic, BODY, count + 100)
@@ -64,13 +66,13 @@ def main() -> int:
     parser.add_argument(
         "workload",
         help="sequential, pipelined, mpub, consume_<max_in_flight>, bare_sequential"
-        " or bare_consume_1",
+        ", bare_consume_1 or handoff_consume_1",
     )
     parser.add_argument("count", type=int, help="messages in the measured run")
     parser.add_argument("--nsqd", required=True, help="host:port of a running nsqd")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    known = r"sequential|pipelined|mpub|consume_\d+|bare_(sequential|consume_1)"
+    known = r"sequential|pipelined|mpub|consume_\d+|bare_(sequential|consume_1)|handoff_consume_1"
     if not re.fullmatch(known, args.workload):
         parser.error(f"unknown workload {args.workload!r}")
     if args.child:

@@ -25,7 +25,9 @@ channel runs dry nsqd holds its last partial buffer for its
 The latency-bound rows (sync PUB, max_in_flight 1) also run ``floor.py``'s
 ``bare-gevent`` and ``bare-socket`` columns: the same round trips with no
 client library (``--no-floor`` skips them), printed in a table of their own
-with each client's share of the bare gevent round trip.
+with each client's share of the bare gevent round trip. max_in_flight 1 also
+runs ``bare-handoff``: a reader greenlet handing each message to a handler
+greenlet through a gevent queue, the consumer structure with nothing else.
 
 ``--memory-messages N`` adds the memory rows: a gnsqlite consumer's and a
 producer's RSS over N messages (the issue's target is 5,000,000).
@@ -57,7 +59,7 @@ BODY_SIZE = 100
 CLIENTS = ("gnsqlite", "pynsq", "gnsq", "go")
 PEERS = ("pynsq", "gnsq")
 #: No client library: the least a round trip costs (``floor.py``); latency-bound rows only.
-FLOORS = ("bare-gevent", "bare-socket")
+FLOORS = ("bare-gevent", "bare-socket", "bare-handoff")
 TRANSPORTS = ("plain", "snappy", "deflate", "tls")
 
 
@@ -251,8 +253,13 @@ class Bench:
         return row.param in ("sequential", "mpub")
 
     @staticmethod
-    def floor_supports(row: Row) -> bool:
-        """The floor runs the latency-bound rows: sync PUB and max_in_flight 1, plain."""
+    def floor_supports(row: Row, client: str) -> bool:
+        """The floor runs the latency-bound rows: sync PUB and max_in_flight 1, plain.
+
+        ``bare-handoff`` (a reader greenlet and a handler greenlet) is a consumer's floor only.
+        """
+        if client == "bare-handoff":
+            return row.transport == "plain" and row.param == 1
         return row.transport == "plain" and row.param in (1, "sequential")
 
     def count(self, row: Row) -> int:
@@ -447,6 +454,7 @@ def ratios(cells: dict[str, dict[str, Any]]) -> dict[str, Any]:
     best = max(peers, key=lambda c: peers[c]) if peers else None
     go = cells.get("go", {}).get("median")
     floor = cells.get(FLOORS[0], {}).get("median")
+    handoff = cells.get("bare-handoff", {}).get("median")
     return {
         "best_peer": best,
         "vs_best_peer": ours / peers[best] if ours and best else None,
@@ -454,6 +462,9 @@ def ratios(cells: dict[str, dict[str, Any]]) -> dict[str, Any]:
         # gnsqlite's and the best peer's share of what a bare gevent socket reaches
         "of_floor": ours / floor if ours and floor else None,
         "peer_of_floor": peers[best] / floor if best and floor else None,
+        # the same against a reader greenlet handing messages to a handler greenlet
+        "of_handoff": ours / handoff if ours and handoff else None,
+        "peer_of_handoff": peers[best] / handoff if best and handoff else None,
     }
 
 
@@ -536,8 +547,9 @@ def print_floor_table(report: dict[str, Any]) -> None:
     if not shown:
         return
     print("\n| workload: the floor | gnsqlite | best peer | " + " | ".join(floors), end="")
-    print(" | gnsqlite / bare-gevent | best peer / bare-gevent | peer target / bare-gevent |")
-    print("|---" * (len(floors) + 6) + "|")
+    print(" | gnsqlite / bare-gevent | best peer / bare-gevent | peer target / bare-gevent", end="")
+    print(" | gnsqlite / bare-handoff | best peer / bare-handoff |")
+    print("|---" * (len(floors) + 8) + "|")
     for row, entry in shown:
         cells, r = entry["cells"], entry["ratios"]
 
@@ -551,15 +563,19 @@ def print_floor_table(report: dict[str, Any]) -> None:
         needed = f"{target * r['peer_of_floor']:.2f}" if target and r["peer_of_floor"] else "-"
         of_floor = f"{r['of_floor']:.2f}" if r["of_floor"] else "-"
         peer_of = f"{r['peer_of_floor']:.2f}" if r["peer_of_floor"] else "-"
+        handoff = " | ".join(
+            f"{r[key]:.2f}" if r.get(key) else "-" for key in ("of_handoff", "peer_of_handoff")
+        )
         print(
             f"| {row.title} | {rate(cells.get('gnsqlite', {}))} | {peer} | "
             + " | ".join(rate(cells.get(f, {})) for f in floors)
-            + f" | {of_floor} | {peer_of} | {needed} |"
+            + f" | {of_floor} | {peer_of} | {needed} | {handoff} |"
         )
     print(
         "\nmsg/s median (client CPU µs/msg). bare-gevent: one greenlet, one send, gevent's wait,"
-        " one recv per round trip;\nbare-socket: a blocking socket, no event loop. A target"
-        " above 1.00x bare-gevent asks a client for more than the bare round trip."
+        " one recv per round trip;\nbare-socket: a blocking socket, no event loop; bare-handoff:"
+        " a reader greenlet hands each message\nto a handler greenlet through a gevent queue."
+        " A target above 1.00x bare-gevent asks a client for more than the bare round trip."
     )
 
 
@@ -711,7 +727,7 @@ def _compare(bench: Bench, rows: list[Row], clients: list[str]) -> dict[str, Any
             for client in order:
                 if client == "go" and not bench.go_supports(row):
                     continue
-                if client in FLOORS and not bench.floor_supports(row):
+                if client in FLOORS and not bench.floor_supports(row, client):
                     continue
                 result = bench.cell(row, client)
                 runs[row.key][client].append(result)

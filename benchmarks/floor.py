@@ -7,7 +7,12 @@ max_in_flight 1 rows, to show how much of a round trip any client can save:
   waits for the answer on the socket through gevent's hub (an I/O watcher,
   then one ``recv``): the least a gevent client can do per round trip;
 * ``bare-socket``: the same with a blocking stdlib socket and no event loop,
-  which no gevent client can use (it would block every other greenlet).
+  which no gevent client can use (it would block every other greenlet);
+* ``bare-handoff`` (max_in_flight 1 only): the structure the brief asks of a
+  consumer and nothing else: a reader greenlet reads and splits frames and
+  hands each message through a ``gevent.queue.Queue`` to a handler greenlet,
+  which writes ``FIN`` and ``RDY``. No message object, no counting, no
+  timers: what a reader greenlet plus a handler pool cost by themselves.
 
 Both speak just enough of the protocol for the workload: ``PUB`` waiting for
 each ``OK``, or ``SUB`` with ``RDY 1`` and ``FIN`` plus ``RDY 1`` per message (the
@@ -24,6 +29,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import gevent
+import gevent.queue
 import gevent.socket
 
 _FRAME_RESPONSE, _FRAME_ERROR, _FRAME_MESSAGE = 0, 1, 2
@@ -87,7 +93,8 @@ class BareConnection:
 
 
 def _kind(client: str) -> str:
-    return client.split("-", 1)[1]  # "bare-gevent" -> "gevent"
+    kind = client.split("-", 1)[1]  # "bare-gevent" -> "gevent"
+    return "gevent" if kind == "handoff" else kind
 
 
 def publish(client: str) -> Callable[..., float]:
@@ -141,6 +148,9 @@ def consume(client: str) -> Callable[..., float]:
             if conn.frame() != (_FRAME_RESPONSE, b"OK"):
                 raise RuntimeError("SUB was not answered OK")
             conn.send(b"RDY 1\n")
+            if client == "bare-handoff":
+                _handoff(conn, count)
+                return time.perf_counter() - start
             handled = 0
             while handled < count:
                 kind, body = conn.frame()
@@ -153,3 +163,26 @@ def consume(client: str) -> Callable[..., float]:
             conn.close()
 
     return run
+
+
+def _handoff(conn: BareConnection, count: int) -> None:
+    """Handle ``count`` messages: a reader greenlet queues them, a handler answers. Blocks."""
+    queue: gevent.queue.Queue[bytes] = gevent.queue.Queue()
+
+    def read() -> None:
+        while True:
+            kind, body = conn.frame()
+            if kind != _FRAME_MESSAGE:
+                raise RuntimeError(f"expected a message, got frame type {kind}")
+            queue.put(body)
+
+    def handle() -> None:
+        for _ in range(count):
+            body = queue.get()
+            conn.send(b"FIN " + body[10:26] + b"\nRDY 1\n")  # id: after timestamp, attempts
+
+    reader = gevent.spawn(read)
+    try:
+        gevent.spawn(handle).get()
+    finally:
+        reader.kill()
