@@ -178,10 +178,11 @@ class FrameDecoder:
         largest = self.max_frame_size
         while n - pos >= 8:
             size, frame_type = unpack(buf, pos)
-            if not (
-                frame_type == FRAME_TYPE_MESSAGE and _SMALLEST_MESSAGE <= size <= largest
-            ):  # a message frame of a sane size needs no other check
-                check(size, frame_type)
+            if frame_type == FRAME_TYPE_MESSAGE:
+                if not _SMALLEST_MESSAGE <= size <= largest:
+                    check(size, frame_type)
+            elif not (frame_type == FRAME_TYPE_RESPONSE and 4 <= size <= largest):
+                check(size, frame_type)  # a message or answer of a sane size needs no other
             end = pos + 4 + size
             if n < end:
                 break
