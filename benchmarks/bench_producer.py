@@ -111,7 +111,8 @@ def main() -> None:
     if args.nsqd:
         run(args.nsqd, args.count, args.size, args.repeat)
         return
-    with NsqdServer(mem_queue_size=10_000_000) as server:
+    # Publishes stay in memory; no larger, see compare.py's MEM_QUEUE_SIZE.
+    with NsqdServer(mem_queue_size=1_000_000) as server:
         kind = "real nsqd" if server.is_real else "embedded broker"
         print(f"started the {kind} in a subprocess")
         run(server.tcp_address, args.count, args.size, args.repeat, server.http)

@@ -61,6 +61,13 @@ PEERS = ("pynsq", "gnsq")
 #: No client library: the least a round trip costs (``floor.py``); latency-bound rows only.
 FLOORS = ("bare-gevent", "bare-socket", "bare-handoff")
 TRANSPORTS = ("plain", "snappy", "deflate", "tls")
+#: nsqd's ``--mem-queue-size`` at the defaults: room for the largest backlog queued
+#: (``--go-messages``, 800,000), so every message stays in memory. No larger: nsqd makes
+#: each topic's and channel's queue up front as a Go channel of that many pointers, which
+#: its garbage collector scans on every cycle. At 10,000,000 (80 MB a queue) nsqd spent
+#: 14 µs of CPU per message of PUB from 50 greenlets instead of 6.5, and the fastest
+#: clients lost most. :func:`_mem_queue_size` raises it for larger runs.
+MEM_QUEUE_SIZE = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -78,8 +85,11 @@ class Row:
 
 
 ROWS: tuple[Row, ...] = (
-    Row("consume_2500", "consume, max_in_flight 2500", "consume", 2500, "plain", 1.0, (None, 0.45)),
-    Row("consume_100", "consume, max_in_flight 100", "consume", 100, "plain", 1.0, (None, 0.45)),
+    # The rows measured against go-nsq run about as long as its bench_reader does
+    # (--go-runfor, 1 s): at 100,000 messages a run lasts 0.3-0.5 s, and its
+    # start-up (connecting, the RDY ramp, nsqd's first writes) swings the rate by half.
+    Row("consume_2500", "consume, max_in_flight 2500", "consume", 2500, "plain", 3.0, (None, 0.45)),
+    Row("consume_100", "consume, max_in_flight 100", "consume", 100, "plain", 3.0, (None, 0.45)),
     # The latency-bound rows run longer: their rates swing with the machine's scheduling.
     Row("consume_1", "consume, max_in_flight 1", "consume", 1, "plain", 0.2, (1.3, None)),
     Row("pub_sync", "sync PUB", "publish", "sequential", "plain", 0.2, (1.3, 0.7)),
@@ -615,6 +625,13 @@ def plot(report: dict[str, Any], path: str) -> None:
 # -- main ---------------------------------------------------------------------------------
 
 
+def _mem_queue_size(args: argparse.Namespace) -> int:
+    """Room for the largest backlog a run queues: Go's, or a consume row's (3x --messages)."""
+    largest_row = max(r.scale for r in ROWS if r.kind == "consume")
+    consume = int(args.messages * largest_row * 1.1) + 2 * 2500  # Bench.cell's extra
+    return max(MEM_QUEUE_SIZE, args.go_messages, consume)
+
+
 @contextlib.contextmanager
 def _server(args: argparse.Namespace) -> Iterator[tuple[Any, str | None]]:
     from gnsqlite.testing import NsqdServer
@@ -622,7 +639,7 @@ def _server(args: argparse.Namespace) -> Iterator[tuple[Any, str | None]]:
 
     with tempfile.TemporaryDirectory(prefix="gnsqlite-compare-") as tmp:
         tls = None
-        options: dict[str, Any] = {"mem_queue_size": 10_000_000}
+        options: dict[str, Any] = {"mem_queue_size": _mem_queue_size(args)}
         try:
             tls = make_tls_files(tmp)
             options.update(tls_cert=tls.cert_file, tls_key=tls.key_file)
