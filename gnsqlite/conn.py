@@ -177,6 +177,7 @@ class Connection:
         self._unsent = b""  # encoded bytes a flush left over: the writer sends them first
         self._writing = False  # the writer greenlet is inside a send that may wait
         self._flush_scheduled = False
+        self._flush_handle: Any = None  # the hub callback of the scheduled flush
         self._loop: Any = None  # the hub's loop, which runs the flushes
         self._wakeup = gevent.event.Event()
         self._close_wait = gevent.event.Event()
@@ -586,7 +587,7 @@ class Connection:
             self._flush()
         elif not self._flush_scheduled:
             self._flush_scheduled = True
-            self._loop.run_callback(self._flush_callback)
+            self._flush_handle = self._loop.run_callback(self._flush_callback)
 
     def flush(self) -> None:
         """Send what is queued now rather than when the hub next polls. Does not block.
@@ -598,6 +599,10 @@ class Connection:
         """
         if not self._tls:
             self._flush()
+            if self._flush_scheduled and not self._outbox:
+                # The hub's flush would find nothing: drop it (a callback a publish).
+                self._flush_scheduled = False
+                self._flush_handle.stop()
 
     def _flush_callback(self) -> None:
         self._flush_scheduled = False
