@@ -10,10 +10,10 @@ instructions per message (the kernel's share is not counted)::
     python benchmarks/callgrind.py consume_2500 20000 --nsqd 127.0.0.1:4150
 
 Workloads: ``sequential``, ``pipelined``, ``mpub`` (the publish modes of
-``gnsqlite bench``) and ``consume_<max_in_flight>``; ``bare_sequential`` and
-``bare_consume_1`` count the same round trips with no library (``floor.py``),
-and ``handoff_consume_1`` those of a reader greenlet handing each message to a
-handler greenlet. Needs ``valgrind`` and ``callgrind_control`` on PATH.
+``gnsqlite bench``) and ``consume_<max_in_flight>``; ``bare_sequential``,
+``bare_mpub`` and ``bare_consume_1`` count the same round trips with no
+library (``floor.py``), and ``handoff_consume_1`` those of a reader greenlet
+handing each message to a handler greenlet. Needs ``valgrind`` and ``callgrind_control`` on PATH.
 """
 
 from __future__ import annotations
@@ -65,14 +65,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument(
         "workload",
-        help="sequential, pipelined, mpub, consume_<max_in_flight>, bare_sequential"
+        help="sequential, pipelined, mpub, consume_<max_in_flight>, bare_sequential, bare_mpub"
         ", bare_consume_1 or handoff_consume_1",
     )
     parser.add_argument("count", type=int, help="messages in the measured run")
     parser.add_argument("--nsqd", required=True, help="host:port of a running nsqd")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    known = r"sequential|pipelined|mpub|consume_\d+|bare_(sequential|consume_1)|handoff_consume_1"
+    known = (
+        r"sequential|pipelined|mpub|consume_\d+"
+        r"|bare_(sequential|mpub|consume_1)|handoff_consume_1"
+    )
     if not re.fullmatch(known, args.workload):
         parser.error(f"unknown workload {args.workload!r}")
     if args.child:

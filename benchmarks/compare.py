@@ -22,7 +22,7 @@ client is timed on, so the clock stops while nsqd is still streaming: when a
 channel runs dry nsqd holds its last partial buffer for its
 ``output_buffer_timeout`` (250 ms), which would otherwise be timed too.
 
-The latency-bound rows (sync PUB, max_in_flight 1) also run ``floor.py``'s
+The latency-bound rows (sync PUB, MPUB of 100, max_in_flight 1) also run ``floor.py``'s
 ``bare-gevent`` and ``bare-socket`` columns: the same round trips with no
 client library (``--no-floor`` skips them), printed in a table of their own
 with each client's share of the bare gevent round trip. max_in_flight 1 also
@@ -264,13 +264,13 @@ class Bench:
 
     @staticmethod
     def floor_supports(row: Row, client: str) -> bool:
-        """The floor runs the latency-bound rows: sync PUB and max_in_flight 1, plain.
+        """The floor runs the latency-bound rows: sync PUB, MPUB and max_in_flight 1, plain.
 
         ``bare-handoff`` (a reader greenlet and a handler greenlet) is a consumer's floor only.
         """
         if client == "bare-handoff":
             return row.transport == "plain" and row.param == 1
-        return row.transport == "plain" and row.param in (1, "sequential")
+        return row.transport == "plain" and row.param in (1, "sequential", "mpub")
 
     def count(self, row: Row) -> int:
         return max(100, int(self.args.messages * row.scale) // 100 * 100)

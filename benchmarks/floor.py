@@ -14,10 +14,10 @@ max_in_flight 1 rows, to show how much of a round trip any client can save:
   which writes ``FIN`` and ``RDY``. No message object, no counting, no
   timers: what a reader greenlet plus a handler pool cost by themselves.
 
-Both speak just enough of the protocol for the workload: ``PUB`` waiting for
-each ``OK``, or ``SUB`` with ``RDY 1`` and ``FIN`` plus ``RDY 1`` per message (the
-guide's rule: RDY is updated when the count reaches 0, as every client here
-does). Heartbeats are answered; anything else unexpected raises.
+Both speak just enough of the protocol for the workload: ``PUB`` (or an
+``MPUB`` of 100) waiting for each ``OK``, or ``SUB`` with ``RDY 1`` and ``FIN``
+plus ``RDY 1`` per message (the guide's rule: RDY is updated when the count
+reaches 0, as every client here does). Heartbeats are answered; anything else unexpected raises.
 """
 
 from __future__ import annotations
@@ -108,21 +108,31 @@ def publish(client: str) -> Callable[..., float]:
         mode: str,
         options: Mapping[str, Any] | None = None,
     ) -> float:
-        if mode != "sequential" or options:
-            raise ValueError("the floor runs only sequential PUB on a plain connection")
+        if mode not in ("sequential", "mpub") or options:
+            raise ValueError("the floor runs only sequential PUB and MPUB on a plain connection")
         from gnsqlite.cli.bench import time_publishes
 
         conn = BareConnection(address, _kind(client))
         prefix = b"PUB %s\n" % topic.encode()
+        mprefix = b"MPUB %s\n" % topic.encode()
+
+        def answered(command: str) -> None:
+            _, answer = conn.frame()
+            if answer != b"OK":
+                raise RuntimeError(f"{command} answered {answer!r}")
 
         def pub(topic: str, body: bytes) -> None:
             conn.send(prefix + struct.pack(">I", len(body)) + body)
-            _, answer = conn.frame()
-            if answer != b"OK":
-                raise RuntimeError(f"PUB answered {answer!r}")
+            answered("PUB")
+
+        def mpub(topic: str, bodies: list[bytes]) -> None:
+            size = struct.pack(">I", len(bodies[0]))  # the workload's bodies are all one size
+            payload = struct.pack(">I", len(bodies)) + size + size.join(bodies)
+            conn.send(mprefix + struct.pack(">I", len(payload)) + payload)
+            answered("MPUB")
 
         try:
-            return time_publishes(pub, pub, topic, body, count, mode)
+            return time_publishes(pub, mpub, topic, body, count, mode)
         finally:
             conn.close()
 
