@@ -106,6 +106,20 @@ ROWS: tuple[Row, ...] = (
 )
 
 
+def row_count(row: Row, messages: int) -> int:
+    """The messages a run of ``row`` is timed on, for ``--messages`` ``messages``."""
+    return max(100, int(messages * row.scale) // 100 * 100)
+
+
+def consume_backlog(count: int) -> int:
+    """What a consume run of ``count`` messages queues first: more than the client takes.
+
+    When a channel runs dry nsqd holds its last partial buffer until its
+    output_buffer_timeout (250 ms), which would time nsqd's timer, not the client.
+    """
+    return count + max(2 * 2500, count // 10)
+
+
 # -- the child: one client, one workload, one run ------------------------------------------
 
 
@@ -273,7 +287,7 @@ class Bench:
         return row.transport == "plain" and row.param in (1, "sequential", "mpub")
 
     def count(self, row: Row) -> int:
-        return max(100, int(self.args.messages * row.scale) // 100 * 100)
+        return row_count(row, self.args.messages)
 
     def _queue(self, topic: str, count: int) -> None:
         from gnsqlite.cli.bench import queue_messages
@@ -292,10 +306,7 @@ class Bench:
                 return self._go_cell(row, topic)
             count = self.count(row)
             if row.kind == "consume":
-                # More than the client takes: nsqd holds a last partial buffer
-                # until its output_buffer_timeout (250 ms) when the channel
-                # runs dry, which would time nsqd's timer, not the client.
-                self._queue(topic, count + max(2 * 2500, count // 10))
+                self._queue(topic, consume_backlog(count))
             spec = {
                 "client": client,
                 "kind": row.kind,
@@ -627,10 +638,9 @@ def plot(report: dict[str, Any], path: str) -> None:
 
 
 def _mem_queue_size(args: argparse.Namespace) -> int:
-    """Room for the largest backlog a run queues: Go's, or a consume row's (3x --messages)."""
-    largest_row = max(r.scale for r in ROWS if r.kind == "consume")
-    consume = int(args.messages * largest_row * 1.1) + 2 * 2500  # Bench.cell's extra
-    return max(MEM_QUEUE_SIZE, args.go_messages, consume)
+    """Room for the largest backlog a run queues: Go's, or a consume row's."""
+    consume = (consume_backlog(row_count(r, args.messages)) for r in ROWS if r.kind == "consume")
+    return max(MEM_QUEUE_SIZE, args.go_messages, *consume)
 
 
 @contextlib.contextmanager
