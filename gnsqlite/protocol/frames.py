@@ -178,11 +178,12 @@ class FrameDecoder:
         largest = self.max_frame_size
         while n - pos >= 8:
             size, frame_type = unpack(buf, pos)
+            # A message or an answer of a sane size needs no other check.
             if frame_type == FRAME_TYPE_MESSAGE:
                 if not _SMALLEST_MESSAGE <= size <= largest:
                     check(size, frame_type)
             elif not (frame_type == FRAME_TYPE_RESPONSE and 4 <= size <= largest):
-                check(size, frame_type)  # a message or answer of a sane size needs no other
+                check(size, frame_type)
             end = pos + 4 + size
             if n < end:
                 break
