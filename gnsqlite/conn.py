@@ -98,6 +98,7 @@ _FLUSH_AT = 200
 MessageCallback = Callable[["Connection", Message], None]
 ErrorCallback = Callable[["Connection", ServerError], None]
 CloseCallback = Callable[["Connection", "Exception | None"], None]
+HeartbeatCallback = Callable[["Connection"], None]
 
 
 class Waiter(Protocol):
@@ -148,6 +149,8 @@ class Connection:
     ``on_close(conn, error)`` runs once when a connected connection ends,
     with the error that ended it, or ``None`` after :meth:`close` (a failed
     :meth:`connect` raises instead and does not call it).
+    ``on_heartbeat(conn)`` runs after each heartbeat was answered; like
+    ``on_message`` it runs in the reader greenlet and must not block.
 
     The constructor opens no socket and starts no greenlet.
     """
@@ -160,6 +163,7 @@ class Connection:
         on_message: MessageCallback | None = None,
         on_error: ErrorCallback | None = None,
         on_close: CloseCallback | None = None,
+        on_heartbeat: HeartbeatCallback | None = None,
     ) -> None:
         self.address = parse_address(address)
         self.name = format_address(self.address)
@@ -167,6 +171,7 @@ class Connection:
         self.on_message = on_message
         self.on_error = on_error
         self.on_close = on_close
+        self.on_heartbeat = on_heartbeat
         self.protocol = ClientConnection(self.config.max_frame_size)
         self.features: dict[str, Any] = {}
         self.identity: dict[str, Any] | None = None
@@ -561,6 +566,8 @@ class Connection:
             self._close_wait.set()
         elif isinstance(event, Heartbeat):
             log.debug("%s: heartbeat", self.name)
+            if self.on_heartbeat is not None:
+                self._call(self.on_heartbeat)
         elif isinstance(event, Upgraded):  # pragma: no cover - only during the handshake
             raise RemoteProtocolError(f"unexpected upgrade confirmation {event.kind!r}")
 

@@ -279,6 +279,14 @@ class Consumer:
             raise ConfigError("no handler: pass handler= or override Consumer.handle")
         return self._handler(message)
 
+    def on_heartbeat(self, conn: Connection) -> None:
+        """Called after each heartbeat nsqd sends on ``conn`` (about every
+        ``heartbeat_interval`` seconds); override to observe liveness.
+
+        Runs in the connection's reader greenlet: it must not block (spawn a
+        greenlet for anything slow). The default does nothing.
+        """
+
     def set_handler(self, handler: Handler) -> None:
         """Replace the handler (takes effect for the next message)."""
         self._handler = handler
@@ -502,6 +510,7 @@ class Consumer:
             on_message=self._on_message,
             on_error=self._on_error,
             on_close=self._on_close,
+            on_heartbeat=self.on_heartbeat,
         )
         try:
             conn.connect()

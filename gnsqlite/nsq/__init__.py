@@ -9,7 +9,15 @@ pynsq's public surface, mapped onto gnsqlite's gevent
 * :class:`Message` with pynsq's methods and attributes;
 * :func:`run` (until SIGINT/SIGTERM, then everything closes drained);
 * :class:`Error`, :class:`SendError`, the name checks, the ``FRAME_TYPE_*``
-  constants and the byte-building helpers.
+  constants and the byte-building helpers;
+* :class:`AsyncConn` and :class:`SyncConn` (on gevent sockets),
+  :class:`BackoffTimer`, :class:`LegacyReader`, and pynsq's submodules
+  (``nsq.protocol``, ``nsq.reader``, ``nsq.writer``, ``nsq.conn``,
+  ``nsq.event``, ``nsq.message``, ``nsq.sync``, ``nsq.backoff_timer``).
+
+Handlers may return coroutines or Futures (they are awaited), ``pub()``
+returns an awaitable, and a program that runs tornado's IOLoop itself
+instead of :func:`run` works too (see :mod:`.tornado_bridge`).
 
 Importing it imports no tornado and patches nothing. What differs from pynsq
 is listed in docs/migrating-pynsq.md.
@@ -17,7 +25,10 @@ is listed in docs/migrating-pynsq.md.
 
 from __future__ import annotations
 
+from .backoff_timer import BackoffTimer
+from .conn import AsyncConn
 from .errors import ConnectionClosedError, Error, IntegrityError, SendError
+from .legacy_reader import LegacyReader
 from .message import Message
 from .protocol import (
     FRAME_TYPE_ERROR,
@@ -41,18 +52,23 @@ from .protocol import (
 )
 from .reader import Reader
 from .runner import run, stop
+from .sync import SyncConn
 from .writer import Writer
 
 __all__ = [
+    "AsyncConn",
+    "BackoffTimer",
     "FRAME_TYPE_ERROR",
     "FRAME_TYPE_MESSAGE",
     "FRAME_TYPE_RESPONSE",
     "ConnectionClosedError",
     "Error",
     "IntegrityError",
+    "LegacyReader",
     "Message",
     "Reader",
     "SendError",
+    "SyncConn",
     "Writer",
     "auth",
     "decode_message",

@@ -8,9 +8,28 @@ The gnsqlite exception behind one is kept as ``__cause__`` (and as
 
 from __future__ import annotations
 
-from ..errors import NSQConnectionError, ServerError
+import contextlib
+from collections.abc import Iterator
 
-__all__ = ["ConnectionClosedError", "Error", "IntegrityError", "SendError", "as_nsq_error"]
+from ..errors import (
+    ConfigError,
+    InvalidNameError,
+    MessageTooLargeError,
+    NSQConnectionError,
+    NSQError,
+    ServerError,
+)
+
+__all__ = [
+    "ArgumentError",
+    "ConnectionClosedError",
+    "Error",
+    "IntegrityError",
+    "InvalidNameArgumentError",
+    "SendError",
+    "as_nsq_error",
+    "pynsq_arguments",
+]
 
 
 class Error(Exception):
@@ -59,3 +78,39 @@ def as_nsq_error(exc: BaseException) -> Error:
         error = SendError("publish failed", exc)
     error.__cause__ = exc
     return error
+
+
+class ArgumentError(ConfigError, AssertionError, TypeError):
+    """A bad argument to the drop-in: a value out of range, a wrong type, an unknown keyword.
+
+    pynsq checks its arguments with ``assert``, so code written against it
+    catches ``AssertionError``; gnsqlite raises
+    :class:`~gnsqlite.errors.ConfigError` (a ``ValueError``); earlier
+    versions of the drop-in raised ``TypeError`` for a wrong type or an
+    unknown keyword. This is all three, and its message says what to fix.
+    """
+
+
+class InvalidNameArgumentError(InvalidNameError, AssertionError):
+    """An invalid topic or channel name given to the drop-in.
+
+    gnsqlite's :class:`~gnsqlite.errors.InvalidNameError` (a ``ValueError``)
+    that is also the ``AssertionError`` pynsq raises.
+    """
+
+
+@contextlib.contextmanager
+def pynsq_arguments(owner: str) -> Iterator[None]:
+    """Re-raise gnsqlite's argument errors inside the block as :class:`ArgumentError`.
+
+    ``owner`` (``"Reader"``, ``"pub"`` ...) starts the message; the original
+    error is the ``__cause__``.
+    """
+    try:
+        yield
+    except (AssertionError, ServerError, NSQConnectionError, MessageTooLargeError):
+        raise
+    except InvalidNameError as exc:
+        raise InvalidNameArgumentError(f"{owner}: {exc}") from exc
+    except (NSQError, TypeError, ValueError) as exc:
+        raise ArgumentError(f"{owner}: {exc}") from exc

@@ -6,23 +6,37 @@ attributes: ``id`` (bytes), ``body`` (bytes), ``timestamp`` (nanoseconds),
 ``attempts``. Answers go to the gnsqlite :class:`~gnsqlite.message.Message`
 it wraps; answering twice does nothing and returns ``False`` (pynsq raises
 ``AssertionError``).
+
+As in pynsq, a message is an :class:`~gnsqlite.nsq.event.EventedMixin`: each
+answer triggers its event (``finish``, ``requeue`` with the requeue's
+keywords, ``touch``) with ``message=`` the message, so
+``message.on(nsq.event.FINISH, callback)`` works, and a message built with
+``Message(id, body, timestamp, attempts)`` (as pynsq code and
+:class:`~gnsqlite.nsq.conn.AsyncConn` build them) is answered by whoever
+listens.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..message import Message as _Delivered
+from . import event
+from .event import EventedMixin
 
 __all__ = ["Message"]
 
 
-class Message:
+class Message(EventedMixin):
     """A message delivered by nsqd; see the module docstring.
 
     Built by the Reader; ``Message(id, body, timestamp, attempts)`` (as
-    pynsq builds it) makes a detached message whose answers go nowhere.
+    pynsq builds it) makes a detached message whose answers go only to its
+    event listeners.
     """
 
     def __init__(self, id: bytes, body: bytes, timestamp: int, attempts: int) -> None:
+        super().__init__()
         self.id = id
         self.body = body
         self.timestamp = timestamp
@@ -61,8 +75,11 @@ class Message:
     def finish(self) -> bool:
         """FIN: processed. Does not block; ``False`` if already answered."""
         if self._delivered is not None:
-            return self._delivered.finish()
-        done, self._responded = not self._responded, True
+            done = self._delivered.finish()
+        else:
+            done, self._responded = not self._responded, True
+        if done:
+            self.trigger(event.FINISH, message=self)
         return done
 
     def requeue(
@@ -85,12 +102,18 @@ class Message:
         elif time_ms is not None and time_ms >= 0:
             seconds = time_ms / 1000.0
         if self._delivered is not None:
-            return self._delivered.requeue(seconds, backoff=backoff)
-        done, self._responded = not self._responded, True
+            done = self._delivered.requeue(seconds, backoff=backoff)
+        else:
+            done, self._responded = not self._responded, True
+        if done:
+            keywords: dict[str, Any] = {"backoff": backoff}
+            keywords["time_ms"] = -1 if seconds is None else round(seconds * 1000)
+            self.trigger(event.REQUEUE, message=self, **keywords)
         return done
 
     def touch(self) -> bool:
         """TOUCH: reset nsqd's timeout for the message. ``False`` if already answered."""
-        if self._delivered is not None:
-            return self._delivered.touch()
-        return not self._responded
+        done = self._delivered.touch() if self._delivered is not None else not self._responded
+        if done:
+            self.trigger(event.TOUCH, message=self)
+        return done

@@ -1,26 +1,55 @@
-"""pynsq's byte-building helpers, with pynsq's signatures and units.
+"""pynsq's ``nsq.protocol``: the byte-building helpers, constants and exceptions.
 
-Each returns the bytes of one command, as ``nsq.protocol`` does; they are
-thin wrappers over :mod:`gnsqlite.protocol`, so names and sizes are checked
-(an invalid topic raises :class:`~gnsqlite.errors.InvalidNameError`, a
-``ValueError``, where pynsq would send it). Durations are pynsq's integer
-milliseconds here (``requeue(id, time_ms)``, ``dpub(topic, delay_ms, data)``).
+Each helper returns the bytes of one command, as ``nsq.protocol`` does; they
+are thin wrappers over :mod:`gnsqlite.protocol`, so names and sizes are
+checked before anything is built: an invalid topic raises
+:class:`~gnsqlite.nsq.errors.ArgumentError`, which is both the
+``AssertionError`` pynsq raises and gnsqlite's ``ValueError``. Durations are
+pynsq's milliseconds here (``requeue(id, time_ms)``,
+``dpub(topic, delay_ms, data)``). ``finish``, ``requeue`` and ``touch`` take
+any id, as pynsq does (a ``str`` is encoded as UTF-8), refusing only one
+that would break the command line (a space or a newline in it).
+
+The module also has pynsq's exceptions (:class:`Error`, :class:`SendError`,
+:class:`ConnectionClosedError`, :class:`IntegrityError`), the command names
+(``FIN``, ``REQ`` ...), ``MAGIC_V2``, ``NL`` and ``VALID_NAME_RE``.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import struct
 from collections.abc import Iterable
 from typing import Any
 
 from .. import protocol as _p
+from .errors import ConnectionClosedError, Error, IntegrityError, SendError, pynsq_arguments
 from .message import Message
 
 __all__ = [
+    "AUTH",
+    "DPUB",
+    "FIN",
     "FRAME_TYPE_ERROR",
     "FRAME_TYPE_MESSAGE",
     "FRAME_TYPE_RESPONSE",
+    "IDENTIFY",
+    "MAGIC_V2",
+    "MPUB",
+    "NL",
+    "NOP",
+    "PUB",
+    "RDY",
+    "REQ",
+    "SUB",
+    "TOUCH",
+    "VALID_NAME_RE",
+    "ConnectionClosedError",
+    "Error",
+    "IntegrityError",
+    "Message",
+    "SendError",
     "auth",
     "decode_message",
     "dpub",
@@ -42,6 +71,22 @@ FRAME_TYPE_RESPONSE = _p.FRAME_TYPE_RESPONSE
 FRAME_TYPE_ERROR = _p.FRAME_TYPE_ERROR
 FRAME_TYPE_MESSAGE = _p.FRAME_TYPE_MESSAGE
 
+MAGIC_V2 = _p.MAGIC_V2
+NL = b"\n"
+AUTH = b"AUTH"
+FIN = b"FIN"
+IDENTIFY = b"IDENTIFY"
+MPUB = b"MPUB"
+NOP = b"NOP"
+PUB = b"PUB"
+RDY = b"RDY"
+REQ = b"REQ"
+SUB = b"SUB"
+TOUCH = b"TOUCH"
+DPUB = b"DPUB"
+#: What a valid topic or channel name matches (it also has 1 to 64 characters).
+VALID_NAME_RE = re.compile(r"^[\.a-zA-Z0-9_-]+(#ephemeral)?$")
+
 _SIZE = struct.Struct(">l")
 
 
@@ -58,27 +103,31 @@ def auth(data: bytes | str) -> bytes:
 
 def subscribe(topic: str, channel: str) -> bytes:
     """``SUB <topic> <channel>``."""
-    return _p.sub(topic, channel)
+    with pynsq_arguments("subscribe"):
+        return _p.sub(topic, channel)
 
 
 def ready(count: int) -> bytes:
     """``RDY <count>``."""
-    return _p.rdy(count)
+    with pynsq_arguments("ready"):
+        return _p.rdy(count)
 
 
 def finish(id: bytes | str) -> bytes:
     """``FIN <id>``."""
-    return _p.fin(id)
+    return FIN + b" " + _message_id(id) + NL
 
 
 def requeue(id: bytes | str, time_ms: int = 0) -> bytes:
     """``REQ <id> <time_ms>``: redeliver after ``time_ms`` milliseconds."""
-    return _p.req(id, _seconds(time_ms, "time_ms"))
+    with pynsq_arguments("requeue"):
+        milliseconds = _p.to_milliseconds(_seconds(time_ms, "time_ms"), "time_ms")
+    return REQ + b" " + _message_id(id) + b" " + str(milliseconds).encode() + NL
 
 
 def touch(id: bytes | str) -> bytes:
     """``TOUCH <id>``."""
-    return _p.touch(id)
+    return TOUCH + b" " + _message_id(id) + NL
 
 
 def nop() -> bytes:
@@ -88,17 +137,20 @@ def nop() -> bytes:
 
 def pub(topic: str, data: bytes | str) -> bytes:
     """``PUB <topic>`` with one body."""
-    return _p.pub(topic, data)
+    with pynsq_arguments("pub"):
+        return _p.pub(topic, data)
 
 
 def mpub(topic: str, data: Iterable[bytes | str]) -> bytes:
     """``MPUB <topic>`` with a list of bodies."""
-    return _p.mpub(topic, data)
+    with pynsq_arguments("mpub"):
+        return _p.mpub(topic, data)
 
 
 def dpub(topic: str, delay_ms: int, data: bytes | str) -> bytes:
     """``DPUB <topic> <delay_ms>``: deliver after ``delay_ms`` milliseconds."""
-    return _p.dpub(topic, _seconds(delay_ms, "delay_ms"), data)
+    with pynsq_arguments("dpub"):
+        return _p.dpub(topic, _seconds(delay_ms, "delay_ms"), data)
 
 
 def unpack_response(data: bytes) -> tuple[int, bytes]:
@@ -126,3 +178,19 @@ def _seconds(milliseconds: int | float, what: str) -> float:
     if isinstance(milliseconds, bool) or not isinstance(milliseconds, (int, float)):
         raise TypeError(f"{what} must be a number of milliseconds, not {milliseconds!r}")
     return milliseconds / 1000.0
+
+
+def _message_id(id: bytes | str) -> bytes:
+    """A message id as the bytes of a command line: any length, ``str`` as UTF-8."""
+    if isinstance(id, str):
+        raw = id.encode("utf-8")
+    elif isinstance(id, (bytes, bytearray, memoryview)):
+        raw = bytes(id)
+    else:
+        raise TypeError(f"a message id must be bytes or str, not {type(id).__name__}")
+    if not raw or b" " in raw or b"\n" in raw:
+        raise ValueError(
+            f"a message id must be non-empty, without spaces or newlines: {id!r}"
+            " (nsqd's ids are 16 hex characters, message.id)"
+        )
+    return raw

@@ -9,33 +9,45 @@ calls ``message_handler``). The handler's answer means what it means in
 pynsq: ``True`` finishes, ``False`` requeues, an exception requeues with
 backoff, ``message.enable_async()`` leaves the answer to the program. A
 handler that returns ``None`` without going async (which leaves the message
-hanging in pynsq) gets a warning and its message is requeued.
+hanging in pynsq) gets a warning and its message is requeued. A handler that
+returns a coroutine (``async def``), a tornado or asyncio Future, or any
+awaitable is awaited, its handler greenlet held meanwhile, and what it
+resolves to decides as above (pynsq's rule: truthy finishes, anything else
+requeues, an exception requeues with backoff); see
+:mod:`gnsqlite.nsq.tornado_bridge` for the loop it runs on.
 
 RDY, backoff, lookupd polling and reconnection are the Consumer's.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
+import gevent
 import gevent.event
 
+from ..conn import Connection
 from ..consumer import Consumer
 from ..errors import ConfigError
 from ..message import Message as _Delivered
 from ..net import normalize_address
 from ..timers import TimerWheel
-from . import runner
+from . import runner, tornado_bridge
+from .backoff_timer import BackoffTimer
+from .conn import AsyncConn
 from .conns import ConnectionView
+from .errors import pynsq_arguments
 from .message import Message
 from .options import check_keywords, connection_config
 
-__all__ = ["Reader"]
+__all__ = ["AsyncConn", "BackoffTimer", "Reader"]
 
 log = logging.getLogger(__name__)
+logger = log  # pynsq's name
 
 #: Ceiling of the REQ delay computed from ``requeue_delay`` (nsqd's default
 #: ``--max-req-timeout``); pynsq does not cap it.
@@ -61,6 +73,10 @@ class _ReaderConsumer(Consumer):
 
     def handle(self, message: _Delivered) -> Any:
         return self.reader._handle(message)
+
+    def on_heartbeat(self, conn: Connection) -> None:
+        if type(self.reader).heartbeat is not Reader.heartbeat:  # overridden: never in the reader
+            gevent.spawn(self.reader.heartbeat, ConnectionView(conn))
 
 
 class Reader:
@@ -107,51 +123,60 @@ class Reader:
         lookupd_request_timeout: float = 2,
         **kwargs: Any,
     ) -> None:
-        check_keywords("Reader", kwargs, _EXTRA_KEYWORDS)
-        self.topic = topic
-        self.channel = channel
-        self.name = name or f"{topic}:{channel}"
-        self.message_handler: Callable[[Message], Any] | None = None
-        if message_handler is not None:
-            self.set_message_handler(message_handler)
-        self.max_tries = max_tries
-        self.lookupd_poll_interval = lookupd_poll_interval
-        self.lookupd_poll_jitter = lookupd_poll_jitter
-        self.lookupd_connect_timeout = lookupd_connect_timeout
-        self.lookupd_request_timeout = lookupd_request_timeout
-        self.low_rdy_idle_timeout = low_rdy_idle_timeout
-        self.nsqd_tcp_addresses = _as_list(nsqd_tcp_addresses)
-        self.lookupd_http_addresses = _as_list(lookupd_http_addresses)
-        requeue_delay = kwargs.get("requeue_delay", 90)
-        options: dict[str, Any] = {
-            "max_in_flight": max_in_flight,
-            "max_attempts": max_tries,
-            "requeue_delay": requeue_delay,
-            "max_requeue_delay": max(MAX_REQUEUE_DELAY, _number(requeue_delay)),
-            "max_backoff_duration": max_backoff_duration,
-            "lookupd_poll_interval": lookupd_poll_interval,
-            "lookupd_poll_jitter": lookupd_poll_jitter,
-            "lookupd_request_timeout": lookupd_request_timeout,
-            "low_rdy_idle_timeout": low_rdy_idle_timeout,
-        }
-        if kwargs.get("concurrency") is not None:
-            options["concurrency"] = kwargs["concurrency"]
-        options.update({k: kwargs[k] for k in _DEAD_LETTER_KEYWORDS if k in kwargs})
-        self.consumer: Consumer = _ReaderConsumer(
-            self,
-            topic,
-            channel,
-            nsqd_tcp_addresses=self.nsqd_tcp_addresses,
-            lookupd_http_addresses=[_lookupd_address(a) for a in self.lookupd_http_addresses],
-            on_giving_up=self._give_up,
-            connection_config=connection_config(kwargs),
-            **options,
-        )
+        with pynsq_arguments("Reader"):
+            check_keywords("Reader", kwargs, _EXTRA_KEYWORDS)
+            for what, value in (("topic", topic), ("channel", channel)):
+                if not isinstance(value, str) or not value:
+                    raise ConfigError(f"{what} must be a non-empty str, not {value!r}")
+            if not nsqd_tcp_addresses and not lookupd_http_addresses:
+                raise ConfigError("give nsqd_tcp_addresses or lookupd_http_addresses (or both)")
+            self.topic = topic
+            self.channel = channel
+            self.name = name or f"{topic}:{channel}"
+            self.message_handler: Callable[[Message], Any] | None = None
+            if message_handler is not None:
+                self.set_message_handler(message_handler)
+            self.max_tries = max_tries
+            self.lookupd_poll_interval = lookupd_poll_interval
+            self.lookupd_poll_jitter = lookupd_poll_jitter
+            self.lookupd_connect_timeout = lookupd_connect_timeout
+            self.lookupd_request_timeout = lookupd_request_timeout
+            self.low_rdy_idle_timeout = low_rdy_idle_timeout
+            self.nsqd_tcp_addresses = _as_list(nsqd_tcp_addresses)
+            self.lookupd_http_addresses = _as_list(lookupd_http_addresses)
+            #: pynsq's connection keywords, as given (``requeue_delay`` included).
+            self.conn_kwargs = {k: v for k, v in kwargs.items() if k not in _EXTRA_KEYWORDS}
+            requeue_delay = kwargs.get("requeue_delay", 90)
+            options: dict[str, Any] = {
+                "max_in_flight": max_in_flight,
+                "max_attempts": max_tries,
+                "requeue_delay": requeue_delay,
+                "max_requeue_delay": max(MAX_REQUEUE_DELAY, _number(requeue_delay)),
+                "max_backoff_duration": max_backoff_duration,
+                "lookupd_poll_interval": lookupd_poll_interval,
+                "lookupd_poll_jitter": lookupd_poll_jitter,
+                "lookupd_request_timeout": lookupd_request_timeout,
+                "low_rdy_idle_timeout": low_rdy_idle_timeout,
+            }
+            if kwargs.get("concurrency") is not None:
+                options["concurrency"] = kwargs["concurrency"]
+            options.update({k: kwargs[k] for k in _DEAD_LETTER_KEYWORDS if k in kwargs})
+            self.consumer: Consumer = _ReaderConsumer(
+                self,
+                topic,
+                channel,
+                nsqd_tcp_addresses=self.nsqd_tcp_addresses,
+                lookupd_http_addresses=[_lookupd_address(a) for a in self.lookupd_http_addresses],
+                on_giving_up=self._give_up,
+                connection_config=connection_config(kwargs),
+                **options,
+            )
         self._max_in_flight = self.consumer.max_in_flight
         self._paused = False
         self._started = False
         self._closed = gevent.event.Event()
         runner.register(self)
+        tornado_bridge.schedule_start(self.start)
 
     def __repr__(self) -> str:
         return f"<nsq.Reader {self.name}>"
@@ -263,6 +288,12 @@ class Reader:
             raise ConfigError(f"{self.name}: no message handler")
         return self.message_handler(message)
 
+    def heartbeat(self, conn: ConnectionView) -> None:
+        """Called after each heartbeat from nsqd on ``conn``; override to observe liveness.
+
+        Runs in a greenlet of its own (it may block); the default does nothing.
+        """
+
     def giving_up(self, message: Message) -> None:
         """Called when ``message.attempts`` exceeds ``max_tries``; then it is finished.
 
@@ -302,11 +333,19 @@ class Reader:
             message.finish()
             return
         result = self.process_message(message)
-        if message.is_async() or message.has_responded():
-            return
         if hasattr(result, "rawlink"):  # a Greenlet or AsyncResult: answer when it is done
-            message.enable_async()
-            result.rawlink(lambda done: _answer(message, done))
+            if not message.has_responded():
+                message.enable_async()
+                result.rawlink(lambda done: _answer(message, done))
+            return
+        if not isinstance(result, bool) and inspect.isawaitable(result):
+            message.enable_async()  # as pynsq: the handler's return no longer answers
+            if not tornado_bridge.resolve(result) and not message.has_responded():
+                message.requeue()
+            elif not message.has_responded():
+                message.finish()
+            return
+        if message.is_async() or message.has_responded():
             return
         if result is None:
             log.warning(

@@ -1,28 +1,56 @@
-"""Keep a program's tornado callbacks running while :func:`~gnsqlite.nsq.run` runs.
+"""Where the drop-in meets the program's asyncio loop (tornado's IOLoop runs on it).
 
-pynsq programs often schedule work on tornado's IOLoop
-(``tornado.ioloop.PeriodicCallback(pub_message, 1000).start()``). When such a
-program moves to the drop-in, nothing runs that loop any more, so
-:func:`pump` runs it in a greenlet: one loop iteration, then a short
-cooperative sleep, until killed. It is used only when the program itself
-imported tornado; gnsqlite never imports tornado otherwise.
+pynsq programs live on tornado's IOLoop; the drop-in lives on gevent's hub.
+Both run in one thread, so one of them has to give the other turns. Three
+cases, each handled here:
+
+* **The program calls** :func:`~gnsqlite.nsq.run`: gevent is the outer loop,
+  and :func:`pump` runs the asyncio loop one iteration at a time in a
+  greenlet, so the program's ``PeriodicCallback`` still fires.
+* **The program runs the IOLoop itself** (``IOLoop.current().start()``, a
+  tornado web app): a Reader or Writer built while tornado is imported puts
+  one callback on that loop (:func:`schedule_start`). When the loop runs it,
+  the clients start, and from then on the loop gives gevent a slice of
+  :data:`GEVENT_SLICE` seconds on every turn, so connections, handlers and
+  heartbeats run while tornado serves its own sockets between slices.
+* **A handler returns a coroutine or a Future** (``async def``,
+  ``@tornado.gen.coroutine``), or code awaits ``Writer.pub()``:
+  :func:`resolve` blocks the handler's greenlet until it is done, driving
+  the loop with :func:`pump` when nothing else does.
+
+gnsqlite never imports tornado: it only uses the asyncio loop that tornado
+(when the program imported it) runs on.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import sys
 import warnings
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
 
 import gevent
+import gevent.event
 
-__all__ = ["PUMP_INTERVAL", "pump", "tornado_in_use"]
+__all__ = [
+    "GEVENT_SLICE",
+    "PUMP_INTERVAL",
+    "hold_pump",
+    "pump",
+    "resolve",
+    "schedule_start",
+    "tornado_in_use",
+]
 
 log = logging.getLogger(__name__)
 
-#: Seconds between two iterations of tornado's loop.
-PUMP_INTERVAL = 0.01
+#: Seconds between two iterations of the asyncio loop when gevent drives it.
+PUMP_INTERVAL = 0.005
+#: Seconds gevent runs on each turn of a loop the program runs itself.
+GEVENT_SLICE = 0.005
 
 
 def tornado_in_use() -> bool:
@@ -31,27 +59,161 @@ def tornado_in_use() -> bool:
 
 
 def _current_loop() -> asyncio.AbstractEventLoop | None:
-    """The thread's asyncio loop (tornado's IOLoop runs on it), or ``None``."""
+    """The thread's asyncio loop (tornado's IOLoop runs on it), or ``None``.
+
+    The running loop if there is one, else the thread's current loop (made
+    for the main thread if it has none, as ``IOLoop.current()`` does).
+    """
+    with contextlib.suppress(RuntimeError):
+        return asyncio.get_running_loop()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         try:
             return asyncio.get_event_loop_policy().get_event_loop()
-        except RuntimeError:  # no loop was ever made: nothing was scheduled on it
+        except RuntimeError:  # a thread other than the main one, with no loop
             return None
 
 
-def pump(interval: float = PUMP_INTERVAL) -> None:
-    """Run the thread's asyncio loop (tornado's IOLoop) one iteration at a time.
+class _Pump:
+    """The one greenlet that drives the asyncio loop while someone needs it."""
 
-    Blocks the calling greenlet until it is killed; never blocks the hub.
+    def __init__(self) -> None:
+        self.holders = 0
+        self.iterating = False  # inside the pump's own turn of the loop
+        self.greenlet: gevent.Greenlet[..., None] | None = None
+        self.wake = gevent.event.Event()
+
+    def driven_elsewhere(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """The program runs ``loop`` itself (we are inside one of its callbacks)."""
+        return loop.is_running() and not self.iterating
+
+    @contextlib.contextmanager
+    def held(self, loop: asyncio.AbstractEventLoop) -> Iterator[None]:
+        self.holders += 1
+        if self.greenlet is None or self.greenlet.dead:
+            self.greenlet = gevent.spawn(self.run, loop)
+        self.wake.set()
+        try:
+            yield
+        finally:
+            self.holders -= 1
+
+    def run(self, loop: asyncio.AbstractEventLoop) -> None:
+        while self.holders > 0 and not loop.is_closed():
+            if loop.is_running():  # the program's own turn is under way: wait for it
+                gevent.sleep(PUMP_INTERVAL)
+                continue
+            self.iterating = True
+            try:
+                loop.call_soon(loop.stop)
+                loop.run_forever()  # one iteration: what is ready, then stop
+            finally:
+                self.iterating = False
+            gevent.sleep(PUMP_INTERVAL)
+        self.greenlet = None
+
+
+_pump = _Pump()
+
+
+@contextlib.contextmanager
+def hold_pump() -> Iterator[None]:
+    """Drive the thread's asyncio loop from a greenlet while the block runs.
+
+    :func:`~gnsqlite.nsq.run` holds it when the program imported tornado.
+    Does nothing when the program runs the loop itself or has none.
     """
     loop = _current_loop()
-    if loop is None:
+    if loop is None or _pump.driven_elsewhere(loop):
+        yield
         return
-    log.debug("running tornado's IOLoop every %.3f s alongside gevent", interval)
-    while True:
-        if loop.is_closed():
+    with _pump.held(loop):
+        yield
+
+
+def pump() -> None:
+    """Drive the asyncio loop until the calling greenlet is killed. Blocks."""
+    with hold_pump():
+        gevent.sleep(float("inf"))
+
+
+def resolve(awaitable: Awaitable[Any]) -> Any:
+    """Wait for ``awaitable`` (a coroutine, a Future, any awaitable) and return its result.
+
+    Blocks the calling greenlet, never the hub; raises what the awaitable
+    raised. It runs on the thread's asyncio loop, driven by the program if
+    it runs that loop, else by :func:`pump`. Raises ``RuntimeError`` in a
+    thread that has no asyncio loop.
+    """
+    if isinstance(awaitable, asyncio.Future) and awaitable.done():
+        return awaitable.result()
+    loop = _current_loop()
+    if loop is None:
+        raise RuntimeError(
+            f"{awaitable!r} needs an asyncio loop and this thread has none: return True or"
+            " False from the handler, or run it in the main thread"
+        )
+    future = asyncio.ensure_future(awaitable, loop=loop)
+    done: gevent.event.AsyncResult[Any] = gevent.event.AsyncResult()
+
+    def copy(finished: asyncio.Future[Any]) -> None:
+        if finished.cancelled():
+            done.set_exception(asyncio.CancelledError(f"{awaitable!r} was cancelled"))
+        elif finished.exception() is not None:
+            done.set_exception(finished.exception())  # type: ignore[arg-type]
+        else:
+            done.set(finished.result())
+
+    future.add_done_callback(copy)
+    if _pump.driven_elsewhere(loop):
+        return done.get()
+    with _pump.held(loop):
+        return done.get()
+
+
+class _Starter:
+    """Starts clients from a loop the program runs, and then gives gevent its slices."""
+
+    def __init__(self) -> None:
+        self.pending: list[Callable[[], None]] = []
+        self.slicing: asyncio.AbstractEventLoop | None = None
+
+    def schedule(self, start: Callable[[], None]) -> None:
+        loop = _current_loop()
+        if loop is None:
             return
-        loop.call_soon(loop.stop)
-        loop.run_forever()
-        gevent.sleep(interval)
+        self.pending.append(start)
+        loop.call_soon(self.started, loop)
+
+    def started(self, loop: asyncio.AbstractEventLoop) -> None:
+        if not _pump.driven_elsewhere(loop):  # gevent drives this loop: run() starts clients
+            self.pending.clear()
+            return
+        starts, self.pending = self.pending, []
+        for start in starts:
+            gevent.spawn(start)
+        if self.slicing is not loop:
+            self.slicing = loop
+            log.debug("the program runs its IOLoop: gevent gets %.3f s a turn", GEVENT_SLICE)
+            loop.call_soon(self.slice, loop)
+
+    def slice(self, loop: asyncio.AbstractEventLoop) -> None:
+        if _pump.iterating:  # gevent drives the loop now (run() after IOLoop.start())
+            self.slicing = None
+            return
+        gevent.sleep(GEVENT_SLICE)
+        loop.call_soon(self.slice, loop)
+
+
+_starter = _Starter()
+
+
+def schedule_start(start: Callable[[], None]) -> None:
+    """Call ``start`` (in a greenlet) when the program runs its IOLoop itself.
+
+    A Reader or Writer built while tornado is imported calls this; if the
+    program calls :func:`~gnsqlite.nsq.run` instead, run() starts it and this
+    does nothing. Does not block; opens nothing.
+    """
+    if tornado_in_use():
+        _starter.schedule(start)
