@@ -246,6 +246,12 @@ class Connection:
         return self._tls
 
     @property
+    def socket(self) -> Any:
+        """The socket (a ``gevent.ssl.SSLSocket`` under TLS), or ``None`` before
+        :meth:`connect`. For inspection: reading or writing it bypasses the codec."""
+        return self._sock
+
+    @property
     def pending(self) -> int:
         """Requests written whose answer has not arrived yet."""
         return self.protocol.awaited_answers

@@ -32,7 +32,8 @@ from .. import __version__
 from ..conn import Connection
 from ..errors import NSQError, ServerError
 from ..protocol import Message as _Wire
-from . import event
+from . import event, tornado_bridge
+from .deflate_socket import DeflateEncoder, DeflateSocket
 from .errors import (
     ArgumentError,
     ConnectionClosedError,
@@ -44,6 +45,7 @@ from .errors import (
 from .event import EventedMixin
 from .message import Message
 from .options import connection_config
+from .snappy_socket import SnappyEncoder, SnappySocket
 
 __all__ = [
     "CONNECTED",
@@ -75,33 +77,6 @@ class DefaultEncoder:
     @staticmethod
     def encode(data: bytes) -> bytes:
         return data
-
-
-class _Unsupported:
-    """A pynsq class of tornado socket plumbing the drop-in has no use for."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        raise NotImplementedError(
-            f"nsq.conn.{type(self).__name__} wraps a tornado socket, which the drop-in does not"
-            " use: pass snappy=True or deflate=True to AsyncConn, Reader or Writer"
-            " (docs/migrating-pynsq.md)"
-        )
-
-
-class SnappySocket(_Unsupported):
-    """pynsq's snappy socket wrapper; not provided (compression is the Connection's)."""
-
-
-class DeflateSocket(_Unsupported):
-    """pynsq's deflate socket wrapper; not provided (compression is the Connection's)."""
-
-
-class SnappyEncoder(_Unsupported):
-    """pynsq's snappy encoder; not provided (compression is the Connection's)."""
-
-
-class DeflateEncoder(_Unsupported):
-    """pynsq's deflate encoder; not provided (compression is the Connection's)."""
 
 
 class _Answer:
@@ -215,6 +190,18 @@ class AsyncConn(EventedMixin):
         """``"host:port"``."""
         return str(self)
 
+    @property
+    def socket(self) -> Any:
+        """The connection's socket (TLS-wrapped under TLS), in a
+        :class:`SnappySocket` or :class:`DeflateSocket` view when compressed;
+        ``None`` before :meth:`connect` connected."""
+        connection = self.connection
+        if connection is None or connection.socket is None:
+            return None
+        views = {"snappy": SnappySocket, "deflate": DeflateSocket}
+        view = views.get(connection.compression or "")
+        return view(connection.socket) if view is not None else connection.socket
+
     def __str__(self) -> str:
         return f"{self.host}:{self.port}"
 
@@ -233,11 +220,16 @@ class AsyncConn(EventedMixin):
     # -- connecting --------------------------------------------------------
 
     def connect(self) -> None:
-        """Connect and run the handshake in a new greenlet. Does not block."""
+        """Connect and run the handshake in a new greenlet. Does not block.
+
+        When the program runs tornado's IOLoop itself, that loop gives the
+        greenlet its turns (see :mod:`gnsqlite.nsq.tornado_bridge`).
+        """
         if not self.closed():
             return
         self.state = CONNECTING
         gevent.spawn(self._connect)
+        tornado_bridge.schedule_start()  # a program on tornado's loop lets the greenlet run
 
     def _connect(self) -> None:
         connection = Connection(

@@ -8,7 +8,8 @@ checked before anything is built: an invalid topic raises
 pynsq's milliseconds here (``requeue(id, time_ms)``,
 ``dpub(topic, delay_ms, data)``). ``finish``, ``requeue`` and ``touch`` take
 any id, as pynsq does (a ``str`` is encoded as UTF-8), refusing only one
-that would break the command line (a space or a newline in it).
+with a newline, which would end the command line early. Message bodies must
+be bytes, as in pynsq (the native API also takes ``str``).
 
 The module also has pynsq's exceptions (:class:`Error`, :class:`SendError`,
 :class:`ConnectionClosedError`, :class:`IntegrityError`), the command names
@@ -136,21 +137,23 @@ def nop() -> bytes:
 
 
 def pub(topic: str, data: bytes | str) -> bytes:
-    """``PUB <topic>`` with one body."""
+    """``PUB <topic>`` with one body (bytes)."""
     with pynsq_arguments("pub"):
-        return _p.pub(topic, data)
+        return _p.pub(topic, _bytes_body(data))
 
 
 def mpub(topic: str, data: Iterable[bytes | str]) -> bytes:
-    """``MPUB <topic>`` with a list of bodies."""
+    """``MPUB <topic>`` with a list (or set) of bodies (bytes)."""
     with pynsq_arguments("mpub"):
-        return _p.mpub(topic, data)
+        if not isinstance(data, (list, set, tuple)):
+            raise TypeError(f"mpub's data must be a list of bodies, not {type(data).__name__}")
+        return _p.mpub(topic, [_bytes_body(body) for body in data])
 
 
 def dpub(topic: str, delay_ms: int, data: bytes | str) -> bytes:
     """``DPUB <topic> <delay_ms>``: deliver after ``delay_ms`` milliseconds."""
     with pynsq_arguments("dpub"):
-        return _p.dpub(topic, _seconds(delay_ms, "delay_ms"), data)
+        return _p.dpub(topic, _seconds(delay_ms, "delay_ms"), _bytes_body(data))
 
 
 def unpack_response(data: bytes) -> tuple[int, bytes]:
@@ -180,6 +183,14 @@ def _seconds(milliseconds: int | float, what: str) -> float:
     return milliseconds / 1000.0
 
 
+def _bytes_body(body: Any) -> bytes:
+    if not isinstance(body, (bytes, bytearray, memoryview)):
+        raise TypeError(
+            f"a message body must be bytes, not {type(body).__name__} (encode a str first)"
+        )
+    return bytes(body)
+
+
 def _message_id(id: bytes | str) -> bytes:
     """A message id as the bytes of a command line: any length, ``str`` as UTF-8."""
     if isinstance(id, str):
@@ -188,9 +199,9 @@ def _message_id(id: bytes | str) -> bytes:
         raw = bytes(id)
     else:
         raise TypeError(f"a message id must be bytes or str, not {type(id).__name__}")
-    if not raw or b" " in raw or b"\n" in raw:
+    if b"\n" in raw:
         raise ValueError(
-            f"a message id must be non-empty, without spaces or newlines: {id!r}"
+            f"a message id cannot hold a newline, which ends the command: {id!r}"
             " (nsqd's ids are 16 hex characters, message.id)"
         )
     return raw

@@ -13,7 +13,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-import gevent.socket
+from gevent import socket
 
 from .protocol import MAGIC_V2
 
@@ -40,8 +40,11 @@ class SyncConn:
             raise AssertionError(f"host must be a str, not {host!r}")
         if isinstance(port, bool) or not isinstance(port, int):
             raise AssertionError(f"port must be an int, not {port!r}")
-        self.s = gevent.socket.create_connection((host, port), timeout=self.timeout)
-        self.s.sendall(MAGIC_V2)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.s = socket.socket(family, socket.SOCK_STREAM)
+        self.s.settimeout(self.timeout)
+        self.s.connect((host, port))
+        self.send(MAGIC_V2)
 
     def _readn(self, size: int) -> bytes:
         while len(self.buffer) < size:
@@ -59,7 +62,9 @@ class SyncConn:
 
     def send(self, data: bytes) -> None:
         """Send ``data`` (a command built by :mod:`gnsqlite.nsq.protocol`). Blocks."""
-        self.s.sendall(data)
+        view = memoryview(data)
+        while view:
+            view = view[self.s.send(view) :]
 
     def close(self) -> None:
         """Close the socket (pynsq's SyncConn has no close; this one does)."""

@@ -178,11 +178,12 @@ class _Starter:
         self.pending: list[Callable[[], None]] = []
         self.slicing: asyncio.AbstractEventLoop | None = None
 
-    def schedule(self, start: Callable[[], None]) -> None:
+    def schedule(self, start: Callable[[], None] | None) -> None:
         loop = _current_loop()
         if loop is None:
             return
-        self.pending.append(start)
+        if start is not None:
+            self.pending.append(start)
         loop.call_soon(self.started, loop)
 
     def started(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -208,12 +209,14 @@ class _Starter:
 _starter = _Starter()
 
 
-def schedule_start(start: Callable[[], None]) -> None:
+def schedule_start(start: Callable[[], None] | None = None) -> None:
     """Call ``start`` (in a greenlet) when the program runs its IOLoop itself.
 
     A Reader or Writer built while tornado is imported calls this; if the
     program calls :func:`~gnsqlite.nsq.run` instead, run() starts it and this
-    does nothing. Does not block; opens nothing.
+    does nothing. Without ``start`` it only makes sure that loop, when the
+    program runs it, gives gevent its turns (an ``AsyncConn`` connecting).
+    Does not block; opens nothing.
     """
     if tornado_in_use():
         _starter.schedule(start)
