@@ -87,11 +87,13 @@ def http_request(
     params: Mapping[str, Any] | None = None,
     body: bytes | None = None,
     timeout: float = 5.0,
+    connect_timeout: float | None = None,
 ) -> bytes:
     """One HTTP request to ``address`` (``"host:port"``); returns the body.
 
     Blocks the calling greenlet up to ``timeout`` seconds in all (connect,
-    send and the whole answer). Raises
+    send and the whole answer); ``connect_timeout``, when given, bounds the
+    TCP connect alone (like Go's dialer timeout beside the client's). Raises
     :class:`HTTPError` for a non-2xx status,
     :class:`~gnsqlite.errors.NSQTimeoutError` on timeout and
     :class:`~gnsqlite.errors.BrokenConnectionError` on network failure.
@@ -102,10 +104,15 @@ def http_request(
         url += "?" + urlencode({k: v for k, v in params.items() if v is not None})
     # The query string is not logged: the auth server's carries a secret.
     log.debug("%s %s%s", method, address, path)
-    conn = _GeventHTTPConnection(host, port, timeout=timeout)
+    connect_limit = timeout if connect_timeout is None else min(timeout, connect_timeout)
+    conn = _GeventHTTPConnection(host, port, timeout=connect_limit)
     deadline = gevent.Timeout(timeout)  # bounds the total, not only each socket call
     deadline.start()
     try:
+        if connect_limit < timeout:
+            conn.connect()
+            conn.sock.settimeout(timeout)
+            conn.timeout = timeout
         conn.request(method, url, body=body, headers=_HEADERS)
         response = conn.getresponse()
         data = response.read()

@@ -18,6 +18,7 @@ from typing import Any
 import gevent
 import gevent.event
 
+from ..errors import ConfigError
 from .nsqd import NSQD_VERSION, Broker
 from .options import parse_duration
 
@@ -75,35 +76,58 @@ _FLAGS: dict[str, tuple[str, Callable[[str], Any], str]] = {
     "snappy": ("snappy", _bool, "bool"),
     "deflate": ("deflate", _bool, "bool"),
     "max-deflate-level": ("max_deflate_level", _size, "value"),
+    "https-address": ("https_address", str, "value"),
     "tls-cert": ("tls_cert", str, "value"),
     "tls-key": ("tls_key", str, "value"),
     "tls-root-ca-file": ("tls_root_ca_file", str, "value"),
     "tls-required": ("tls_required", _bool, "bool"),
+    "tls-client-auth-policy": ("tls_client_auth_policy", str, "value"),
+    "tls-min-version": ("tls_min_version", str, "value"),
     "auth-http-address": ("auth_http_addresses", str, "list"),
     "http-client-request-timeout": ("http_client_timeout", _duration, "value"),
+    "http-client-connect-timeout": ("http_client_connect_timeout", _duration, "value"),
 }
-# nsqd flags accepted for compatibility and ignored (no effect in an in-memory broker)
+
+# nsqd flags accepted and ignored, because in this broker they have no effect a
+# client or an HTTP caller could see:
+# * log-level, log-prefix: logging only (the broker logs at INFO, "[nsqd] " first;
+#   benchmarks/bench_broker.py reads its "listening" line under --log-level=warn);
+# * max-bytes-per-file, sync-every, sync-timeout: tune nsqd's disk queue files,
+#   which the embedded broker does not have;
+# * statsd-prefix, statsd-interval, statsd-mem-stats, statsd-udp-packet-size:
+#   shape what nsqd sends to statsd-address, which is refused below unless empty;
+# * e2e-processing-latency-window-time: only used with a percentile, refused below;
+# * node-id: the high bits of nsqd's message ids; ids are opaque to clients and the
+#   broker's own are unique without it (the range is still checked, as nsqd does);
+# * mem-queue-size: the broker keeps every message in memory, so it behaves like
+#   nsqd with a queue that never fills. Past nsqd's limit the two differ (nsqd
+#   spills to disk, reports backend_depth, drops ephemeral channels' overflow);
+#   docs/testing.md lists that. Kept because the test harness and the benchmarks
+#   pass it to both brokers to keep the real nsqd in memory.
 _IGNORED_VALUE = (
     "log-level",
     "log-prefix",
     "node-id",
-    "https-address",
     "mem-queue-size",
     "max-bytes-per-file",
     "sync-every",
     "sync-timeout",
-    "statsd-address",
     "statsd-prefix",
     "statsd-interval",
     "statsd-mem-stats",
     "statsd-udp-packet-size",
-    "e2e-processing-latency-percentile",
     "e2e-processing-latency-window-time",
-    "http-client-connect-timeout",
-    "tls-client-auth-policy",
-    "tls-min-version",
-    "config",
 )
+# nsqd flags the broker cannot honour: refused at start (exit status 2) when set
+# to anything but the value that turns the feature off, with what to do instead.
+_REFUSED = {
+    "statsd-address": "the embedded broker sends no statsd metrics; leave it empty",
+    "e2e-processing-latency-percentile": (
+        "the embedded broker does not compute end-to-end latency percentiles for /stats; "
+        "leave it unset"
+    ),
+    "config": "the embedded broker reads no config file; pass its settings as flags",
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -121,15 +145,23 @@ def build_parser() -> argparse.ArgumentParser:
             parser.add_argument(*names, dest=dest, type=convert, action="append")
         else:
             parser.add_argument(*names, dest=dest, type=convert)
-    for flag in _IGNORED_VALUE:
-        parser.add_argument(f"--{flag}", f"-{flag}", dest=None, help=argparse.SUPPRESS)
+    for flag in (*_IGNORED_VALUE, *_REFUSED):
+        dest = flag.replace("-", "_")
+        parser.add_argument(f"--{flag}", f"-{flag}", dest=dest, help=argparse.SUPPRESS)
     parser.add_argument("--version", "-version", action="store_true", help="print the version")
     return parser
 
 
 def options_from_args(argv: Sequence[str]) -> dict[str, Any]:
     """Broker options (Python units) from a command line; exits on a bad flag."""
-    args = build_parser().parse_args(list(argv))
+    parser = build_parser()
+    args = parser.parse_args(list(argv))
+    for flag, advice in _REFUSED.items():
+        if getattr(args, flag.replace("-", "_")):
+            parser.error(f"--{flag}={getattr(args, flag.replace('-', '_'))}: {advice}")
+    node_id = args.node_id
+    if node_id is not None and not (node_id.lstrip("-").isdigit() and 0 <= int(node_id) < 1024):
+        parser.error(f"--node-id={node_id}: must be an integer in [0,1024)")
     if args.version:
         print(f"nsqd v{NSQD_VERSION} (gnsqlite embedded broker)")
         raise SystemExit(0)
@@ -145,12 +177,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run a broker until SIGINT/SIGTERM; returns the exit status."""
     logging.basicConfig(level=logging.INFO, format="[nsqd] %(asctime)s %(levelname)s: %(message)s")
     options = options_from_args(sys.argv[1:] if argv is None else argv)
-    broker = Broker(**options)
+    try:
+        broker = Broker(**options)
+    except ConfigError as exc:
+        log.error("bad option: %s", exc)
+        return 2
     stop = gevent.event.Event()
     handlers = [gevent.signal_handler(sig, stop.set) for sig in (signal.SIGINT, signal.SIGTERM)]
     try:
         broker.start()
-    except OSError as exc:
+    except (OSError, ConfigError) as exc:  # a port taken, a bad PEM file, 'require' unsupported
         log.error("failed to start: %s", exc)
         return 1
     try:

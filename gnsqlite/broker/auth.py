@@ -111,6 +111,7 @@ def query(
     common_name: str = "",
     timeout: float,
     now: float,
+    connect_timeout: float | None = None,
 ) -> AuthState:
     """Ask the auth policy or servers about ``secret``; blocks the calling greenlet.
 
@@ -132,7 +133,9 @@ def query(
     for address in random.sample(list(addresses), len(addresses)):
         plain = address.split("://", 1)[-1]
         try:
-            data = http_request(plain, "GET", "/auth", params, timeout=timeout)
+            data = http_request(
+                plain, "GET", "/auth", params, timeout=timeout, connect_timeout=connect_timeout
+            )
             answer = json.loads(data)
             if not isinstance(answer, Mapping):
                 raise AuthError(f"the answer is not a JSON object: {data[:100]!r}")

@@ -429,6 +429,7 @@ class ClientSession:
             secret=self._secret,
             common_name=self.common_name,
             timeout=opts.http_client_timeout,
+            connect_timeout=opts.http_client_connect_timeout,
             now=now,
         )
 

@@ -321,7 +321,9 @@ class LookupPeers:
                 out.append(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
         return out
 
-    def topic_channels(self, topic: str, timeout: float = 5.0) -> list[str]:
+    def topic_channels(
+        self, topic: str, timeout: float = 5.0, connect_timeout: float | None = None
+    ) -> list[str]:
         """The channels the lookupds know for ``topic`` (nsqd's ``GetLookupdTopicChannels``).
 
         Asks each lookupd's ``/channels``; blocks the calling greenlet. The
@@ -331,7 +333,14 @@ class LookupPeers:
         for address in self.http_addresses():
             try:
                 data = json.loads(
-                    http_request(address, "GET", "/channels", {"topic": topic}, timeout=timeout)
+                    http_request(
+                        address,
+                        "GET",
+                        "/channels",
+                        {"topic": topic},
+                        timeout=timeout,
+                        connect_timeout=connect_timeout,
+                    )
                 )
                 channels = data.get("channels") if isinstance(data, dict) else None
                 if isinstance(data, dict) and isinstance(data.get("data"), dict):

@@ -9,7 +9,8 @@ API (:mod:`.http_api`) to that state.
 messages (``data_path``), binds the TCP and HTTP listeners (raising at once
 if a port is taken), starts the scan greenlet that drives in-flight
 timeouts, deferred messages and heartbeats (like nsqd's ``queueScanLoop``),
-and attaches to nsqlookupd when ``lookupd_tcp_addresses`` are given.
+serves the HTTP API over TLS too when ``https_address`` is given with
+``tls_cert``, and attaches to nsqlookupd when ``lookupd_tcp_addresses`` are given.
 :meth:`Broker.stop` closes every client, stops everything it started and
 persists.
 """
@@ -17,7 +18,6 @@ persists.
 from __future__ import annotations
 
 import logging
-import ssl as _stdlib_ssl
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -25,12 +25,12 @@ import gevent
 import gevent.pool
 import gevent.pywsgi
 import gevent.server
-import gevent.ssl
 
 from ..net import format_address, parse_address, set_nodelay
 from .client import ClientSession
 from .http_api import HttpApi
 from .state import NSQD_VERSION, BrokerState, Listener
+from .tls import server_context
 
 if TYPE_CHECKING:
     from .lookup_peer import LookupPeers
@@ -51,6 +51,10 @@ class Broker(BrokerState):
         super().__init__(**options)
         self._tcp_server: gevent.server.StreamServer | None = None
         self._http_server: gevent.pywsgi.WSGIServer | None = None
+        self._https_server: gevent.pywsgi.WSGIServer | None = None
+        #: the bound HTTPS address and port (``https_address`` with TLS), else "" and 0
+        self.https_address = ""
+        self.https_port = 0
         self._pools: list[gevent.pool.Pool] = []
         self._scanner: gevent.Greenlet[Any, Any] | None = None
         self._peers: LookupPeers | None = None
@@ -79,7 +83,7 @@ class Broker(BrokerState):
             return
         o = self.options
         if o.tls_cert is not None:
-            self.tls_context = self._build_tls_context()
+            self.tls_context = server_context(o)
         if o.data_path is not None:
             self._load()
         # the servers spawn connection greenlets into pools this broker kills on stop
@@ -87,22 +91,24 @@ class Broker(BrokerState):
         tcp = gevent.server.StreamServer(
             parse_address(o.tcp_address), self._handle_connection, spawn=self._pools[0]
         )
-        http = gevent.pywsgi.WSGIServer(
-            parse_address(o.http_address),
-            HttpApi(self),
-            spawn=self._pools[1],
-            log=None,
-            error_log=logging.getLogger(__name__ + ".http"),
-        )
+        http = self._wsgi_server(o.http_address, None)
+        https = None
+        if o.https_address is not None and self.tls_context is not None:  # as nsqd: TLS only
+            https = self._wsgi_server(o.https_address, self.tls_context)
+        servers = [s for s in (tcp, http, https) if s is not None]
         try:
-            tcp.start()
-            http.start()
+            for server in servers:
+                server.start()
         except BaseException:
-            tcp.stop()
-            http.stop()
+            for server in servers:
+                server.stop()
             raise
         self._tcp_server = tcp
         self._http_server = http
+        self._https_server = https
+        if https is not None:
+            self.https_port = int(https.server_port or 0)
+            self.https_address = format_address((str(https.server_host), self.https_port))
         self.tcp_port = int(tcp.server_port or 0)
         self.http_port = int(http.server_port or 0)
         self.tcp_address = format_address((str(tcp.server_host), self.tcp_port))
@@ -111,6 +117,8 @@ class Broker(BrokerState):
         self._started = True
         self._scanner = gevent.spawn(self._scan_loop)
         log.info("TCP: listening on %s; HTTP: listening on %s", self.tcp_address, self.http_address)
+        if https is not None:
+            log.info("HTTPS: listening on %s", self.https_address)
         if o.lookupd_tcp_addresses:
             from . import lookup_peer  # engineer B's module; imported only when needed
 
@@ -138,9 +146,11 @@ class Broker(BrokerState):
         if self._tcp_server is not None:
             self._tcp_server.stop(timeout=1)
             self._tcp_server = None
-        if self._http_server is not None:
-            self._http_server.stop(timeout=1)
-            self._http_server = None
+        for server in (self._http_server, self._https_server):
+            if server is not None:
+                server.stop(timeout=1)
+        self._http_server = self._https_server = None
+        self.https_address, self.https_port = "", 0
         for pool in self._pools:
             pool.kill(timeout=1)
         self._pools = []
@@ -150,14 +160,17 @@ class Broker(BrokerState):
             except OSError:
                 log.exception("persisting to %s failed", self.options.data_path)
 
-    def _build_tls_context(self) -> _stdlib_ssl.SSLContext:
-        o = self.options
-        context = gevent.ssl.SSLContext(gevent.ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(str(o.tls_cert), o.tls_key)
-        if o.tls_root_ca_file is not None:
-            context.load_verify_locations(o.tls_root_ca_file)
-            context.verify_mode = _stdlib_ssl.CERT_OPTIONAL
-        return context
+    def _wsgi_server(self, address: str, context: Any) -> gevent.pywsgi.WSGIServer:
+        """The HTTP API on ``address``; over TLS when ``context`` is an SSL context."""
+        tls: dict[str, Any] = {} if context is None else {"ssl_context": context}
+        return gevent.pywsgi.WSGIServer(
+            parse_address(address),
+            HttpApi(self),
+            spawn=self._pools[1],
+            log=None,
+            error_log=logging.getLogger(__name__ + (".https" if context else ".http")),
+            **tls,
+        )
 
     def _handle_connection(self, sock: Any, address: tuple[str, int]) -> None:
         limit = self.options.max_connections

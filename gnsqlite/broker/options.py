@@ -92,13 +92,32 @@ class BrokerOptions:
     snappy: bool = True
     deflate: bool = True
     max_deflate_level: int = 6
+    #: HTTPS listener (nsqd's ``--https-address``), serving the HTTP API over TLS
+    #: with the TCP upgrade's certificate and policy; only with ``tls_cert``. nsqd
+    #: listens on 0.0.0.0:4152 unless told otherwise; the embedded broker only
+    #: when this is given (tests run many brokers at once).
+    https_address: str | None = None
     tls_cert: str | None = None
     tls_key: str | None = None
+    #: PEM file of the CAs that sign client certificates (``require-verify``).
     tls_root_ca_file: str | None = None
+    #: ``True``: clients must upgrade to TLS before any other command.
     tls_required: bool = False
+    #: nsqd's ``--tls-client-auth-policy``: ``None`` asks clients for no certificate
+    #: (even with ``tls_root_ca_file``); ``"require"`` demands one from any CA,
+    #: unverified; ``"require-verify"`` demands one signed by ``tls_root_ca_file``
+    #: (by the system's CAs without it). Setting one makes ``tls_required`` true,
+    #: as nsqd does.
+    tls_client_auth_policy: str | None = None
+    #: nsqd's ``--tls-min-version``: the oldest protocol accepted, ``"tls1.0"``
+    #: (nsqd's default), ``"tls1.1"``, ``"tls1.2"`` or ``"tls1.3"``.
+    tls_min_version: str = "tls1.0"
     auth_http_addresses: Sequence[str] = ()
     auth_policy: AuthPolicy | None = field(default=None, compare=False)
     http_client_timeout: float = 5.0
+    #: the longest an auth server or lookupd HTTP connect may take (nsqd's
+    #: ``--http-client-connect-timeout``); ``http_client_timeout`` bounds the rest.
+    http_client_connect_timeout: float = 2.0
     queue_scan_interval: float = 0.1
 
     def __post_init__(self) -> None:
@@ -107,6 +126,8 @@ class BrokerOptions:
         for name in ("tcp_address", "http_address"):
             if not _address(getattr(self, name)):
                 raise ConfigError(f"{name}={getattr(self, name)!r} is not a 'host:port' address")
+        if self.https_address is not None and not _address(self.https_address):
+            raise ConfigError(f"https_address={self.https_address!r} is not a 'host:port' address")
         for name in ("lookupd_tcp_addresses", "auth_http_addresses"):
             for value in getattr(self, name):
                 plain = value.split("://", 1)[-1]
@@ -119,6 +140,7 @@ class BrokerOptions:
             "client_timeout",
             "queue_scan_interval",
             "http_client_timeout",
+            "http_client_connect_timeout",
             "max_output_buffer_timeout",
             "output_buffer_timeout",
         )
@@ -148,6 +170,37 @@ class BrokerOptions:
             raise ConfigError(f"max_deflate_level={self.max_deflate_level!r} must be 1 to 9")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ConfigError("tls_cert and tls_key must be given together")
+        self._check_tls()
+
+    def _check_tls(self) -> None:
+        policy = self.tls_client_auth_policy
+        if policy == "":  # nsqd's unset value
+            object.__setattr__(self, "tls_client_auth_policy", None)
+        elif policy is not None:
+            if policy not in ("require", "require-verify"):
+                # nsqd would take a typo as "no certificate" and still require TLS
+                raise ConfigError(
+                    f"tls_client_auth_policy={policy!r} must be 'require' (a client "
+                    "certificate from any CA) or 'require-verify' (one signed by "
+                    "tls_root_ca_file), or None to ask for no certificate"
+                )
+            if self.tls_cert is None:
+                raise ConfigError(
+                    f"tls_client_auth_policy={policy!r} needs tls_cert and tls_key "
+                    "(it makes TLS required)"
+                )
+            object.__setattr__(self, "tls_required", True)  # as nsqd does
+        version = self.tls_min_version
+        if not isinstance(version, str):
+            raise ConfigError(f"tls_min_version={version!r} must be a string such as 'tls1.2'")
+        version = version.strip().lower() or "tls1.0"
+        if version not in ("tls1.0", "tls1.1", "tls1.2", "tls1.3"):
+            hint = " (nsqd v1.3.0 refuses SSL 3.0 too)" if version.startswith("ssl") else ""
+            raise ConfigError(
+                f"tls_min_version={self.tls_min_version!r} must be 'tls1.0', 'tls1.1', "
+                f"'tls1.2' or 'tls1.3'{hint}"
+            )
+        object.__setattr__(self, "tls_min_version", version)
         if self.tls_required and self.tls_cert is None:
             raise ConfigError("tls_required needs tls_cert and tls_key")
 

@@ -51,8 +51,11 @@ class Session(Subscriber, Protocol):
 class ChannelDirectory(Protocol):
     """What the state asks nsqlookupd: the channels it knows for a topic (blocks)."""
 
-    def topic_channels(self, topic: str, timeout: float = 5.0) -> list[str]:
-        """The channel names registered for ``topic``; waits at most ``timeout`` seconds."""
+    def topic_channels(
+        self, topic: str, timeout: float = 5.0, connect_timeout: float | None = None
+    ) -> list[str]:
+        """The channel names registered for ``topic``; waits at most ``timeout`` seconds
+        (``connect_timeout`` for each connect)."""
         ...
 
 
@@ -189,7 +192,11 @@ class BrokerState:
         """
         topic.started = False
         try:
-            names = lookup.topic_channels(topic.name, self.options.http_client_timeout)
+            names = lookup.topic_channels(
+                topic.name,
+                self.options.http_client_timeout,
+                self.options.http_client_connect_timeout,
+            )
         except Exception:
             log.exception("querying lookupd for the channels of %s failed", topic.name)
             names = []

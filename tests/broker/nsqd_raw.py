@@ -135,8 +135,10 @@ class RawClient:
         answer: dict[str, Any] = json.loads(self.identify(**fields))
         return answer
 
-    def upgrade_tls(self, ca_file: str) -> None:
-        context = gevent.ssl.create_default_context(cafile=ca_file)
+    def upgrade_tls(self, ca_file: str | None = None, context: Any = None) -> None:
+        """Upgrade to TLS trusting ``ca_file``, or with ``context`` (a client certificate...)."""
+        if context is None:
+            context = gevent.ssl.create_default_context(cafile=ca_file)
         # gevent.ssl.SSLSocket keeps the handshake cooperative whatever the context's class
         tls = gevent.ssl.SSLSocket(
             sock=self.sock,

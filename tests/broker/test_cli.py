@@ -152,3 +152,97 @@ def test_cli_bind_failure_exits_non_zero() -> None:
         )
     assert proc.returncode != 0
     assert "failed to start" in proc.stderr
+
+
+def test_tls_flags() -> None:
+    options = options_from_args(
+        [
+            "--tls-cert=c.pem",
+            "--tls-key=k.pem",
+            "--tls-root-ca-file=ca.pem",
+            "--tls-client-auth-policy=require-verify",
+            "--tls-min-version=TLS1.2",
+            "--https-address=127.0.0.1:0",
+            "--http-client-connect-timeout=1s",
+        ]
+    )
+    assert options == {
+        "tls_cert": "c.pem",
+        "tls_key": "k.pem",
+        "tls_root_ca_file": "ca.pem",
+        "tls_client_auth_policy": "require-verify",
+        "tls_min_version": "TLS1.2",
+        "https_address": "127.0.0.1:0",
+        "http_client_connect_timeout": 1.0,
+    }
+
+
+@pytest.mark.parametrize(
+    ("flag", "message"),
+    [
+        ("--statsd-address=127.0.0.1:8125", "sends no statsd"),
+        ("--e2e-processing-latency-percentile=0.99", "latency percentiles"),
+        ("--config=nsqd.cfg", "reads no config file"),
+        ("--node-id=1024", r"\[0,1024\)"),
+    ],
+)
+def test_flags_the_broker_cannot_honour_are_refused(
+    flag: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        options_from_args([flag])
+    assert exc.value.code == 2
+    assert re.search(message, capsys.readouterr().err)
+
+
+def test_flags_without_an_observable_effect_are_accepted() -> None:
+    options = options_from_args(
+        [
+            "--statsd-address=",
+            "--statsd-prefix=nsq.%s",
+            "--statsd-interval=60s",
+            "--mem-queue-size=1000000",
+            "--max-bytes-per-file=1024",
+            "--sync-every=10",
+            "--sync-timeout=2s",
+            "--e2e-processing-latency-window-time=10m",
+            "--node-id=7",
+            "--log-prefix=[x] ",
+        ]
+    )
+    assert options == {}
+
+
+def test_tls_options_are_validated(tmp_path: Path) -> None:
+    from gnsqlite.broker.options import BrokerOptions
+
+    with pytest.raises(ConfigError, match=r"'require' .*'require-verify'"):
+        BrokerOptions(tls_cert="c", tls_key="k", tls_client_auth_policy="required")
+    with pytest.raises(ConfigError, match="needs tls_cert and tls_key"):
+        BrokerOptions(tls_client_auth_policy="require")
+    with pytest.raises(ConfigError, match=r"refuses SSL 3\.0"):
+        BrokerOptions(tls_min_version="ssl3.0")
+    with pytest.raises(ConfigError, match=re.escape("'tls1.0', 'tls1.1', 'tls1.2' or 'tls1.3'")):
+        BrokerOptions(tls_min_version="tls1.4")
+    with pytest.raises(ConfigError, match="https_address"):
+        BrokerOptions(https_address="nowhere")
+    with pytest.raises(ConfigError, match="http_client_connect_timeout"):
+        BrokerOptions(http_client_connect_timeout=0)
+    # as nsqd: a policy makes TLS required; "" is unset; versions are case-insensitive
+    opts = BrokerOptions(tls_cert="c", tls_key="k", tls_client_auth_policy="require")
+    assert opts.tls_required is True
+    opts = BrokerOptions(tls_client_auth_policy="", tls_min_version="TLS1.3")
+    assert (opts.tls_client_auth_policy, opts.tls_required, opts.tls_min_version) == (
+        None, False, "tls1.3"
+    )
+    assert BrokerOptions(tls_min_version="").tls_min_version == "tls1.0"
+
+
+def test_cli_refuses_a_bad_option_with_status_2(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "gnsqlite.broker", "--tcp-address=127.0.0.1:0",
+         "--http-address=127.0.0.1:0", "--tls-client-auth-policy=require"],
+        capture_output=True, text=True, timeout=30,
+    )
+    assert proc.returncode == 2
+    assert "needs tls_cert and tls_key" in proc.stderr

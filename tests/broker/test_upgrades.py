@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import ssl
 import threading
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -284,3 +285,71 @@ def test_auth_server_unreachable(make_broker: Callable[..., Broker], tmp_path: P
         c.command(b"AUTH", b"s")
         assert c.error() == b"E_AUTH_FAILED AUTH failed"
         c.assert_closed()
+
+
+def _https_get(address: str, context: Any, path: str = "/ping") -> bytes:
+    import gevent.socket
+
+    host, port = address.rsplit(":", 1)
+    with (
+        gevent.socket.create_connection((host, int(port)), timeout=5) as sock,
+        context.wrap_socket(sock, server_hostname=host) as tls,
+    ):
+        tls.sendall(f"GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n".encode())
+        data = b""
+        while chunk := tls.recv(65536):
+            data += chunk
+    return data
+
+
+def test_https_listener_serves_the_api_under_the_tls_policy(
+    make_broker: Callable[..., Broker], tls_files: Any
+) -> None:
+    broker = make_broker(
+        tls_cert=tls_files.cert_file,
+        tls_key=tls_files.key_file,
+        tls_root_ca_file=tls_files.ca_file,
+        tls_client_auth_policy="require-verify",
+        https_address="127.0.0.1:0",
+    )
+    assert broker.https_port and broker.https_address == f"127.0.0.1:{broker.https_port}"
+    with_cert = tls_files.client_context()
+    with_cert.load_cert_chain(tls_files.client_cert_file, tls_files.client_key_file)
+    answer = _https_get(broker.https_address, with_cert)
+    assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(b"OK")
+    with pytest.raises(OSError):  # ssl.SSLError: the server wants a certificate
+        _https_get(broker.https_address, tls_files.client_context())
+    broker.stop()
+    assert broker.https_port == 0
+
+
+def test_https_address_without_tls_opens_nothing(make_broker: Callable[..., Broker]) -> None:
+    broker = make_broker(https_address="127.0.0.1:0")  # nsqd: HTTPS only with a certificate
+    assert broker.https_port == 0 and broker.https_address == ""
+
+
+def test_require_policy_serves_a_client_whose_certificate_it_did_not_verify(
+    make_broker: Callable[..., Broker], tls_files: Any, tmp_path: Path
+) -> None:
+    # 'require' sets OpenSSL's verify callback through ctypes: the context must still
+    # read as CERT_REQUIRED and the upgraded connection work both ways.
+    other = trustme.CA().issue_cert("stranger@example.com")
+    other.cert_chain_pems[0].write_to_path(str(tmp_path / "c.pem"))
+    other.private_key_pem.write_to_path(str(tmp_path / "c.key"))
+    broker = make_broker(
+        tls_cert=tls_files.cert_file, tls_key=tls_files.key_file, tls_client_auth_policy="require"
+    )
+    assert broker.tls_context is not None
+    assert broker.tls_context.verify_mode == ssl.CERT_REQUIRED
+    with raw(broker) as c:
+        c.negotiate(tls_v1=True)
+        context = tls_files.client_context()
+        context.load_cert_chain(str(tmp_path / "c.pem"), str(tmp_path / "c.key"))
+        c.upgrade_tls(context=context)
+        c.pub("up", b"both ways")
+        c.sub("up", "ch", rdy=1)
+        m = c.message()
+        assert m.body == b"both ways"
+        c.fin(m.id)
+        c.command(b"NOP")
+        assert [cl.tls_version for cl in broker.clients if cl.tls] == ["TLSv1.3"]

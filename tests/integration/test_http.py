@@ -15,6 +15,7 @@ from typing import Any
 
 import gevent.pywsgi
 import gevent.server
+import gevent.socket
 import pytest
 
 from gnsqlite.errors import BrokenConnectionError, ConfigError, NSQTimeoutError
@@ -152,6 +153,31 @@ def test_the_timeout_bounds_the_whole_request() -> None:
             NsqdHTTPClient(address, timeout=0.3).ping()
         assert time.monotonic() - started < 1.0
         assert NsqdHTTPClient(address, timeout=10).ping() is True
+    finally:
+        server.stop(timeout=0)
+
+
+def test_the_connect_timeout_bounds_the_connect_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    def late(sock: Any, _addr: Any) -> None:
+        sock.recv(65536)
+        gevent.sleep(0.3)  # longer than the connect timeout, within the request's
+        sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nOK")
+
+    server = gevent.server.StreamServer(("127.0.0.1", 0), late)
+    server.start()
+    address = f"127.0.0.1:{server.server_port}"
+    connects: list[float] = []
+    real_create_connection = gevent.socket.create_connection
+
+    def create_connection(target: Any, timeout: float, *args: Any) -> Any:
+        connects.append(timeout)
+        return real_create_connection(target, timeout, *args)
+
+    monkeypatch.setattr(gevent.socket, "create_connection", create_connection)
+    try:
+        assert http_request(address, "GET", "/ping", timeout=5, connect_timeout=0.1) == b"OK"
+        assert http_request(address, "GET", "/ping", timeout=0.05 + 5, connect_timeout=9) == b"OK"
+        assert connects == [0.1, 5.05]  # never above the whole request's limit
     finally:
         server.stop(timeout=0)
 
