@@ -98,9 +98,15 @@ def server_context(options: BrokerOptions) -> ssl.SSLContext:
     return context
 
 
+#: CPython versions whose ``PySSLContext`` starts with the ``SSL_CTX *`` (read from
+#: Modules/_ssl.c of each); on others the pointer is not read at all, since a
+#: wrong guess would crash in OpenSSL rather than raise.
+_KNOWN_LAYOUT = ((3, 10), (3, 11), (3, 12), (3, 13))
+
+
 def _ssl_ctx_pointer(context: ssl.SSLContext) -> int | None:
     """The ``SSL_CTX *`` of ``context`` (CPython: the first field after the header)."""
-    if sys.implementation.name != "cpython":
+    if sys.implementation.name != "cpython" or sys.version_info[:2] not in _KNOWN_LAYOUT:
         return None
     pointer = ctypes.c_void_p.from_address(id(context) + object.__basicsize__).value
     return int(pointer) if pointer else None
@@ -114,7 +120,7 @@ def _libssl() -> Any:
 
 def _accept_any_certificate(context: ssl.SSLContext) -> None:
     """Require a client certificate and accept it unverified (Go's RequireAnyClientCert)."""
-    problem = "needs CPython with its ssl module linked to a shared OpenSSL"
+    problem = "needs CPython 3.10 to 3.13 with its ssl module linked to a shared OpenSSL"
     try:
         lib = _libssl()
         set_verify = lib.SSL_CTX_set_verify
