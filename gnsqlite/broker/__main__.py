@@ -148,6 +148,8 @@ def build_parser() -> argparse.ArgumentParser:
     for flag in (*_IGNORED_VALUE, *_REFUSED):
         dest = flag.replace("-", "_")
         parser.add_argument(f"--{flag}", f"-{flag}", dest=dest, help=argparse.SUPPRESS)
+    # nsqd v1.3.0: "[deprecated] has no effect, use --log-level"
+    parser.add_argument("--verbose", "-verbose", nargs="?", const=True, help=argparse.SUPPRESS)
     parser.add_argument("--version", "-version", action="store_true", help="print the version")
     return parser
 

@@ -200,6 +200,8 @@ def _arg_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", default="info",
                         choices=["debug", "info", "warn", "error", "fatal"])
     parser.add_argument("--log-prefix", default="[nsqlookupd] ")
+    # nsqlookupd v1.3.0: "[deprecated] has no effect, use --log-level"
+    parser.add_argument("--verbose", nargs="?", const=True, help=argparse.SUPPRESS)
     parser.add_argument("--version", action="store_true", help="print version string")
     return parser
 

@@ -208,6 +208,8 @@ def test_flags_without_an_observable_effect_are_accepted() -> None:
             "--e2e-processing-latency-window-time=10m",
             "--node-id=7",
             "--log-prefix=[x] ",
+            "--verbose",
+            "-verbose=true",
         ]
     )
     assert options == {}
