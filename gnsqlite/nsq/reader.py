@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 
 import gevent
 import gevent.event
+import gevent.pool
 
 from ..conn import Connection
 from ..consumer import Consumer
@@ -69,6 +70,8 @@ class _ReaderConsumer(Consumer):
 
     def __init__(self, reader: Reader, *args: Any, **kwargs: Any) -> None:
         self.reader = reader
+        #: The greenlets running the Reader's ``heartbeat`` hook; killed by ``Reader.close``.
+        self.hooks = gevent.pool.Group()
         super().__init__(*args, **kwargs)
 
     def handle(self, message: _Delivered) -> Any:
@@ -76,7 +79,7 @@ class _ReaderConsumer(Consumer):
 
     def on_heartbeat(self, conn: Connection) -> None:
         if type(self.reader).heartbeat is not Reader.heartbeat:  # overridden: never in the reader
-            gevent.spawn(self.reader.heartbeat, ConnectionView(conn))
+            self.hooks.spawn(self.reader.heartbeat, ConnectionView(conn))
 
 
 class Reader:
@@ -161,7 +164,7 @@ class Reader:
             if kwargs.get("concurrency") is not None:
                 options["concurrency"] = kwargs["concurrency"]
             options.update({k: kwargs[k] for k in _DEAD_LETTER_KEYWORDS if k in kwargs})
-            self.consumer: Consumer = _ReaderConsumer(
+            self.consumer = _ReaderConsumer(
                 self,
                 topic,
                 channel,
@@ -219,6 +222,7 @@ class Reader:
         """
         TimerWheel.for_hub().cancel_owner(self)
         self.consumer.close(timeout)
+        self.consumer.hooks.kill()
         runner.unregister(self)
         self._closed.set()
 

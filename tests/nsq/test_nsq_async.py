@@ -192,6 +192,24 @@ def test_the_heartbeat_hook_runs_for_each_heartbeat(nsqd: NsqdServer) -> None:
     assert beats[0] == nsqd.tcp_address
 
 
+def test_close_stops_a_heartbeat_hook_still_running(nsqd: NsqdServer) -> None:
+    entered = gevent.event.Event()
+    hooks: list[gevent.Greenlet] = []
+
+    class Stuck(nsq.Reader):
+        def heartbeat(self, conn: Any) -> None:
+            hooks.append(gevent.getcurrent())
+            entered.set()
+            gevent.sleep(3600)  # a hook that never returns by itself
+
+    reader = Stuck("stuck", CHANNEL, lambda m: True, nsqd_tcp_addresses=[nsqd.tcp_address],
+                   heartbeat_interval=1)
+    reader.start()
+    assert entered.wait(timeout=10)
+    reader.close(timeout=5)
+    assert hooks and all(hook.dead for hook in hooks)
+
+
 def test_asyncconn_fires_pynsq_events_and_answers_messages(nsqd: NsqdServer) -> None:
     topic = "asyncconn"
     publish(nsqd, topic, [b"finish-me", b"requeue-me"])
