@@ -58,20 +58,26 @@ def tornado_in_use() -> bool:
     return "tornado.ioloop" in sys.modules
 
 
-def _current_loop() -> asyncio.AbstractEventLoop | None:
-    """The thread's asyncio loop (tornado's IOLoop runs on it), or ``None``.
+def _current_loop() -> asyncio.AbstractEventLoop:
+    """The thread's asyncio loop (tornado's IOLoop runs on it). Does not block.
 
-    The running loop if there is one, else the thread's current loop (made
-    for the main thread if it has none, as ``IOLoop.current()`` does).
+    The running loop if there is one, else the thread's current loop. A
+    thread with none (any thread but the main one, or the main one after
+    ``asyncio.run()`` returned), or whose loop was closed, gets a new loop
+    made its current one, as tornado's ``IOLoop.current()`` does: pynsq's
+    coroutines run there.
     """
     with contextlib.suppress(RuntimeError):
         return asyncio.get_running_loop()
+    loop: asyncio.AbstractEventLoop | None = None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
-        try:
-            return asyncio.get_event_loop_policy().get_event_loop()
-        except RuntimeError:  # a thread other than the main one, with no loop
-            return None
+        with contextlib.suppress(RuntimeError):  # asyncio's "there is no current event loop"
+            loop = asyncio.get_event_loop_policy().get_event_loop()
+    if loop is None or loop.is_closed():
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+    return loop
 
 
 class _Pump:
@@ -81,7 +87,7 @@ class _Pump:
         self.holders = 0
         self.iterating = False  # inside the pump's own turn of the loop
         self.greenlet: gevent.Greenlet[..., None] | None = None
-        self.wake = gevent.event.Event()
+        self.loop: asyncio.AbstractEventLoop | None = None  # the loop the greenlet drives
 
     def driven_elsewhere(self, loop: asyncio.AbstractEventLoop) -> bool:
         """The program runs ``loop`` itself (we are inside one of its callbacks)."""
@@ -90,16 +96,16 @@ class _Pump:
     @contextlib.contextmanager
     def held(self, loop: asyncio.AbstractEventLoop) -> Iterator[None]:
         self.holders += 1
-        if self.greenlet is None or self.greenlet.dead:
+        if self.greenlet is None or self.greenlet.dead or self.loop is not loop:
+            self.loop = loop  # a greenlet left driving another loop ends at its next turn
             self.greenlet = gevent.spawn(self.run, loop)
-        self.wake.set()
         try:
             yield
         finally:
             self.holders -= 1
 
     def run(self, loop: asyncio.AbstractEventLoop) -> None:
-        while self.holders > 0 and not loop.is_closed():
+        while self.holders > 0 and self.loop is loop and not loop.is_closed():
             if loop.is_running():  # the program's own turn is under way: wait for it
                 gevent.sleep(PUMP_INTERVAL)
                 continue
@@ -110,7 +116,8 @@ class _Pump:
             finally:
                 self.iterating = False
             gevent.sleep(PUMP_INTERVAL)
-        self.greenlet = None
+        if self.greenlet is gevent.getcurrent():
+            self.greenlet = None
 
 
 _pump = _Pump()
@@ -121,10 +128,10 @@ def hold_pump() -> Iterator[None]:
     """Drive the thread's asyncio loop from a greenlet while the block runs.
 
     :func:`~gnsqlite.nsq.run` holds it when the program imported tornado.
-    Does nothing when the program runs the loop itself or has none.
+    Does nothing when the program runs the loop itself.
     """
     loop = _current_loop()
-    if loop is None or _pump.driven_elsewhere(loop):
+    if _pump.driven_elsewhere(loop):
         yield
         return
     with _pump.held(loop):
@@ -142,17 +149,12 @@ def resolve(awaitable: Awaitable[Any]) -> Any:
 
     Blocks the calling greenlet, never the hub; raises what the awaitable
     raised. It runs on the thread's asyncio loop, driven by the program if
-    it runs that loop, else by :func:`pump`. Raises ``RuntimeError`` in a
-    thread that has no asyncio loop.
+    it runs that loop, else by :func:`pump` (see :func:`_current_loop`
+    for the loop it takes).
     """
     if isinstance(awaitable, asyncio.Future) and awaitable.done():
         return awaitable.result()
     loop = _current_loop()
-    if loop is None:
-        raise RuntimeError(
-            f"{awaitable!r} needs an asyncio loop and this thread has none: return True or"
-            " False from the handler, or run it in the main thread"
-        )
     future = asyncio.ensure_future(awaitable, loop=loop)
     done: gevent.event.AsyncResult[Any] = gevent.event.AsyncResult()
 
@@ -180,8 +182,6 @@ class _Starter:
 
     def schedule(self, start: Callable[[], None] | None) -> None:
         loop = _current_loop()
-        if loop is None:
-            return
         if start is not None:
             self.pending.append(start)
         loop.call_soon(self.started, loop)

@@ -3,6 +3,7 @@ low-level pieces (AsyncConn, SyncConn, heartbeat hook, message events), against 
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,7 +44,30 @@ def reader(server: NsqdServer, topic: str, handler: Any, **kw: Any) -> nsq.Reade
     return r
 
 
-def test_coroutine_handlers_are_awaited_and_their_result_decides(nsqd: NsqdServer) -> None:
+@pytest.fixture(params=["as found", "after asyncio.run", "its loop closed"])
+def thread_loop(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The main thread's asyncio state the program left before it uses the drop-in.
+
+    ``asyncio.run()`` leaves the thread with no current loop, and a program may
+    close its loop (``IOLoop.close()``): pynsq's ``IOLoop.current()`` makes a new
+    one then, and so must the drop-in.
+    """
+
+    async def nothing() -> None:
+        pass
+
+    if request.param == "after asyncio.run":
+        asyncio.run(nothing())
+    elif request.param == "its loop closed":
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        loop.close()
+    yield request.param
+
+
+def test_coroutine_handlers_are_awaited_and_their_result_decides(
+    nsqd: NsqdServer, thread_loop: str
+) -> None:
     """pynsq: a Future or coroutine resolving truthy finishes; False or an exception requeues."""
     topic = "coro"
     publish(nsqd, topic, [b"gen-true", b"gen-false", b"async-true", b"async-false", b"async-raise"])
@@ -94,7 +118,9 @@ def test_a_coroutine_that_answers_itself_is_not_answered_again(nsqd: NsqdServer)
     assert attempts == [1] and stats["requeue_count"] == 0
 
 
-def test_pub_is_awaitable_and_fails_when_the_publish_fails(nsqd: NsqdServer) -> None:
+def test_pub_is_awaitable_and_fails_when_the_publish_fails(
+    nsqd: NsqdServer, thread_loop: str
+) -> None:
     topic = "awaited"
     writer = nsq.Writer([nsqd.tcp_address])
     outcomes: list[Any] = []
