@@ -29,11 +29,16 @@ log = logging.getLogger(__name__)
 
 def _bool(text: str) -> bool:
     value = text.strip().lower()
-    if value in ("1", "t", "true", "yes", "on", "tcp-https"):
+    if value in ("1", "t", "true", "yes", "on"):
         return True
     if value in ("0", "f", "false", "no", "off", ""):
         return False
     raise argparse.ArgumentTypeError(f"not a boolean: {text!r}")
+
+
+def _tls_required(text: str) -> bool | str:
+    """nsqd's ``--tls-required``: a boolean, or ``tcp-https`` (TLS on TCP only)."""
+    return "tcp-https" if text.strip().lower() == "tcp-https" else _bool(text)
 
 
 def _duration(text: str) -> float:
@@ -80,7 +85,7 @@ _FLAGS: dict[str, tuple[str, Callable[[str], Any], str]] = {
     "tls-cert": ("tls_cert", str, "value"),
     "tls-key": ("tls_key", str, "value"),
     "tls-root-ca-file": ("tls_root_ca_file", str, "value"),
-    "tls-required": ("tls_required", _bool, "bool"),
+    "tls-required": ("tls_required", _tls_required, "bool"),  # or tcp-https
     "tls-client-auth-policy": ("tls_client_auth_policy", str, "value"),
     "tls-min-version": ("tls_min_version", str, "value"),
     "auth-http-address": ("auth_http_addresses", str, "list"),

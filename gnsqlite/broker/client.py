@@ -115,7 +115,7 @@ class ClientSession:
             max_rdy_count=opts.max_rdy_count,
             max_req_timeout_ms=round(opts.max_req_timeout * 1000),
         )
-        self.parser.tls_pending = opts.tls_required
+        self.parser.tls_pending = bool(opts.tls_required)  # True or "tcp-https"
         # like nsqd's newClientV2: the remote IP until IDENTIFY replaces both
         self.client_id = self.remote_ip
         self.hostname = self.remote_ip

@@ -31,6 +31,7 @@ StartResponse = Callable[..., Any]
 _STATUS = {
     200: "200 OK",
     400: "400 Bad Request",
+    403: "403 Forbidden",
     404: "404 Not Found",
     405: "405 Method Not Allowed",
     413: "413 Request Entity Too Large",
@@ -85,8 +86,11 @@ class _Request:
 class HttpApi:
     """The WSGI application; one per broker."""
 
-    def __init__(self, broker: BrokerState) -> None:
+    def __init__(self, broker: BrokerState, https_port: Callable[[], int] | None = None) -> None:
         self.broker = broker
+        #: ``None`` on the HTTPS listener; on the plain one, the HTTPS port a 403
+        #: ``TLS_REQUIRED`` names when ``tls_required`` is ``True`` (as nsqd).
+        self.https_port = https_port
         self.routes: dict[str, tuple[str, Callable[[_Request], Any]]] = {
             "/ping": ("GET", self._ping),
             "/info": ("GET", self._info),
@@ -106,6 +110,10 @@ class HttpApi:
         }
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        if self.https_port is not None and self.broker.options.tls_required is True:
+            # nsqd answers every plain HTTP request so, before routing, in these bytes
+            refusal = f'{{"message": "TLS_REQUIRED", "https_port": {self.https_port()}}}'
+            return self._respond(start_response, 403, refusal, json_text=True)
         try:
             request = _Request(environ)
             route = self.routes.get(request.path)
@@ -123,8 +131,16 @@ class HttpApi:
         return self._respond(start_response, 200, result, plain=request.path == "/ping")
 
     def _respond(
-        self, start_response: StartResponse, status: int, data: Any, plain: bool = False
+        self,
+        start_response: StartResponse,
+        status: int,
+        data: Any,
+        plain: bool = False,
+        json_text: bool = False,
     ) -> list[bytes]:
+        """Send ``data``: JSON-encoded, or as given when bytes or str (``json_text``:
+        a str that already is JSON, labelled so); ``plain`` leaves out nsqd's
+        ``X-NSQ-Content-Type``."""
         headers = [] if plain else [("X-NSQ-Content-Type", "nsq; version=1.0")]
         if data is None:
             body = b""
@@ -133,7 +149,8 @@ class HttpApi:
             headers.append(("Content-Type", "text/plain; charset=utf-8"))
         elif isinstance(data, str):
             body = data.encode("utf-8")
-            headers.append(("Content-Type", "text/plain; charset=utf-8"))
+            kind = "application/json" if json_text else "text/plain"
+            headers.append(("Content-Type", f"{kind}; charset=utf-8"))
         else:
             body = json.dumps(data, separators=(",", ":")).encode("utf-8")
             headers.append(("Content-Type", "application/json; charset=utf-8"))

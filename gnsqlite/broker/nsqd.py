@@ -165,7 +165,7 @@ class Broker(BrokerState):
         tls: dict[str, Any] = {} if context is None else {"ssl_context": context}
         return gevent.pywsgi.WSGIServer(
             parse_address(address),
-            HttpApi(self),
+            HttpApi(self, None if context else lambda: self.https_port),
             spawn=self._pools[1],
             log=None,
             error_log=logging.getLogger(__name__ + (".https" if context else ".http")),

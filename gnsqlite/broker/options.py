@@ -101,8 +101,11 @@ class BrokerOptions:
     tls_key: str | None = None
     #: PEM file of the CAs that sign client certificates (``require-verify``).
     tls_root_ca_file: str | None = None
-    #: ``True``: clients must upgrade to TLS before any other command.
-    tls_required: bool = False
+    #: nsqd's ``--tls-required``: ``True`` makes TCP clients upgrade to TLS
+    #: before any other command and answers plain HTTP with 403
+    #: ``TLS_REQUIRED``; ``"tcp-https"`` requires TLS on TCP only (plain HTTP
+    #: still served); ``False`` requires it nowhere.
+    tls_required: bool | str = False
     #: nsqd's ``--tls-client-auth-policy``: ``None`` asks clients for no certificate
     #: (even with ``tls_root_ca_file``); ``"require"`` demands one from any CA,
     #: unverified; ``"require-verify"`` demands one signed by ``tls_root_ca_file``
@@ -173,6 +176,15 @@ class BrokerOptions:
         self._check_tls()
 
     def _check_tls(self) -> None:
+        required = self.tls_required
+        if isinstance(required, str):
+            required = required.strip().lower()
+        if required not in (True, False, "tcp-https"):
+            raise ConfigError(
+                f"tls_required={self.tls_required!r} must be True (TCP and HTTP), "
+                "'tcp-https' (TCP only) or False"
+            )
+        object.__setattr__(self, "tls_required", required)
         policy = self.tls_client_auth_policy
         if policy == "":  # nsqd's unset value
             object.__setattr__(self, "tls_client_auth_policy", None)
@@ -189,7 +201,8 @@ class BrokerOptions:
                     f"tls_client_auth_policy={policy!r} needs tls_cert and tls_key "
                     "(it makes TLS required)"
                 )
-            object.__setattr__(self, "tls_required", True)  # as nsqd does
+            if not self.tls_required:  # as nsqd does; "tcp-https" is kept
+                object.__setattr__(self, "tls_required", True)
         version = self.tls_min_version
         if not isinstance(version, str):
             raise ConfigError(f"tls_min_version={version!r} must be a string such as 'tls1.2'")

@@ -12,6 +12,10 @@ builds the same policy as an ``ssl.SSLContext``:
   self-signed one);
 * ``require-verify``: a certificate signed by the root CA file is required
   (by the system's CAs when no root CA file is given, like Go's nil pool);
+* with a policy and a root CA file, the certificate request names that
+  file's CAs (Go's ``ClientCAs``): a Go client sends only a certificate one
+  of them signed, so under ``require`` one from another CA is never sent and
+  the handshake fails, as with nsqd (:func:`_name_client_cas`);
 * the protocol floor is ``--tls-min-version`` (``tls1.0`` by default, as in
   nsqd); no ceiling, so TLS 1.3 is offered as nsqd does.
 
@@ -25,6 +29,7 @@ the broker refuses to start with ``require`` rather than verify silently.
 from __future__ import annotations
 
 import ctypes
+import os
 import ssl
 import sys
 import warnings
@@ -87,6 +92,8 @@ def server_context(options: BrokerOptions) -> ssl.SSLContext:
     if options.tls_root_ca_file is not None:
         context.load_verify_locations(options.tls_root_ca_file)
     policy = options.tls_client_auth_policy
+    if policy is not None and options.tls_root_ca_file is not None:
+        _name_client_cas(context, options.tls_root_ca_file)
     if policy == "require-verify":
         if options.tls_root_ca_file is None:
             context.load_default_certs(ssl.Purpose.CLIENT_AUTH)
@@ -118,20 +125,18 @@ def _libssl() -> Any:
     return ctypes.CDLL(_ssl.__file__)
 
 
-def _accept_any_certificate(context: ssl.SSLContext) -> None:
-    """Require a client certificate and accept it unverified (Go's RequireAnyClientCert)."""
-    problem = "needs CPython 3.10 to 3.13 with its ssl module linked to a shared OpenSSL"
+def _checked_ssl_ctx(context: ssl.SSLContext, what: str) -> tuple[Any, int]:
+    """libssl and the ``SSL_CTX *`` of ``context``, proven to be that context's.
+
+    Raises :class:`~gnsqlite.errors.ConfigError` naming ``what`` where they
+    cannot be had. Leaves ``context.verify_mode`` at ``CERT_REQUIRED``.
+    """
+    problem = f"{what} needs CPython 3.10 to 3.13 with its ssl module linked to a shared OpenSSL"
     try:
         lib = _libssl()
-        set_verify = lib.SSL_CTX_set_verify
         get_verify_mode = lib.SSL_CTX_get_verify_mode
     except (ImportError, OSError, AttributeError) as exc:
-        raise ConfigError(
-            f"tls_client_auth_policy='require' {problem} ({exc}); "
-            "use 'require-verify' with tls_root_ca_file instead"
-        ) from None
-    set_verify.argtypes = [ctypes.c_void_p, ctypes.c_int, _VERIFY_CALLBACK]
-    set_verify.restype = None
+        raise ConfigError(f"{problem} ({exc})") from None
     get_verify_mode.argtypes = [ctypes.c_void_p]
     get_verify_mode.restype = ctypes.c_int
     # Prove the pointer is this context's SSL_CTX before writing through it: two
@@ -145,8 +150,44 @@ def _accept_any_certificate(context: ssl.SSLContext) -> None:
         required = get_verify_mode(pointer)
         checked = optional == _VERIFY_PEER and required == _VERIFY_REQUIRE_CERT
     if pointer is None or not checked:
-        raise ConfigError(
-            f"tls_client_auth_policy='require' {problem}; "
-            "use 'require-verify' with tls_root_ca_file instead"
-        )
+        raise ConfigError(problem)
+    return lib, pointer
+
+
+def _accept_any_certificate(context: ssl.SSLContext) -> None:
+    """Require a client certificate and accept it unverified (Go's RequireAnyClientCert)."""
+    try:
+        lib, pointer = _checked_ssl_ctx(context, "tls_client_auth_policy='require'")
+        set_verify = lib.SSL_CTX_set_verify
+    except (ConfigError, AttributeError) as exc:
+        raise ConfigError(f"{exc}; use 'require-verify' with tls_root_ca_file instead") from None
+    set_verify.argtypes = [ctypes.c_void_p, ctypes.c_int, _VERIFY_CALLBACK]
+    set_verify.restype = None
     set_verify(pointer, _VERIFY_REQUIRE_CERT, _ACCEPT_ALL)
+
+
+def _name_client_cas(context: ssl.SSLContext, ca_file: str) -> bool:
+    """Name ``ca_file``'s CAs in the certificate request, as Go's ``ClientCAs`` does.
+
+    A client holding several certificates (go-nsq, Go's ``crypto/tls``) sends
+    only one signed by a CA named there, and none when no CA it knows is
+    named: so under ``require`` nsqd refuses a certificate from another CA at
+    the handshake. Python's ``ssl`` has no call for this; returns ``False``
+    (the list left empty: clients then send any certificate they hold) where
+    ``ctypes`` cannot reach the context.
+    """
+    try:
+        lib, pointer = _checked_ssl_ctx(context, "naming the client CAs")
+        load = lib.SSL_load_client_CA_file
+        set_list = lib.SSL_CTX_set_client_CA_list
+    except (ConfigError, AttributeError):
+        return False
+    load.argtypes = [ctypes.c_char_p]
+    load.restype = ctypes.c_void_p
+    set_list.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    set_list.restype = None
+    names = load(os.fsencode(ca_file))
+    if not names:  # no certificate in it: nsqd would have refused the file already
+        return False
+    set_list(pointer, names)  # the SSL_CTX owns the list from now on
+    return True

@@ -176,13 +176,16 @@ def nsqd_argv(
     With ``bin_dir`` it runs ``bin_dir/nsqd`` and, because the real nsqd
     listens for HTTPS on 0.0.0.0:4152 whenever TLS is configured,
     ``https_address`` (required then) moves that listener to a free port.
+    The embedded broker listens for HTTPS only when ``https_address`` is given.
     """
     if bin_dir is not None:
         if https_address is None:
             raise ConfigError("https_address is required when running the real nsqd")
-        head = [os.path.join(bin_dir, "nsqd"), f"--https-address={https_address}"]
+        head = [os.path.join(bin_dir, "nsqd")]
     else:
         head = [sys.executable, "-m", "gnsqlite.broker"]
+    if https_address is not None:
+        head.append(f"--https-address={https_address}")
     return [
         *head,
         f"--tcp-address={tcp_address}",

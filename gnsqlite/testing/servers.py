@@ -249,7 +249,7 @@ class NsqdServer(_Server):
             self.data_path = tempfile.mkdtemp(prefix="gnsqlite-nsqd-")
             self._own_data_path = True
         https_address = None
-        if self.is_real:
+        if self.is_real or self.options.get("tls_cert") is not None:  # both serve HTTPS then
             if not self.https_port:
                 self.https_port = free_port(_HOST)
             https_address = f"{_HOST}:{self.https_port}"

@@ -238,6 +238,14 @@ def test_tls_options_are_validated(tmp_path: Path) -> None:
         None, False, "tls1.3"
     )
     assert BrokerOptions(tls_min_version="").tls_min_version == "tls1.0"
+    # --tls-required: a boolean, or tcp-https (TCP only), which a policy keeps
+    assert options_from_args(["--tls-required=tcp-https"])["tls_required"] == "tcp-https"
+    assert options_from_args(["--tls-required"])["tls_required"] is True
+    opts = BrokerOptions(tls_cert="c", tls_key="k", tls_client_auth_policy="require",
+                         tls_required="TCP-HTTPS")
+    assert opts.tls_required == "tcp-https"
+    with pytest.raises(ConfigError, match="'tcp-https' \\(TCP only\\) or False"):
+        BrokerOptions(tls_cert="c", tls_key="k", tls_required="https")
 
 
 def test_cli_refuses_a_bad_option_with_status_2(tmp_path: Path) -> None:

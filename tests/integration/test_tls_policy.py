@@ -8,7 +8,11 @@ the server, signs the "stranger" certificate. The flags are nsqd v1.3.0's
 
 from __future__ import annotations
 
+import http.client
+import json
+import shutil
 import ssl
+import subprocess
 from typing import Any
 
 import pytest
@@ -18,6 +22,7 @@ from gnsqlite.conn import Connection
 from gnsqlite.errors import NSQError
 
 trustme = pytest.importorskip("trustme")
+x509 = pytest.importorskip("cryptography.x509")  # trustme's own dependency
 
 
 @pytest.fixture(scope="module")
@@ -113,13 +118,62 @@ def test_require_takes_a_certificate_from_any_ca_but_not_none(
     _publishes(_connect(server, tls_files, _good(tls_files)))
 
 
-def test_a_policy_makes_tls_required(nsqd_factory: Any, tls_files: Any) -> None:
-    server = _tls_server(nsqd_factory, tls_files, tls_client_auth_policy="require")
+def _plain_http_ping(server: Any) -> tuple[int, str | None, bytes]:
+    """(status, Content-Type, body) of ``GET /ping`` on the plain HTTP port."""
+    host, port = server.http_address.rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=5)
+    try:
+        conn.request("GET", "/ping")
+        response = conn.getresponse()
+        return response.status, response.getheader("Content-Type"), response.read()
+    finally:
+        conn.close()
+
+
+def _plain_tcp_refused(server: Any) -> None:
     plain = Connection(server.tcp_address, ConnectionConfig())
     with pytest.raises(NSQError):
         plain.connect()
         plain.publish("tls_policy", b"x").get(timeout=5)
     plain.close()
+
+
+def test_a_policy_makes_tls_required_on_tcp_and_http(nsqd_factory: Any, tls_files: Any) -> None:
+    server = _tls_server(nsqd_factory, tls_files, tls_client_auth_policy="require")
+    _plain_tcp_refused(server)
+    # nsqd answers any plain HTTP request with 403 and the HTTPS port to use
+    status, kind, body = _plain_http_ping(server)
+    assert (status, kind) == (403, "application/json; charset=utf-8")
+    assert json.loads(body) == {"message": "TLS_REQUIRED", "https_port": server.https_port}
+
+
+def test_tls_required_tcp_https_leaves_plain_http_open(nsqd_factory: Any, tls_files: Any) -> None:
+    server = _tls_server(
+        nsqd_factory, tls_files, tls_client_auth_policy="require", tls_required="tcp-https"
+    )
+    _plain_tcp_refused(server)
+    status, _, body = _plain_http_ping(server)
+    assert (status, body) == (200, b"OK")
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
+def test_the_certificate_request_names_the_root_ca(nsqd_factory: Any, tls_files: Any) -> None:
+    """As Go's ``ClientCAs``: a Go client then sends only a certificate that CA signed."""
+    server = _tls_server(
+        nsqd_factory, tls_files, tls_root_ca_file=tls_files.ca_file,
+        tls_client_auth_policy="require",
+    )
+    with open(tls_files.ca_file, "rb") as pem:
+        subject = [str(a.value) for a in x509.load_pem_x509_certificate(pem.read()).subject]
+    shown = subprocess.run(
+        ["openssl", "s_client", "-connect", f"127.0.0.1:{server.https_port}", "-CAfile",
+         tls_files.ca_file],
+        input=b"", capture_output=True, timeout=30,
+    ).stdout.decode()
+    assert "Acceptable client certificate CA names" in shown, shown
+    listed = shown.split("Acceptable client certificate CA names", 1)[1].splitlines()[1]
+    assert listed, shown
+    assert subject and all(value in listed for value in subject), (listed, subject)
 
 
 def _client_context(tls_files: Any, maximum: ssl.TLSVersion) -> ssl.SSLContext:
