@@ -131,6 +131,13 @@ class BrokerOptions:
                 raise ConfigError(f"{name}={getattr(self, name)!r} is not a 'host:port' address")
         if self.https_address is not None and not _address(self.https_address):
             raise ConfigError(f"https_address={self.https_address!r} is not a 'host:port' address")
+        for value in self.auth_http_addresses:
+            if value.lower().startswith("https://"):
+                # nsqd would query it over TLS; this broker's auth client speaks plain HTTP
+                raise ConfigError(
+                    f"auth_http_addresses holds {value!r}: the embedded broker queries auth"
+                    " servers over plain HTTP only; give 'host:port' or 'http://host:port'"
+                )
         for name in ("lookupd_tcp_addresses", "auth_http_addresses"):
             for value in getattr(self, name):
                 plain = value.split("://", 1)[-1]

@@ -228,6 +228,9 @@ def test_tls_options_are_validated(tmp_path: Path) -> None:
         BrokerOptions(tls_min_version="tls1.4")
     with pytest.raises(ConfigError, match="https_address"):
         BrokerOptions(https_address="nowhere")
+    with pytest.raises(ConfigError, match="over plain HTTP only"):  # never queried as http
+        BrokerOptions(auth_http_addresses=["https://127.0.0.1:1"])
+    assert BrokerOptions(auth_http_addresses=["http://127.0.0.1:1"]).auth_http_addresses
     with pytest.raises(ConfigError, match="http_client_connect_timeout"):
         BrokerOptions(http_client_connect_timeout=0)
     # as nsqd: a policy makes TLS required; "" is unset; versions are case-insensitive
