@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
 import pytest
 
 from gnsqlite.config import ConsumerConfig
 from gnsqlite.flow import RdyPlanner
-from gnsqlite.flow.rdy import REASONS, rotation_bound
+from gnsqlite.flow.rdy import rotation_bound
 
 pytestmark = pytest.mark.no_server
 
@@ -295,11 +294,6 @@ def test_the_planner_defaults_are_the_consumer_defaults() -> None:
         defaults.low_rdy_idle_timeout,
         defaults.low_rdy_timeout,
     )
-
-
-def test_every_reason_is_in_the_consuming_guide() -> None:
-    guide = (Path(__file__).parents[2] / "docs" / "consuming.md").read_text()
-    assert [r for r in REASONS if f'`"{r}"`' not in guide] == []
 
 
 def test_demand_moves_at_the_first_evaluation_from_the_start() -> None:
