@@ -311,7 +311,9 @@ class ConsumerConfig(_Validated):
     lookupd_request_timeout: float = option(2.0, float, lo=0.001, unit="s")
     low_rdy_idle_timeout: float = option(10.0, float, lo=0.001, unit="s")
     #: When RDY rotates (max_in_flight < connections), the longest a connection
-    #: holds it while others wait, busy or not (go-nsq's name and default).
+    #: holds it while others wait, busy or not (go-nsq's name and default); while
+    #: a waiting one is known to have messages, a turn lasts one
+    #: rdy_redistribute_interval instead (see gnsqlite.flow.rdy).
     low_rdy_timeout: float = option(30.0, float, lo=0.001, unit="s")
     #: How often RDY is shared out again (an evaluation: cheap, a pass over the
     #: connections). 1 s, not go-nsq's 5 s: demand moves, and scarce RDY turns
