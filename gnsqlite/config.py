@@ -311,9 +311,14 @@ class ConsumerConfig(_Validated):
     lookupd_request_timeout: float = option(2.0, float, lo=0.001, unit="s")
     low_rdy_idle_timeout: float = option(10.0, float, lo=0.001, unit="s")
     #: When RDY rotates (max_in_flight < connections), the longest a connection
-    #: holds it while others wait, busy or not (go-nsq's name and default).
+    #: holds it while others wait, busy or not (go-nsq's name and default); while
+    #: a waiting one is known to have messages, a turn lasts one
+    #: rdy_redistribute_interval instead (see gnsqlite.flow.rdy).
     low_rdy_timeout: float = option(30.0, float, lo=0.001, unit="s")
-    rdy_redistribute_interval: float = option(5.0, float, lo=0.001, unit="s")
+    #: How often RDY is shared out again (an evaluation: cheap, a pass over the
+    #: connections). 1 s, not go-nsq's 5 s: demand moves, and scarce RDY turns
+    #: pass, at this pace (see gnsqlite.flow.rdy).
+    rdy_redistribute_interval: float = option(1.0, float, lo=0.001, unit="s")
     reconnect_interval: float = option(1.0, float, lo=0.001, unit="s")
     max_reconnect_interval: float = option(60.0, float, lo=0.001, unit="s")
     dead_letter_topic: str | None = option(None, str, nullable=True)

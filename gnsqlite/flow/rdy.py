@@ -16,32 +16,50 @@ about connections, messages and answers in between. The rules:
   (:attr:`RdyPlanner.overdraft` counts those, at most one per connection, until
   the next evaluation). No connection exceeds its ``max_rdy_count``.
 * **Start.** A new connection starts at ``RDY 1``; until it receives a message
-  it holds its even share in reserve (``"new"``) for two evaluations, so the
-  first connections to receive are not favoured; connections still being set
-  up (:meth:`RdyPlanner.set_connecting`) hold theirs back too. Its first
-  message opens its share at once.
+  it holds its even share in reserve (``"new"``) until the first evaluation,
+  so the first connections to receive are not favoured; connections still
+  being set up (:meth:`RdyPlanner.set_connecting`) hold theirs back too. Its
+  first message opens its share at once (and starts its demand window: the
+  one message on its first ``RDY 1`` does not make it hungry).
 * **Shares by demand** (``max_in_flight`` >= connections). Every connection
   keeps at least ``RDY 1``. At each evaluation a connection that used its RDY
   fully in the last window (its in-flight count reached 85% of its RDY: the
   guide's *starved*) asks for as much as it may get; one that did not asks
-  for its peak in-flight count plus a quarter, plus one. The budget is shared
+  for its peak in-flight count plus a quarter, plus one; one that has dried
+  up (nothing in flight and no message for the last half interval) asks for
+  1, whatever its peak. The budget is shared
   by water-filling: small asks are met in full, the rest is split evenly over
   the hungry connections, and what nobody asked for is spread evenly. So an
   nsqd with messages gets the budget idle ones leave (``"demand"``), idle ones
   keep their minimum (``"idle"``), equal demand gives equal shares
   (``"even"``). A connection that wakes up (a message on its ``RDY 1``) gets
   its share back at the next evaluation, as the others answer what they hold.
+  So demand moves at the pace of evaluations, from the start too: one busy
+  nsqd of three gets the larger share at the first evaluation, and the budget
+  taken from the others (what nsqd might still send them) reaches it by the
+  next; when traffic moves to another nsqd, the budget follows within two or
+  three evaluations (the first at which the old one has dried up, and the
+  next, which frees what it might still have on the wire).
 * **Rotation** (``max_in_flight`` < connections). Each connection holds 0 or 1.
-  At an evaluation a holder gives its 1 up when it received nothing for
-  ``low_rdy_idle_timeout``, or when it has held it for ``low_rdy_timeout``
-  (busy or not); freed RDY goes to the connections that have waited longest
-  (first come, first served; one that just gave up goes last). Hence, with
-  ``n`` connections, ``m = max_in_flight``, evaluation interval ``I`` and busy
-  timeout ``T``, a turn ends at the evaluation nearest to ``T`` after it
-  began (it lasts ``T``, give or take ``I / 2``), and a waiting connection
-  gets RDY within ``ceil((n - m) / m)`` turns, that is within
-  ``ceil((n - m) / m) * (T + I / 2)`` seconds, plus the time to answer the
-  message the giver still holds (:func:`rotation_bound`).
+  A waiting connection is *known to have messages* (:attr:`ConnFlow.eager`)
+  when it received during its last turn and was not idle when it ended, or
+  never had one. At an evaluation
+  a holder gives its 1 up when a connection known to have messages waits and
+  the holder has had its turn for one evaluation (the short turn), when it
+  received nothing for ``low_rdy_idle_timeout``, or when it has held it for
+  ``low_rdy_timeout`` (busy or not); freed RDY goes to the connections that
+  have waited longest (first come, first served; one that just gave up goes
+  last). Hence, with ``n`` connections, ``m = max_in_flight``, evaluation
+  interval ``I`` and busy timeout ``T``, a turn ends at the evaluation nearest
+  to its length after it began (it lasts that, give or take ``I / 2``): ``I``
+  while one known to have messages waits, else ``T``. A waiting connection
+  gets RDY within ``ceil((n - m) / m)`` turns: within
+  ``ceil((n - m) / m) * (min(I, T) + I / 2)`` seconds when it is known to have
+  messages (3 s with the defaults, three connections and ``max_in_flight=1``),
+  and ``ceil((n - m) / m) * (T + I / 2)`` when it found none in its last turn
+  and has some since, plus the time to answer the message the giver still
+  holds (:func:`rotation_bound`). Every nsqd with steady traffic is therefore
+  served every few seconds, and busy nsqd share the turns evenly.
 * **Backoff.** The planner is *paused* (``RDY 0`` everywhere) or *probing*
   (``RDY 1`` on one connection); ``resume`` brings the rules above back.
 * **Top-ups.** The RDY count is sent again when what remains of it drops to 0
@@ -78,7 +96,7 @@ RESEND_RATIO = 0.25
 #: Headroom over a connection's peak in-flight count when it is not hungry.
 DEMAND_HEADROOM = 1.25
 #: Evaluations a new connection that received nothing keeps its share reserved.
-NEW_EVALUATIONS = 2
+NEW_EVALUATIONS = 1
 
 #: Why a connection holds its RDY count (:attr:`ConnFlow.reason`).
 REASONS = {
@@ -87,7 +105,8 @@ REASONS = {
     "demand": "more than an even share: it uses its RDY fully and others leave theirs",
     "idle": "less than an even share: it used little of its RDY in the last evaluation",
     "max_rdy_count": "capped by nsqd's max_rdy_count",
-    "rotation": "holds the scarce RDY (max_in_flight < connections) for its turn",
+    "rotation": "holds the scarce RDY (max_in_flight < connections) for its turn: one"
+    " rdy_redistribute_interval while others wait with messages, else up to low_rdy_timeout",
     "waiting": "waits its turn for the scarce RDY (max_in_flight < connections)",
     "backoff": "RDY 0 during a backoff window",
     "probe": "RDY 1 to test the waters after a backoff window",
@@ -98,27 +117,39 @@ Command = tuple[str, int]
 
 
 def rotation_bound(
-    connections: int, max_in_flight: int, low_rdy_timeout: float, interval: float
+    connections: int,
+    max_in_flight: int,
+    low_rdy_timeout: float,
+    interval: float,
+    known: bool = True,
 ) -> float:
     """The longest a connection waits for scarce RDY, in seconds (see the module docstring).
 
-    ``interval`` is the time between evaluations; the time the giver takes to
-    answer the message it holds is not included. 0 when RDY is not scarce.
+    ``interval`` is the time between evaluations (``rdy_redistribute_interval``).
+    ``known``: the bound for a connection known to have messages (it received
+    during its last turn, or never had one); ``False``: for one that found
+    none in its last turn and has some since. The time the givers take to
+    answer the message they hold is not included. 0 when RDY is not scarce.
+    With the defaults (30 s, 1 s), 3 connections and ``max_in_flight=1``: 3 s
+    (known), 61 s (not known).
     """
     if max_in_flight <= 0 or connections <= max_in_flight:
         return 0.0
     rounds = math.ceil((connections - max_in_flight) / max_in_flight)
-    return rounds * turn_length(low_rdy_timeout, interval)
+    return rounds * turn_length(low_rdy_timeout, interval, known)
 
 
-def turn_length(low_rdy_timeout: float, interval: float) -> float:
+def turn_length(low_rdy_timeout: float, interval: float, short: bool = True) -> float:
     """The longest a connection holds scarce RDY, in seconds.
 
-    A turn ends at the evaluation nearest to ``low_rdy_timeout`` after it
-    began, so it lasts that within half an ``interval`` either way (rounding to
-    the nearest keeps a late or early timer from adding a whole interval).
+    A turn ends at the first evaluation at which it has lasted its length
+    less half an ``interval`` (rounding to the nearest evaluation keeps a late
+    or early timer from adding a whole interval). Its length is
+    ``low_rdy_timeout``, or, when ``short`` (another connection known to have
+    messages waits), one ``interval`` if that is less.
     """
-    return low_rdy_timeout + interval / 2
+    length = min(interval, low_rdy_timeout) if short else low_rdy_timeout
+    return length + interval / 2
 
 
 @dataclass
@@ -143,6 +174,10 @@ class ConnFlow:
     window_peak: int = 0  # the highest in-flight count in this window
     window_saturated: bool = False  # starved at some point in this window
     reserve: int = 0  # what nsqd may still hold after its RDY was lowered (see committed)
+    #: Scarce RDY: it received during its last turn and was not idle at its end,
+    #: or never had one (presumed to have messages waiting): while one waits
+    #: so, turns last one evaluation.
+    eager: bool = True
 
     @property
     def starved(self) -> bool:
@@ -249,8 +284,8 @@ class RdyPlanner:
     # -- the one place RDY changes -----------------------------------------
 
     def _send(self, flow: ConnFlow, count: int, now: float | None, out: list[Command]) -> None:
-        if count > 0 and flow.last_rdy == 0 and now is not None and not self.scarce:
-            # A hand-over starts a fresh idle clock (scarce RDY: from when it was chosen).
+        if count > 0 and flow.last_rdy == 0 and now is not None:
+            # A hand-over starts a fresh idle clock (and a scarce RDY turn).
             flow.rdy_handed_at = now
         if count == 0 and flow.last_rdy > 0 and self.mode == self.FULL and now is not None:
             flow.waiting_since = now
@@ -337,18 +372,26 @@ class RdyPlanner:
         holders = [f for f in flows if f.last_rdy > 0 or f.target > 0]
         released: list[ConnFlow] = []
         if half >= 0 and now is not None:  # an evaluation: turns may end
+            # Someone waits with messages (or was never tried): turns are short.
+            eager = any(f.eager for f in flows if f.last_rdy == 0 and f.target == 0)
             for f in holders:
-                turn = f.rdy_handed_at if f.rdy_handed_at is not None else f.connected_at
+                if f.last_rdy == 0:
+                    continue  # chosen, its RDY waits for the giver's answer: no turn yet
+                turn = self._turn_start(f)
                 idle = now - f.idle_since() >= self.low_rdy_idle_timeout
-                if idle or now - turn >= self.low_rdy_timeout - half:
+                held = now - turn
+                if idle or held >= self.low_rdy_timeout - half or (eager and held >= half):
                     released.append(f)
+                    # Messages in this turn, and not idle since: it is known to have some.
+                    received = f.last_message_at is not None and f.last_message_at >= turn
+                    f.eager = received and not idle
         keep = [f for f in holders if f not in released]
         # Fewer slots than holders (max_in_flight lowered): the latest hand-overs keep theirs.
-        keep.sort(key=lambda f: (-(f.rdy_handed_at or f.connected_at), f.name))
+        keep.sort(key=lambda f: (-self._turn_start(f), f.name))
         keep = keep[: self.max_in_flight]
         waiting = [f for f in flows if f not in keep and f not in released]
         waiting.sort(key=lambda f: (f.waiting_since, f.name))
-        released.sort(key=lambda f: (f.rdy_handed_at or f.connected_at, f.name))
+        released.sort(key=lambda f: (self._turn_start(f), f.name))
         handed = (waiting + released)[: self.max_in_flight - len(keep)]
         chosen = set(map(id, keep + handed))
         if now is not None:
@@ -359,6 +402,11 @@ class RdyPlanner:
                 if f.target == 0 or f in released:
                     f.rdy_handed_at = now  # its turn starts now (again, if no one else waits)
         return {f.name: (1, "rotation") if id(f) in chosen else (0, "waiting") for f in flows}
+
+    @staticmethod
+    def _turn_start(flow: ConnFlow) -> float:
+        """When ``flow``'s scarce RDY turn began (chosen, or connected holding it)."""
+        return flow.rdy_handed_at if flow.rdy_handed_at is not None else flow.connected_at
 
     def _demand_targets(self) -> dict[str, tuple[int, str]]:
         """Water-filling: small asks met in full, the rest even over the hungry, spare spread."""
@@ -422,6 +470,8 @@ class RdyPlanner:
 
     def add(self, name: str, max_rdy_count: int, now: float) -> list[Command]:
         """A connection subscribed: it starts at RDY 1 (when the budget allows)."""
+        if self._last_evaluation is None:
+            self._last_evaluation = now  # the first window starts with the first connection
         self.conns[name] = ConnFlow(
             name, max(1, max_rdy_count), connected_at=now, waiting_since=now
         )
@@ -467,6 +517,10 @@ class RdyPlanner:
         if not flow.warmed:
             flow.warmed = True
             flow.hungry = True
+            # The window is judged by what it does with the share this opens,
+            # not by the one message on its first RDY 1.
+            flow.window_saturated = False
+            flow.window_peak = 0
             if self.mode == self.FULL and not self.scarce:
                 return self._rebalance(now)
         return []
@@ -549,18 +603,27 @@ class RdyPlanner:
         shares the budget by demand or rotates scarce RDY (see the module
         docstring). Does nothing in backoff but close the windows.
         """
+        half = (now - self._last_evaluation) / 2 if self._last_evaluation is not None else 0.0
+        half = max(0.0, half)
         for f in self.conns.values():
             f.reserve = 0  # what was on the wire when its RDY was lowered has arrived
             f.evaluations += 1
-            f.hungry = f.window_saturated
-            f.ask = max(1, math.ceil(f.window_peak * DEMAND_HEADROOM) + 1)
+            if half > 0 and f.in_flight == 0 and not (
+                f.last_message_at is not None and now - f.last_message_at < half
+            ):
+                # Dried up: nothing in hand and nothing for the last half window,
+                # whatever its peak was; its budget goes where the messages are now.
+                f.hungry = False
+                f.ask = 1
+            else:
+                f.hungry = f.window_saturated
+                f.ask = max(1, math.ceil(f.window_peak * DEMAND_HEADROOM) + 1)
             f.window_peak = f.in_flight
             f.window_saturated = f.name in self._starved
-        half = (now - self._last_evaluation) / 2 if self._last_evaluation is not None else 0.0
         self._last_evaluation = now
         self.overdraft = 0
         #: Connections being set up (set_connecting): their even shares are held back.
         self.connecting = 0
         if self.mode != self.FULL:
             return []
-        return self._apply(self._targets(now, max(0.0, half)), now)
+        return self._apply(self._targets(now, half), now)

@@ -6,6 +6,7 @@ import random
 
 import pytest
 
+from gnsqlite.config import ConsumerConfig
 from gnsqlite.flow import RdyPlanner
 from gnsqlite.flow.rdy import rotation_bound
 
@@ -112,13 +113,35 @@ def test_handing_over_scarce_rdy_restarts_the_idle_clock_not_the_last_message() 
     assert p.redistribute(11.0) == []  # b's clock started at the hand-over
 
 
-def test_a_busy_connection_keeps_its_scarce_rdy() -> None:
+def test_a_busy_connection_keeps_its_scarce_rdy_while_the_others_found_nothing() -> None:
     p = planner(1, idle=5.0)
     for name in "abc":
         p.add(name, 2500, now=0.0)
-    holder = next(n for n, f in p.conns.items() if f.last_rdy)
-    p.message_received(holder, now=9.0)
-    assert p.redistribute(10.0) == []
+    # b and c were never tried (presumed to have messages): one evaluation each.
+    assert p.redistribute(1.0) == [("a", 0), ("b", 1)]
+    assert p.redistribute(2.0) == [("b", 0), ("c", 1)]
+    assert not p.conns["a"].eager and not p.conns["b"].eager  # they found nothing
+    for second in range(3, 20):
+        p.message_received("c", now=second - 0.5)  # c is busy
+        p.message_done("c", now=second - 0.4)
+        assert p.redistribute(float(second)) == []
+    assert [p.conns[n].reason for n in "abc"] == ["waiting", "waiting", "rotation"]
+
+
+def test_a_turn_lasts_one_evaluation_while_a_connection_known_to_have_messages_waits() -> None:
+    p = planner(1, idle=10.0, busy=30.0)  # the defaults
+    for name in "abc":
+        p.add(name, 2500, now=0.0)
+    order = ["a"]
+    for second in range(1, 10):
+        holder = order[-1]
+        p.message_received(holder, now=second - 0.5)  # every holder finds messages
+        p.message_done(holder, now=second - 0.4)
+        out = p.redistribute(float(second))
+        assert out == [(holder, 0), (out[1][0], 1)]  # the turn passes at every evaluation
+        order.append(out[1][0])
+        assert p.conns[holder].eager
+    assert order == ["a", "b", "c"] * 3 + ["a"]
 
 
 def test_backoff_modes_pause_probe_resume() -> None:
@@ -196,18 +219,21 @@ def test_a_busy_connection_gives_scarce_rdy_up_after_low_rdy_timeout() -> None:
     assert [(n, f.last_rdy, f.reason) for n, f in p.conns.items()] == [
         ("a", 1, "rotation"), ("b", 0, "waiting"), ("c", 0, "waiting")
     ]
-    order = []
-    now = 0.0
-    for _ in range(6):
-        now += 1.5
-        p.message_received("a" if not order else order[-1], now)  # the holder is busy
-        p.message_done("a" if not order else order[-1], now)
-        for name, count in p.redistribute(now):
-            if count:
-                order.append(name)
+    # Never tried, b and c get short turns; they find nothing, so c keeps it then.
+    p.redistribute(1.0)
+    p.redistribute(2.0)
+    handed: list[tuple[float, str]] = []
+    now = 2.0
+    for _ in range(10):
+        now += 1.0
+        holder = next(n for n, f in p.conns.items() if f.target)
+        p.message_received(holder, now - 0.5)  # the holder is busy
+        p.message_done(holder, now - 0.4)
+        handed += [(now, name) for name, count in p.redistribute(now) if count]
         assert_within_budget(p)
-    # Every 3 s the turn passes on, first come first served: b and c waited since 0.
-    assert order == ["b", "c", "a"]
+    # c's turn lasts low_rdy_timeout (3 s, within half an interval); then c,
+    # known to have messages, waits, so the turns are short: first come, first served.
+    assert handed[:3] == [(5.0, "a"), (6.0, "b"), (7.0, "c")]
 
 
 def test_scarce_rdy_waits_for_the_giver_to_answer_what_it_holds() -> None:
@@ -251,9 +277,75 @@ def test_every_count_says_why(mode: str, reason: str) -> None:
 
 
 def test_rotation_bound() -> None:
-    assert rotation_bound(3, 1, 2.0, 1.0) == 5.0  # two turns of 2 (+0.5) s before the third
-    assert rotation_bound(5, 2, 10.0, 5.0) == 25.0
+    # Known to have messages: two turns of one interval (+0.5) s before the third.
+    assert rotation_bound(3, 1, 2.0, 1.0) == 3.0
+    assert rotation_bound(3, 1, 2.0, 1.0, known=False) == 5.0  # two busy timeouts
+    assert rotation_bound(3, 1, 0.5, 1.0) == 2.0  # a busy timeout below the interval
+    assert rotation_bound(5, 2, 10.0, 5.0) == 15.0
+    assert rotation_bound(5, 2, 10.0, 5.0, known=False) == 25.0
     assert rotation_bound(3, 3, 2.0, 1.0) == 0.0
+    defaults = ConsumerConfig()
+    assert rotation_bound(3, 1, defaults.low_rdy_timeout, defaults.rdy_redistribute_interval) <= 5
+
+
+def test_the_planner_defaults_are_the_consumer_defaults() -> None:
+    defaults, p = ConsumerConfig(), RdyPlanner(1)
+    assert (p.low_rdy_idle_timeout, p.low_rdy_timeout) == (
+        defaults.low_rdy_idle_timeout,
+        defaults.low_rdy_timeout,
+    )
+
+
+def test_demand_moves_at_the_first_evaluation_from_the_start() -> None:
+    """One busy connection of three: the larger share at the first evaluation."""
+    p = planner(30)
+    for name in "abc":
+        p.add(name, 2500, now=0.0)
+    for name in "abc":  # one message each on RDY 1: the others have nothing more
+        p.message_received(name, now=0.1)
+        p.message_done(name, now=0.11)
+    assert sorted(f.last_rdy for f in p.conns.values()) == [10, 10, 10]
+    for _ in range(9):
+        p.message_received("a", now=0.5)  # a uses its share fully
+    p.redistribute(1.0)
+    assert [(p.conns[n].target, p.conns[n].reason) for n in "abc"] == [
+        (28, "demand"),
+        (1, "idle"),
+        (1, "idle"),
+    ]
+    for _ in range(9):
+        p.message_done("a", now=1.5)
+        p.message_received("a", now=1.5)
+    # What nsqd might still have sent b and c is counted until the next evaluation.
+    p.redistribute(2.0)
+    assert p.conns["a"].last_rdy == 28
+    assert_within_budget(p)
+
+
+def test_a_connection_that_dried_up_gives_its_budget_at_the_next_evaluation() -> None:
+    p = planner(30)
+    for name in "ab":
+        p.add(name, 2500, now=0.0)
+        p.message_received(name, now=0.0)
+        p.message_done(name, now=0.0)
+    now = 0.0
+    for _ in range(3):  # a is busy, b idle
+        now += 1.0
+        full = p.conns["a"].last_rdy
+        for _ in range(full):
+            p.message_received("a", now - 0.5)
+        for _ in range(full):
+            p.message_done("a", now - 0.4)
+        p.message_received("a", now - 0.1)  # and it still receives
+        p.message_done("a", now - 0.05)
+        p.redistribute(now)
+    assert (p.conns["a"].last_rdy, p.conns["b"].last_rdy) == (29, 1)
+    # The traffic moves: a has nothing from 3.1 on, b starts at 3.2 and uses its RDY 1.
+    p.message_received("a", 3.1)
+    p.message_done("a", 3.1)
+    p.message_received("b", 3.2)
+    p.redistribute(4.0)  # a got nothing for the last half interval: it has dried up
+    assert [(p.conns[n].target, p.conns[n].reason) for n in "ab"] == [(1, "idle"), (29, "demand")]
 
 
 def test_connections_on_their_way_keep_their_shares_free() -> None:

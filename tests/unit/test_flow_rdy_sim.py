@@ -18,6 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gnsqlite.config import ConsumerConfig
 from gnsqlite.flow import RdyPlanner
 from gnsqlite.flow.rdy import REASONS, rotation_bound
 
@@ -247,3 +248,107 @@ def test_light_traffic_spreads_the_spare_budget() -> None:
     sim.run(5.0)
     assert sorted(planner.conns[n].last_rdy for n in names) == [10, 10, 10]
     assert all(planner.conns[n].reason == "even" for n in names)
+
+
+# -- the default options (issue 27): no tuning ---------------------------------
+
+DEFAULTS = ConsumerConfig()
+INTERVAL = DEFAULTS.rdy_redistribute_interval
+
+
+def default_planner(max_in_flight: int, seed: int) -> RdyPlanner:
+    return RdyPlanner(
+        max_in_flight,
+        low_rdy_idle_timeout=DEFAULTS.low_rdy_idle_timeout,
+        rng=random.Random(seed),
+        low_rdy_timeout=DEFAULTS.low_rdy_timeout,
+    )
+
+
+def known_bound(sim: Sim) -> float:
+    """rotation_bound() with the defaults, plus, per round, the giver's answer and a step."""
+    p = sim.planner
+    n, m = len(p.conns), p.max_in_flight
+    rounds = math.ceil((n - m) / m) if n > m else 0
+    stated = rotation_bound(n, m, DEFAULTS.low_rdy_timeout, INTERVAL)
+    return stated + (rounds + 1) * (sim.service + DT) + DT
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    max_in_flight=st.integers(1, 8),
+    conns=st.integers(2, 6),
+    service=st.sampled_from([0.0, 0.05, 0.3]),
+)
+def test_default_options_serve_every_nsqd_with_messages_within_the_stated_bound(
+    seed: int, max_in_flight: int, conns: int, service: float
+) -> None:
+    """Steady traffic everywhere: every connection is known to have messages."""
+    rng = random.Random(seed)
+    sim = Sim(default_planner(max_in_flight, seed), INTERVAL, service, rng)
+    sim.next_eval = INTERVAL  # the consumer's timer first fires an interval after start
+
+    def rate() -> float:
+        return rng.choice([20.0, 200.0, 2000.0])
+
+    for _ in range(conns):
+        sim.join(rate(), rng.choice([2500, 2500, 3]))
+    for _phase in range(4):
+        action = rng.randrange(4)
+        if action == 0:
+            sim.join(rate())
+        elif action == 1 and len(sim.nsqd) > 2:
+            sim.leave(rng.choice(sorted(sim.nsqd)))
+        elif action == 2:
+            sim.ceiling = sum(f.committed for f in sim.planner.conns.values())
+            sim.send(sim.planner.set_max_in_flight(rng.randint(1, 8), sim.now))
+        sim.reset_waits()
+        sim.longest_wait = 0.0
+        bound = known_bound(sim)
+        sim.run(max(3 * bound, 6.0))
+        assert sim.longest_wait <= bound, (sim.longest_wait, bound, len(sim.planner.conns))
+
+
+def test_default_options_share_scarce_rdy_within_seconds() -> None:
+    """Issue 27's first case with the defaults: max_in_flight=1, three busy nsqd, 60 s."""
+    planner = default_planner(1, 3)
+    sim = Sim(planner, INTERVAL, service=0.001, rng=random.Random(3))
+    names = [sim.join(400.0) for _ in range(3)]
+    sim.run(60.0)
+    delivered = [sim.nsqd[n].delivered for n in names]
+    fair = sum(delivered) / 3
+    assert min(delivered) >= fair * 0.8, delivered  # the target is a third; the turns are even
+    bound = rotation_bound(3, 1, DEFAULTS.low_rdy_timeout, INTERVAL)
+    assert bound <= 5.0
+    assert sim.longest_wait <= bound + 2 * DT, (sim.longest_wait, bound)
+
+
+def test_default_options_give_the_busy_nsqd_its_budget_by_second_three() -> None:
+    """Issue 27's second case with the defaults: one busy nsqd of three, max_in_flight=30."""
+    planner = default_planner(30, 1)
+    sim = Sim(planner, INTERVAL, service=0.01, rng=random.Random(1))
+    sim.next_eval = INTERVAL  # the consumer's timer first fires an interval after start
+    busy, *idle = sim.join(1e5), sim.join(0.0), sim.join(0.0)
+    for name in idle:
+        sim.nsqd[name].backlog = 1.0  # one message each: known, then empty
+    sim.run(3.0)
+    flows = planner.conns
+    assert (flows[busy].last_rdy, flows[busy].reason) == (28, "demand")
+    assert sim.nsqd[busy].in_flight == 28
+    assert [(flows[n].last_rdy, flows[n].reason) for n in idle] == [(1, "idle")] * 2
+
+
+def test_default_options_follow_traffic_that_moves_within_three_seconds() -> None:
+    planner = default_planner(30, 5)
+    sim = Sim(planner, INTERVAL, service=0.01, rng=random.Random(5))
+    first, second, third = sim.join(1e5), sim.join(0.0), sim.join(0.0)
+    sim.run(5.3)
+    assert planner.conns[first].last_rdy == 28
+    sim.nsqd[first].rate, sim.nsqd[first].backlog = 0.0, 0.0  # the move
+    sim.nsqd[second].rate = 1e5
+    sim.run(3.0)
+    flows = planner.conns
+    assert (flows[second].last_rdy, flows[second].reason) == (28, "demand")
+    assert sim.nsqd[second].in_flight == 28
+    assert [flows[n].last_rdy for n in (first, third)] == [1, 1]
