@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 from nsq_support import Program
 
+from gnsqlite.nsq import runner
+
 
 @pytest.fixture
 def programs(tmp_path: Path) -> Iterator[Callable[[str], Program]]:
@@ -21,3 +23,12 @@ def programs(tmp_path: Path) -> Iterator[Callable[[str], Program]]:
     yield start
     for program in started:
         program.kill()
+
+
+@pytest.fixture
+def closes_dropin_clients() -> Iterator[None]:
+    """Close every Reader and Writer a test left open, and check the registry is empty."""
+    yield
+    for client in list(runner._registry.clients):
+        client.close()
+    assert runner._registry.clients == []

@@ -17,18 +17,10 @@ from nsq_support import Program, channel_stats, drained
 
 from gnsqlite import nsq
 from gnsqlite.http import NsqdHTTPClient
-from gnsqlite.nsq import runner
 from gnsqlite.testing import NsqdServer, wait_until
 
 CHANNEL = "ch"
-
-
-@pytest.fixture(autouse=True)
-def closes_everything() -> Iterator[None]:
-    yield
-    for client in list(runner._registry.clients):
-        client.close()
-    assert runner._registry.clients == []
+pytestmark = pytest.mark.usefixtures("closes_dropin_clients")
 
 
 def publish(server: NsqdServer, topic: str, bodies: list[bytes]) -> None:

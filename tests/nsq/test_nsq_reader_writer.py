@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from typing import Any
 
 import gevent
@@ -19,18 +18,11 @@ from gnsqlite.testing import NsqdServer, wait_until
 
 TOPIC = "dropin"
 CHANNEL = "ch"
+pytestmark = pytest.mark.usefixtures("closes_dropin_clients")
 
 
 def publish(server: NsqdServer, bodies: list[bytes], topic: str = TOPIC) -> None:
     NsqdHTTPClient(server.http_address).mpub(topic, bodies)
-
-
-@pytest.fixture(autouse=True)
-def closes_everything() -> Iterator[None]:
-    yield
-    for client in list(runner._registry.clients):
-        client.close()
-    assert runner._registry.clients == []
 
 
 def make_reader(
