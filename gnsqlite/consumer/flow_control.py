@@ -37,6 +37,8 @@ Command = tuple[str, int]
 class RdyTarget(Protocol):
     """Where a RDY count goes: a subscribed connection's link."""
 
+    name: str
+
     def ready(self, count: int) -> None:
         """Send ``RDY count``; never blocks, never raises for a lost connection."""
         ...
@@ -89,20 +91,20 @@ class FlowControl:
 
     # -- per message (the hot path) ------------------------------------------------
 
-    def received(self, name: str, now: float) -> None:
-        """A message arrived on ``name`` at ``now`` (``time.monotonic()``)."""
-        commands = self.planner.message_received(name, now)
+    def received(self, link: RdyTarget, now: float) -> None:
+        """A message arrived on ``link`` at ``now`` (``time.monotonic()``)."""
+        commands = self.planner.message_received(link.name, now)
         if commands:
-            self.send(commands)
+            self.send(commands, link)
         elif bool(self._starved_names) is not self._starved_flag:
             self._update_starved()  # send() with no commands
 
-    def finished(self, name: str) -> None:
-        """A message of ``name`` was finished: its in-flight slot frees; a success for backoff."""
+    def finished(self, link: RdyTarget) -> None:
+        """A message of ``link`` was finished: its in-flight slot frees; a success for backoff."""
         now = time.monotonic()
-        commands = self.planner.message_done(name, now)
+        commands = self.planner.message_done(link.name, now)
         if commands or bool(self._starved_names) is not self._starved_flag:
-            self.send(commands)
+            self.send(commands, link)
         if self.closing:
             if self.in_flight() == 0:
                 self.drained.set()
@@ -113,11 +115,11 @@ class FlowControl:
             if action is not None:
                 self._apply(action)
 
-    def requeued(self, name: str) -> None:
-        """A message of ``name`` was requeued: its in-flight slot frees."""
-        commands = self.planner.message_done(name, time.monotonic())
+    def requeued(self, link: RdyTarget) -> None:
+        """A message of ``link`` was requeued: its in-flight slot frees."""
+        commands = self.planner.message_done(link.name, time.monotonic())
         if commands or bool(self._starved_names) is not self._starved_flag:
-            self.send(commands)
+            self.send(commands, link)
         if self.closing and self.in_flight() == 0:
             self.drained.set()
 
@@ -176,15 +178,17 @@ class FlowControl:
 
     # -- executing -------------------------------------------------------------------
 
-    def send(self, commands: list[Command]) -> None:
+    def send(self, commands: list[Command], origin: RdyTarget | None = None) -> None:
         """Send the planner's RDY commands, then bring ``starved`` up to date.
 
+        The planner names connections; a command for ``origin`` (the link
+        whose message caused it) goes straight to it, others are looked up.
         Every change of the planner goes through here (RDY counts and in-flight
         counts alike), so this is the one place the Event follows them.
         """
         links = self._links
         for name, count in commands:
-            link = links.get(name)
+            link = origin if origin is not None and name == origin.name else links.get(name)
             if link is not None:
                 link.ready(count)
         self._update_starved()  # a new last RDY can start or end starvation

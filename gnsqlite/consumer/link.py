@@ -128,7 +128,7 @@ class Link:
         )  # fmt: skip
         self.received += 1
         flow = self.flow
-        flow.received(name, now)
+        flow.received(self, now)
         if flow.closing:
             message.requeue(0.0, backoff=False)
             return
@@ -155,7 +155,7 @@ class Link:
         if self.active:
             self.unanswered.discard(message)
             self.finished += 1
-            self.flow.finished(self.name)
+            self.flow.finished(self)
 
     def on_requeue(self, message: Message, delay: float | None, backoff: bool) -> None:
         """REQ ``message`` after ``delay`` seconds (``None``: the settler's delay).
@@ -173,7 +173,7 @@ class Link:
         self._quietly(self.conn.requeue, message.wire_id, delay)
         if active:
             self.requeued += 1
-            self.flow.requeued(self.name)
+            self.flow.requeued(self)
 
     def on_touch(self, message: Message) -> None:
         """TOUCH ``message``; called by :meth:`Message.touch`. Never blocks."""
