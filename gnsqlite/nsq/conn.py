@@ -28,7 +28,7 @@ from typing import Any
 
 import gevent
 
-from .. import __version__
+from .._version import __version__
 from ..conn import Connection
 from ..errors import NSQError, ServerError
 from ..protocol import DEFAULT_MAX_RDY_COUNT

@@ -1,5 +1,6 @@
-"""No import circle: the broker (state at the bottom, front ends above it), the
-consumer (collaborators below the façade) and the CLI.
+"""No import circle: anywhere in gnsqlite, and in particular in the broker (state at
+the bottom, front ends above it), the consumer (collaborators below the façade,
+which none of them imports) and the CLI.
 
 Every import counts, including those under ``if TYPE_CHECKING:`` and inside
 functions: a circle that only the type checker sees is still a circle in the
@@ -164,3 +165,47 @@ def test_a_collaborator_importing_the_facade_is_caught(tmp_path: Path) -> None:
     assert imports_facade(source, "gnsqlite.consumer")
     source.write_text("from . import link\nfrom .link import Link\n")
     assert not imports_facade(source, "gnsqlite.consumer")
+
+
+def module_graph(root: Path) -> dict[str, set[str]]:
+    """Every module of the package at ``root`` -> the modules of it that it imports, anywhere.
+
+    ``from . import x`` names the submodule ``x`` when there is one (the
+    package itself is already being imported), else the package.
+    """
+    modules: dict[str, Path] = {}
+    for path in root.rglob("*.py"):
+        parts = list(path.relative_to(root.parent).with_suffix("").parts)
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+
+    def owner(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        package = name if path.stem == "__init__" else name.rpartition(".")[0]
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found.update(filter(None, (owner(a.name) for a in node.names)))
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    target = ".".join([*base, *([node.module] if node.module else [])])
+                else:
+                    target = node.module or ""
+                subs = [f"{target}.{a.name}" for a in node.names if f"{target}.{a.name}" in modules]
+                found.update(subs)
+                if len(subs) < len(node.names) and owner(target):
+                    found.add(owner(target) or "")
+        graph[name] = found - {name, ""}
+    return graph
+
+
+def test_gnsqlite_has_no_import_circle_anywhere() -> None:
+    graph = module_graph(Path(gnsqlite.broker.__file__).parents[1])
+    assert {"gnsqlite", "gnsqlite.consumer.link", "gnsqlite.cli.bench"} <= set(graph)
+    circle = find_circle(graph)
+    assert circle is None, "import circle in gnsqlite: " + " -> ".join(circle or ())
