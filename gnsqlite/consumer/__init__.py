@@ -358,7 +358,7 @@ class Consumer:
         # and its message cannot be finished before the connections close.
         requeue_now(dispatcher.running.get(gevent.getcurrent()))
         for link in subscribed:
-            link._quietly(link.conn.start_close)
+            link.start_close()
         if self._batcher is not None:
             self._batcher.close()  # the batch being collected is requeued
         dispatcher.requeue_queued()

@@ -194,6 +194,10 @@ class Link:
 
     # -- leaving -----------------------------------------------------------------------
 
+    def start_close(self) -> None:
+        """Send ``CLS`` (nsqd stops sending; answers remain allowed). Never blocks."""
+        self._quietly(self.conn.start_close)
+
     def leave(self) -> None:
         """The connection ended or the consumer closed: stop counting answers here.
 
