@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         max_reconnect_interval=1.0,
         on_giving_up=ledger.gave_up,  # past max_attempts: counted, not lost
     )
-    consumer._on_error = ledger.server_error  # type: ignore[method-assign]  # E_FIN_FAILED ids
+    consumer.on_server_error = ledger.server_error  # type: ignore[method-assign]  # E_FIN_FAILED ids
     injector = FaultInjector(
         [pub_proxy, sub_proxy],
         random.Random(rng.random()),

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-__version__ = "0.1.0"
-
+from ._version import __version__
 from .config import ConnectionConfig, ConsumerConfig, ProducerConfig
 from .errors import (
     ConfigError,

@@ -55,11 +55,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import gevent
-
 from .config import _Validated, option
 from .errors import ConfigError
-from .message import Message, RequeueMessage
+from .message import Message
 from .timers import Timer, TimerWheel
 
 __all__ = ["Batch", "BatchConfig", "BatchHandler", "Batcher", "REASONS", "messages_of"]
@@ -151,11 +149,11 @@ class Batcher:
     """Collects a consumer's messages into batches and runs its batch handler.
 
     ``dispatch(batch)`` queues a batch for a worker (it must not block);
-    ``is_starved()`` is the consumer's starvation test; ``give_up(message)``
-    its give-up path for a message past ``max_attempts`` (0: unlimited);
-    ``failed(message, error)`` (optional) learns each unanswered message of a
-    batch whose handler raised, before it is requeued (the dead-letter
-    envelope's last error).
+    ``is_starved()`` is the consumer's starvation test; ``settle(messages,
+    handler)`` runs the handler on a batch's messages and answers them (the
+    consumer's :meth:`Settler.settle_batch
+    <gnsqlite.consumer.settle.Settler.settle_batch>`: the give-up test, the
+    result -> answer rule and the dead-letter note live there, not here).
     :meth:`add` and :meth:`starved` never block; :meth:`run` runs the
     handler and blocks while it does. Timers (the batch timeout, touches)
     are owned by the batcher: :meth:`stop` cancels them.
@@ -168,18 +166,14 @@ class Batcher:
         *,
         dispatch: Callable[[Batch], None],
         is_starved: Callable[[], bool],
-        give_up: Callable[[Message], None],
-        max_attempts: int,
-        failed: Callable[[Message, BaseException], None] | None = None,
+        settle: Callable[[Sequence[Message], BatchHandler], None],
     ) -> None:
         self.handler = handler
         self.batch_size = config.batch_size
         self.batch_timeout = config.batch_timeout
         self._dispatch = dispatch
         self._is_starved = is_starved
-        self._give_up = give_up
-        self.max_attempts = max_attempts
-        self._failed = failed
+        self._settle = settle
         self._pending: list[Message] = []
         self._held: set[Message] = set()  # handed to the batcher, not yet through run()
         self._wheel: TimerWheel | None = None
@@ -247,46 +241,16 @@ class Batcher:
     # -- running (worker greenlets) ----------------------------------------------
 
     def run(self, batch: Batch) -> None:
-        """Give up on messages past ``max_attempts``, run the handler on the rest, answer.
+        """Settle ``batch`` with the handler (the consumer's one rule), then count it done.
 
         Blocks while the handler runs (in the consumer's worker greenlet).
         """
         try:
-            live: list[Message] = []
-            for message in batch.messages:
-                if message.has_responded:
-                    continue
-                if message.connection_lost:
-                    log.debug("skipping %s: its connection closed; nsqd redelivers it", message)
-                    continue
-                if self.max_attempts and message.attempts > self.max_attempts:
-                    self._give_up(message)
-                    continue
-                live.append(message)
-            if live:
-                self._call(live)
+            self._settle(batch.messages, self.handler)
         finally:
             self._held.difference_update(batch.messages)
             self._outstanding = max(0, self._outstanding - 1)
         self._flush_if_starved()
-
-    def _call(self, messages: list[Message]) -> None:
-        try:
-            self.handler(list(messages))  # a list of its own: the handler may keep it
-        except RequeueMessage as request:
-            answer_all(messages, "requeue", request.delay, request.backoff)
-        except (Exception, gevent.Timeout) as exc:
-            log.exception("batch handler failed on %d messages; requeueing them", len(messages))
-            if self._failed is not None:
-                for message in messages:
-                    if not message.has_responded:
-                        self._failed(message, exc)
-            answer_all(messages, "requeue", None, True)
-        except BaseException:  # GreenletExit, KeyboardInterrupt: answer, then unwind
-            answer_all(messages, "requeue", 0.0, False)
-            raise
-        else:
-            answer_all(messages, "finish", None, False)
 
     # -- touching ----------------------------------------------------------------
 
@@ -352,22 +316,6 @@ class Batcher:
             "handed_over": dict(self.handed_over),
             "touches": self.touches,
         }
-
-
-def answer_all(messages: list[Message], action: str, delay: float | None, backoff: bool) -> None:
-    """Finish (``action="finish"``) or requeue every message not answered yet.
-
-    A finish leaves async messages (:meth:`Message.enable_async`) to their
-    owner; a requeue takes them too, as a failing single handler does.
-    """
-    for message in messages:
-        if message.has_responded:
-            continue
-        if action == "finish":
-            if not message.is_async:
-                message.finish()
-        else:
-            message.requeue(delay, backoff)
 
 
 def _touch_delay(message: Message) -> float:

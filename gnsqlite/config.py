@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
-from . import __version__
+from ._version import __version__
 from .errors import ConfigError, InvalidNameError
 from .net import normalize_addresses
 from .protocol.commands import to_milliseconds

@@ -1,34 +1,25 @@
 """One connection to nsqd: the protocol state machine over a gevent socket.
 
 :meth:`Connection.connect` blocks the calling greenlet through the whole
-handshake (TCP connect, magic, IDENTIFY, TLS, snappy or deflate, AUTH), then
-starts the connection's two greenlets:
+handshake, then starts the connection's two greenlets. The class is put
+together from three halves, one module each, over the pure
+:class:`~gnsqlite.protocol.ClientConnection` it holds:
 
-* the **reader** reads, decodes and routes frames: messages go to the
-  ``on_message`` callback (which must not block), answers to requests resolve
-  their :class:`~gevent.event.AsyncResult` in the order the requests were
-  written, heartbeats are answered with ``NOP`` at once;
-* the **writer** greenlet takes over writing when the socket is full (it
-  waits until nsqd reads) and on TLS connections.
+* :mod:`gnsqlite.conn_handshake`: connect, IDENTIFY, TLS, snappy or
+  deflate, AUTH;
+* :mod:`gnsqlite.conn_reader`: the **reader** greenlet (decode and route
+  frames: messages to ``on_message``, which must not block; answers to their
+  waiters in request order; heartbeats answered with ``NOP``) and the one
+  liveness rule (dead after two heartbeat intervals of silence);
+* :mod:`gnsqlite.conn_writer`: commands written in batches, one flush a
+  turn of the hub, and the **writer** greenlet for what the socket does not
+  take at once (and for TLS).
 
-Commands are written in batches: the first command queued in a turn of the
-event loop schedules one flush, a callback the hub runs before it next polls
-the sockets, and that flush sends everything queued by then in one ``send``.
-So commands written close together (a burst of FINs, a FIN and its RDY,
-pipelined PUBs) share a syscall, a lone command (one PUB at a time,
-``max_in_flight=1``) goes out without a switch to another greenlet, and
-commands written by many greenlets never interleave. The flush never waits:
-what the socket does not take at once is left to the writer greenlet, ahead
-of anything queued later, so no caller and not the hub ever blocks on a
-slow nsqd.
-
-A connection that hears nothing for two heartbeat intervals is dead: one hub
-timer per connection (re-armed lazily, not per receive) ends the reader's
-receive and the connection ends with
-:class:`~gnsqlite.errors.BrokenConnectionError`. Network failures surface as
-:class:`~gnsqlite.errors.BrokenConnectionError` carrying the address, with
-the cause chained; using a connection after :meth:`Connection.close` raises
-:class:`~gnsqlite.errors.ConnectionClosedError`.
+This module keeps the state, the commands and closing. Network failures
+surface as :class:`~gnsqlite.errors.BrokenConnectionError` carrying the
+address, with the cause chained (translated once, by
+:func:`~gnsqlite.errors.map_io_errors`); using a connection after
+:meth:`Connection.close` raises :class:`~gnsqlite.errors.ConnectionClosedError`.
 
 TLS verifies the server by default (system CAs and hostname checking);
 ``tls_context`` (an ``ssl.SSLContext`` the caller built) or the
@@ -46,55 +37,34 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket as _stdlib_socket
-import ssl as _stdlib_ssl
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 import gevent
 import gevent.event
-import gevent.socket
-import gevent.ssl
 
-from .codecs import Codec, make_codec
+from .codecs import Codec
 from .config import ConnectionConfig
+from .conn_handshake import Handshake
+from .conn_reader import Reader
+from .conn_writer import FLUSH_AT, Writer
 from .errors import (
     BrokenConnectionError,
     ConnectionClosedError,
-    NegotiationError,
-    NSQError,
     NSQTimeoutError,
     ProtocolError,
-    RemoteProtocolError,
     ServerError,
+    map_io_errors,
 )
-from .net import format_address, parse_address, set_nodelay
-from .protocol import (
-    DEFAULT_MAX_RDY_COUNT,
-    Authenticated,
-    ClientConnection,
-    ClientState,
-    CloseWait,
-    ErrorReceived,
-    Event,
-    Heartbeat,
-    Identified,
-    Message,
-    MessageReceived,
-    Response,
-    Upgraded,
-)
+from .net import format_address, parse_address
+from .protocol import ClientConnection, ClientState, Message
+from .timers import Timer
 
 __all__ = ["Connection", "Waiter", "format_address", "map_io_errors", "parse_address"]
 
 log = logging.getLogger(__name__)
 
-_RECV_SIZE = 256 * 1024
-#: Plain bytes decompressed at a time before the frame decoder runs.
-_DECODE_STEP = 64 * 1024
-#: Commands queued in one turn of the loop after which they are sent at once
-#: (about 4 KiB of FINs, as go-nsq's buffered writer sends them).
-_FLUSH_AT = 200
 MessageCallback = Callable[["Connection", Message], None]
 ErrorCallback = Callable[["Connection", ServerError], None]
 CloseCallback = Callable[["Connection", "Exception | None"], None]
@@ -116,29 +86,7 @@ class Waiter(Protocol):
         ...
 
 
-@contextlib.contextmanager
-def map_io_errors(name: str, what: str, *kinds: type[Exception]) -> Iterator[None]:
-    """Translate an I/O failure, once, at the edge (httpcore's ``map_exceptions``).
-
-    An exception of ``kinds`` (default ``OSError``, ``ssl.SSLError`` included)
-    leaves the block as :class:`~gnsqlite.errors.BrokenConnectionError`
-    ``"<name>: <what>: <the error>"`` with the original as ``__cause__``. The
-    library's own errors pass unchanged (some of them are ``OSError`` too).
-    """
-    caught = kinds or (OSError,)
-    try:
-        yield
-    except NSQError:
-        raise
-    except caught as exc:
-        raise BrokenConnectionError(name, f"{what}: {exc}") from exc
-
-
-def _default_client_id() -> str:
-    return _stdlib_socket.gethostname().split(".")[0]
-
-
-class Connection:
+class Connection(Handshake, Reader, Writer):
     """A connection to one nsqd; see the module docstring.
 
     ``address`` is ``"host:port"`` or ``(host, port)``; ``config`` the
@@ -173,7 +121,6 @@ class Connection:
         self.on_close = on_close
         self.on_heartbeat = on_heartbeat
         self.protocol = ClientConnection(self.config.max_frame_size)
-        self.features: dict[str, Any] = {}
         self.identity: dict[str, Any] | None = None
         self.last_received = 0.0  # time.monotonic() of the last bytes read
         self._sock: Any = None
@@ -188,7 +135,7 @@ class Connection:
         self._close_wait = gevent.event.Event()
         self._reader: gevent.Greenlet[[], None] | None = None
         self._writer: gevent.Greenlet[[], None] | None = None
-        self._silence: Any = None  # the reader's liveness timer (a hub timer watcher)
+        self._silence: Timer | None = None  # the reader's liveness timer, on the wheel
         self._in_recv = False  # the reader waits in its receive (where silence may end it)
         self._tls = False
         self._draining = False  # close() asked the writer to flush and stop
@@ -216,19 +163,24 @@ class Connection:
         return self._error
 
     @property
+    def features(self) -> dict[str, Any]:
+        """What IDENTIFY negotiated (the protocol state's; ``{}`` before it)."""
+        return self.protocol.features
+
+    @property
     def max_rdy_count(self) -> int:
         """The largest RDY nsqd accepts on this connection (2500 if not negotiated)."""
-        return int(self.features.get("max_rdy_count", DEFAULT_MAX_RDY_COUNT))
+        return self.protocol.max_rdy_count
 
     @property
     def msg_timeout(self) -> float:
         """nsqd's message timeout for this connection, in seconds (60 if not negotiated)."""
-        return float(self.features.get("msg_timeout", 60000)) / 1000.0
+        return self.protocol.msg_timeout
 
     @property
     def max_msg_timeout(self) -> float:
         """How far TOUCH can extend a message, in seconds (nsqd's max_msg_timeout)."""
-        return float(self.features.get("max_msg_timeout", 900000)) / 1000.0
+        return self.protocol.max_msg_timeout
 
     @property
     def heartbeat_interval(self) -> float | None:
@@ -256,432 +208,7 @@ class Connection:
         """Requests written whose answer has not arrived yet."""
         return self.protocol.awaited_answers
 
-    # -- handshake ---------------------------------------------------------
-
-    def connect(self) -> dict[str, Any]:
-        """Connect and run the whole handshake; blocks until done.
-
-        Returns the negotiated features (nsqd's IDENTIFY reply, or defaults
-        such as ``max_rdy_count`` 2500 when nsqd answered a plain ``OK``).
-        Raises :class:`~gnsqlite.errors.BrokenConnectionError` on network
-        failure, :class:`~gnsqlite.errors.NSQTimeoutError` when the handshake
-        exceeds ``connect_timeout`` seconds,
-        :class:`~gnsqlite.errors.NegotiationError` when nsqd cannot provide
-        TLS or AUTH as configured or its certificate is refused, and the
-        server's error (``AuthFailedError``, ``UnauthorizedError``,
-        ``BadBodyError`` ...) for a refused IDENTIFY or AUTH.
-        """
-        if self._closed or self._reader is not None:
-            raise ConnectionClosedError(self.name, "a Connection object connects only once")
-        timeout = self.config.connect_timeout
-        deadline = gevent.Timeout(timeout)
-        deadline.start()
-        try:
-            with map_io_errors(self.name, "connect failed", OSError, ValueError):
-                self._handshake()
-            return self.features
-        except gevent.Timeout as exc:
-            if exc is not deadline:  # the caller's own timeout: leave no socket behind
-                self._end(ConnectionClosedError(self.name, "connect was interrupted"))
-                raise
-            error: Exception = NSQTimeoutError(
-                f"{self.name}: the handshake took longer than {timeout} s"
-            )
-            self._end(error)
-            raise error from None
-        except NegotiationError as exc:
-            self._end(exc)
-            if self.name in str(exc):
-                raise
-            raise NegotiationError(f"{self.name}: {exc}") from exc
-        except ServerError as exc:
-            self._end(exc)
-            raise type(exc)(f"{exc.text} (from {self.name})", code=exc.code) from exc
-        except NSQError as exc:  # BrokenConnectionError from map_io_errors included
-            self._end(exc)
-            raise
-        except BaseException:  # GreenletExit, KeyboardInterrupt: leave no socket behind
-            self._end(ConnectionClosedError(self.name, "connect was interrupted"))
-            raise
-        finally:
-            deadline.close()
-
-    def _handshake(self) -> None:
-        sock = gevent.socket.create_connection(self.address)
-        set_nodelay(sock)
-        self._sock = sock
-        hostname = self.config.hostname or _stdlib_socket.gethostname()
-        body = self.config.identify_body(_default_client_id(), hostname)
-        sock.sendall(self.protocol.start(body))
-        while self.protocol.state not in (ClientState.READY, ClientState.AUTH_REQUIRED):
-            for event in self._handshake_events():
-                if isinstance(event, Identified):
-                    self.features = event.features
-                    self._check_compression(event)
-                elif isinstance(event, ErrorReceived):
-                    raise event.error
-            upgrade = self.protocol.pending_upgrade
-            if upgrade is not None:
-                self._upgrade(upgrade)
-        if self.protocol.state is ClientState.AUTH_REQUIRED:
-            self._authenticate()
-        elif self.config.auth_secret is not None:
-            log.warning("%s: auth_secret set but nsqd does not require AUTH; not sent", self.name)
-        self._sock.settimeout(None)  # the reader bounds its own waits; writes may be long
-        self.last_received = time.monotonic()
-        self._loop = gevent.get_hub().loop
-        self._reader = gevent.spawn(self._read_loop)
-        self._writer = gevent.spawn(self._write_loop)
-
-    def _check_compression(self, event: Identified) -> None:
-        for kind in ("snappy", "deflate"):
-            if getattr(self.config, kind) and kind not in event.upgrades:
-                log.warning("%s: %s was requested but nsqd does not offer it", self.name, kind)
-
-    def _handshake_events(self) -> list[Event]:
-        events = self.protocol.events()
-        while not events and self.protocol.pending_upgrade is None:
-            self._feed(self._recv())
-            events = self.protocol.events()
-        data = self.protocol.data_to_send()
-        if data:
-            self._sock.sendall(self._encode(data))
-        return events
-
-    def _upgrade(self, kind: str) -> None:
-        # Bytes already read past the last frame belong to the upgraded stream:
-        # they are fed back through the new codec, never the old one.
-        rest = self.protocol.take_unprocessed()
-        if kind == "tls":
-            if rest:
-                raise RemoteProtocolError("nsqd sent data before the TLS handshake")
-            self._sock = self._wrap_tls(self._sock)
-            self._tls = True
-        else:
-            level = int(self.features.get("deflate_level", self.config.deflate_level))
-            self._codec = make_codec(kind, level)
-        self.protocol.upgrade_started()
-        if rest:
-            self._feed(rest)
-
-    def _wrap_tls(self, sock: Any) -> Any:
-        context = self.config.tls_context or self._build_tls_context()
-        host = self.address[0]
-        try:
-            # gevent.ssl.SSLSocket accepts any SSLContext (a stdlib one too) and
-            # keeps every operation cooperative; context.wrap_socket would not
-            # when the user built the context with the stdlib ssl module.
-            tls = gevent.ssl.SSLSocket(
-                sock=sock,
-                server_hostname=host,
-                do_handshake_on_connect=False,
-                _context=context,
-            )
-            tls.do_handshake()
-        except _stdlib_ssl.SSLError as exc:
-            raise NegotiationError(f"{self.name}: TLS handshake failed: {exc}") from exc
-        return tls
-
-    def _build_tls_context(self) -> _stdlib_ssl.SSLContext:
-        cfg = self.config
-        context: _stdlib_ssl.SSLContext = gevent.ssl.create_default_context(cafile=cfg.tls_ca_file)
-        if cfg.tls_cert_file is not None:
-            context.load_cert_chain(cfg.tls_cert_file, cfg.tls_key_file)
-        if not cfg.tls_verify:
-            context.check_hostname = False
-            context.verify_mode = _stdlib_ssl.CERT_NONE
-        return context
-
-    def _authenticate(self) -> None:
-        secret = self.config.auth_secret
-        if secret is None:
-            raise NegotiationError(
-                f"{self.name}: nsqd requires AUTH (auth_required) but no auth_secret was given"
-            )
-        self._sock.sendall(self._encode(self.protocol.auth(secret)))
-        while self.protocol.state is ClientState.AUTHENTICATING:
-            for event in self._handshake_events():
-                if isinstance(event, Authenticated):
-                    self.identity = event.identity
-                    log.debug("%s: authenticated as %r", self.name, event.identity.get("identity"))
-                elif isinstance(event, ErrorReceived):
-                    raise event.error
-
-    # -- reading -----------------------------------------------------------
-
-    def _recv(self) -> bytes:
-        data: bytes = self._sock.recv(_RECV_SIZE)
-        if not data:
-            raise BrokenConnectionError(self.name, "nsqd closed the connection")
-        return data
-
-    def _feed(self, data: bytes, route: Callable[[Event], None] | None = None) -> None:
-        """Hand received bytes to the protocol, decompressing ``_DECODE_STEP`` at a time.
-
-        A compressed stream is decoded in bounded steps, so what a peer's
-        compression ratio decides (256 KiB of deflate inflate to 256 MiB) is
-        never held at once: between steps the protocol parses what it has
-        (refusing an oversized frame at its header) and, with ``route``,
-        the events found are routed.
-        """
-        codec = self._codec
-        if codec is None:
-            self.protocol.receive_data(data)
-            return
-        while True:
-            try:
-                plain = codec.decode(data, _DECODE_STEP)
-            except Exception as exc:  # RemoteProtocolError from the codec, or a codec's own
-                raise RemoteProtocolError(
-                    f"{self.name}: undecodable compressed data: {exc}"
-                ) from exc
-            data = b""
-            self.protocol.receive_data(plain)
-            if not codec.pending:
-                return
-            if route is not None:
-                for event in self.protocol.events():
-                    route(event)
-
-    def _start_silence_timer(self, limit: float, at_least: float = 0.0) -> None:
-        """Arm the reader's liveness check: one hub timer, not one per receive.
-
-        It fires ``limit`` seconds after the last bytes were read (re-armed
-        lazily: when it fires early it sets itself for the rest, but not
-        sooner than ``at_least`` seconds), and ends a silent connection by
-        raising in the reader's receive.
-        """
-        silent = time.monotonic() - self.last_received
-        timer = self._silence = self._loop.timer(max(at_least, limit - silent))
-        timer.start(self._silence_check, limit)
-
-    def _stop_silence_timer(self) -> None:
-        timer, self._silence = self._silence, None
-        if timer is not None:
-            timer.close()
-
-    def _silence_check(self, limit: float) -> None:
-        """Runs in the hub when the silence timer fires."""
-        self._stop_silence_timer()
-        reader = self._reader
-        if self._closed or reader is None or reader.dead:
-            return
-        if time.monotonic() - self.last_received < limit:
-            self._start_silence_timer(limit)  # bytes came since it was armed
-            return
-        if not self._in_recv:  # silent, but the reader is busy (a slow callback): look again
-            self._start_silence_timer(limit, at_least=limit / 8)
-            return
-        reader.throw(
-            BrokenConnectionError(
-                self.name,
-                f"nothing heard for two heartbeat intervals"
-                f" ({self.config.heartbeat_interval} s each): the connection is dead",
-            )
-        )
-
-    def _read_loop(self) -> None:
-        error: Exception | None = None
-        interval = self.config.heartbeat_interval
-        try:
-            # Two heartbeat intervals without a byte mean the connection is dead.
-            if interval is not None:
-                self._start_silence_timer(2 * interval)
-            protocol = self.protocol
-            route = self._route
-            sock = self._sock
-            # A plain gevent socket can be waited on before the receive: after
-            # a short read the next receive would fail with EAGAIN (an
-            # exception per round trip) before gevent waits anyway.
-            wait = getattr(sock, "_wait", None) if not self._tls else None
-            readable = getattr(sock, "_read_event", None)
-            if readable is None:
-                wait = None
-            short = False
-            with map_io_errors(self.name, "read failed"):
-                while True:
-                    self._in_recv = True
-                    if short and wait is not None:
-                        wait(readable)
-                    data = sock.recv(_RECV_SIZE)  # _recv, inlined
-                    self._in_recv = False
-                    short = len(data) < _RECV_SIZE
-                    if not data:
-                        raise BrokenConnectionError(self.name, "nsqd closed the connection")
-                    self.last_received = time.monotonic()
-                    if self._codec is None:
-                        protocol.receive_data(data)
-                    else:
-                        self._feed(data, route)
-                    routed = False
-                    for event in protocol.events():
-                        kind = type(event)
-                        if kind is MessageReceived and self.on_message is not None:
-                            try:  # the hot path: _route and _call inlined
-                                self.on_message(self, event.message)  # type: ignore[attr-defined]
-                            except Exception:
-                                log.exception("%s: callback %r failed", self.name, self.on_message)
-                        elif kind is Response and event.waiter is not None:  # type: ignore[attr-defined]
-                            event.waiter.set(event.data)  # type: ignore[attr-defined]
-                        else:
-                            routed = True  # a heartbeat among them queues a NOP
-                            route(event)
-                    if routed:
-                        nop = protocol.data_to_send()
-                        if nop:
-                            self._queue(nop)
-        except NSQError as exc:  # a network failure too, mapped at the edge
-            error = exc
-        except gevent.GreenletExit:
-            return
-        except Exception as exc:  # a bug; end the connection rather than hang it
-            log.exception("%s: the reader failed", self.name)
-            error = BrokenConnectionError(self.name, f"reader failed: {exc!r}")
-            error.__cause__ = exc
-        finally:
-            self._in_recv = False
-            self._stop_silence_timer()
-        if not self._closed:
-            self._end(error)
-
-    def _call(self, callback: Callable[..., None], *args: Any) -> None:
-        """Run a user callback; an exception in it is logged, never kills the reader."""
-        try:
-            callback(self, *args)
-        except Exception:
-            log.exception("%s: callback %r failed", self.name, callback)
-
-    def _route(self, event: Event) -> None:
-        if isinstance(event, MessageReceived):
-            if self.on_message is not None:
-                self._call(self.on_message, event.message)
-        elif isinstance(event, Response):
-            if event.waiter is not None:
-                event.waiter.set(event.data)
-        elif isinstance(event, ErrorReceived):
-            if event.waiter is not None:
-                event.waiter.set_exception(event.error)
-            if event.error.fatal:
-                raise event.error
-            if event.command is None:  # E_FIN_FAILED and the like: no request's answer
-                if self.on_error is not None:
-                    self._call(self.on_error, event.error)
-                else:
-                    log.warning("%s: %s", self.name, event.error)
-        elif isinstance(event, CloseWait):
-            self._close_wait.set()
-        elif isinstance(event, Heartbeat):
-            log.debug("%s: heartbeat", self.name)
-            if self.on_heartbeat is not None:
-                self._call(self.on_heartbeat)
-        elif isinstance(event, Upgraded):  # pragma: no cover - only during the handshake
-            raise RemoteProtocolError(f"unexpected upgrade confirmation {event.kind!r}")
-
-    # -- writing -----------------------------------------------------------
-
-    def _encode(self, data: bytes) -> bytes:
-        return self._codec.encode(data) if self._codec is not None else data
-
-    def _queue(self, data: bytes) -> None:
-        """Queue ``data``; it goes out with this turn's flush. Never blocks."""
-        outbox = self._outbox
-        outbox.append(data)
-        if self._tls or not self._flush_scheduled or len(outbox) >= _FLUSH_AT:
-            self._queued()  # otherwise the flush already scheduled takes it
-
-    def _queued(self) -> None:
-        """After a command was appended to the outbox: see that it goes out."""
-        outbox = self._outbox
-        if self._tls:
-            self._wakeup.set()  # gevent's TLS socket cannot try a send without waiting
-        elif len(outbox) >= _FLUSH_AT:
-            # A long burst (FINs while a backlog is handled): send part of it
-            # now, so nsqd refills the window while the rest is handled.
-            self._flush()
-        elif not self._flush_scheduled:
-            self._flush_scheduled = True
-            self._flush_handle = self._loop.run_callback(self._flush_callback)
-
-    def flush(self) -> None:
-        """Send what is queued now rather than when the hub next polls. Does not block.
-
-        For a caller that knows nothing will join the batch this turn (a
-        publish that blocks, with no other publisher about to run): nsqd
-        starts on it while the caller finishes its own bookkeeping. A TLS
-        connection leaves it to its writer greenlet, as always.
-        """
-        if not self._tls:
-            self._flush()
-            if self._flush_scheduled and not self._outbox:
-                # The hub's flush would find nothing: drop it (a callback a publish).
-                self._flush_scheduled = False
-                self._flush_handle.stop()
-
-    def _flush_callback(self) -> None:
-        self._flush_scheduled = False
-        self._flush()
-
-    def _flush(self) -> None:
-        """Send what is queued without waiting; runs in the hub before it polls, or inline.
-
-        Bytes the socket does not take at once, and any failure, are left
-        to the writer greenlet (which ends the connection on an error, as
-        for its own writes).
-        """
-        outbox = self._outbox
-        if not outbox or self._closed:
-            return
-        if self._writing or self._unsent or self._draining:
-            self._wakeup.set()  # the writer is busy or finishing: order is its job
-            return
-        try:
-            data = self._encode(outbox[0] if len(outbox) == 1 else b"".join(outbox))
-        except Exception:
-            self._wakeup.set()  # the writer meets the same failure and ends the connection
-            return
-        outbox.clear()
-        try:
-            sent = self._sock.send(data, 0, 0.0)  # timeout 0.0: never wait
-        except BlockingIOError:
-            sent = 0
-        except OSError as exc:
-            log.debug("%s: write failed (%s); left to the writer", self.name, exc)
-            sent = 0
-        if sent < len(data):
-            self._unsent = data[sent:]
-            self._wakeup.set()
-
-    def _send(self, data: bytes) -> None:
-        """Send all of ``data``; waits while the socket is full."""
-        sent = self._sock.send(data)
-        if sent < len(data):
-            self._sock.sendall(memoryview(data)[sent:])
-
-    def _write_loop(self) -> None:
-        outbox = self._outbox
-        try:
-            with map_io_errors(self.name, "write failed"):
-                while True:
-                    self._wakeup.wait()
-                    self._wakeup.clear()
-                    if outbox or self._unsent:
-                        data = self._unsent
-                        if outbox:
-                            data += self._encode(b"".join(outbox))
-                            outbox.clear()
-                        self._unsent = b""
-                        self._writing = True
-                        try:
-                            self._send(data)
-                        finally:
-                            self._writing = False
-                    if self._draining and not outbox and not self._unsent:
-                        return
-        except NSQError as exc:  # a network failure, mapped at the edge, or an encoding one
-            if not self._closed:
-                self._end(exc)
-        except gevent.GreenletExit:
-            return
+    # -- commands ----------------------------------------------------------
 
     def _check_open(self) -> None:
         if self._closed:
@@ -779,7 +306,7 @@ class Connection:
             self._check_open()  # raises the error that says why
         outbox = self._outbox
         outbox.append(self.protocol.fin(message_id))  # _queue, inlined: a flush is usually due
-        if self._tls or not self._flush_scheduled or len(outbox) >= _FLUSH_AT:
+        if self._tls or not self._flush_scheduled or len(outbox) >= FLUSH_AT:
             self._queued()
 
     def requeue(self, message_id: bytes | str, delay: float = 0.0) -> None:
@@ -810,30 +337,7 @@ class Connection:
         """Block until nsqd answered CLS; ``True`` if it did within ``timeout`` seconds."""
         return bool(self._close_wait.wait(timeout))
 
-    # -- liveness and closing ----------------------------------------------
-
-    def check_alive(self, now: float | None = None) -> bool:
-        """Close the connection if it heard nothing for two heartbeat intervals.
-
-        Returns whether the connection is still alive. ``now`` is a
-        ``time.monotonic()`` value. The reader enforces the same rule by
-        itself (its receive times out); this lets an owner check sooner.
-        """
-        if self._closed:
-            return False
-        interval = self.config.heartbeat_interval
-        if interval is None or self._reader is None:
-            return True
-        now = time.monotonic() if now is None else now
-        silent = now - self.last_received
-        if silent > 2 * interval:
-            self._end(
-                BrokenConnectionError(
-                    self.name, f"no data for {silent:.1f} s: missed two heartbeats of {interval} s"
-                )
-            )
-            return False
-        return True
+    # -- closing -----------------------------------------------------------
 
     def close(self, timeout: float | None = None) -> None:
         """Close the connection; blocks up to ``timeout`` seconds (default ``close_timeout``).

@@ -232,7 +232,6 @@ class DeadLetterPublisher:
         self.envelope = config.dead_letter_envelope
         self.nsqd = config.dead_letter_nsqd
         self.timeout = config.dead_letter_timeout
-        self.max_attempts = config.max_attempts
         self.reconnect_interval = config.reconnect_interval
         self.max_reconnect_interval = config.max_reconnect_interval
         self._connection_config = connection_config
@@ -256,8 +255,9 @@ class DeadLetterPublisher:
         return f"<DeadLetterPublisher {self.source_topic}/{self.source_channel} -> {self.topic}>"
 
     def handler_failed(self, message: Message, exc: BaseException) -> None:
-        """Remember the handler's error on a message's last attempt, for the envelope."""
-        if not self.envelope or message.attempts < self.max_attempts:
+        """Remember the handler's error for the envelope (the settler calls it on a
+        message's last attempt)."""
+        if not self.envelope:
             return
         errors = self._errors
         errors[message.id] = HandlerError.of(exc)

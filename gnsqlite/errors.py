@@ -22,6 +22,9 @@ This module is pure: it imports nothing from gevent or the socket layer.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 __all__ = [
     "NSQError",
     "ConfigError",
@@ -53,6 +56,7 @@ __all__ = [
     "BrokenConnectionError",
     "NoConnectionsError",
     "NSQTimeoutError",
+    "map_io_errors",
 ]
 
 
@@ -259,3 +263,21 @@ class NoConnectionsError(NSQConnectionError):
 
 class NSQTimeoutError(NSQError, TimeoutError):
     """An operation did not complete within its timeout."""
+
+
+@contextlib.contextmanager
+def map_io_errors(name: str, what: str, *kinds: type[Exception]) -> Iterator[None]:
+    """Translate an I/O failure, once, at the edge (httpcore's ``map_exceptions``).
+
+    An exception of ``kinds`` (default ``OSError``, ``ssl.SSLError`` included)
+    leaves the block as :class:`BrokenConnectionError`
+    ``"<name>: <what>: <the error>"`` with the original as ``__cause__``. The
+    library's own errors pass unchanged (some of them are ``OSError`` too).
+    """
+    caught = kinds or (OSError,)
+    try:
+        yield
+    except NSQError:
+        raise
+    except caught as exc:
+        raise BrokenConnectionError(name, f"{what}: {exc}") from exc

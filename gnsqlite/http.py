@@ -43,8 +43,9 @@ from .errors import (
     NSQTimeoutError,
     RemoteProtocolError,
 )
-from .net import parse_address, set_nodelay
+from .net import parse_address
 from .protocol import as_body, check_channel_name, check_topic_name, to_milliseconds
+from .tcp import set_nodelay
 
 __all__ = ["HTTPError", "NsqdHTTPClient", "LookupdClient", "http_request"]
 

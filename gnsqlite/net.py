@@ -1,18 +1,16 @@
-"""Small network helpers below everyone: addresses and TCP_NODELAY.
+"""Small network helpers below everyone: ``"host:port"`` addresses.
 
 The client (:mod:`gnsqlite.conn`, the Consumer and Producer), the HTTP
 client, the Spark connector, the CLI and the embedded broker all take
 ``"host:port"`` addresses and all write small frames that must not wait for
-Nagle's algorithm; they share these helpers rather than each keeping a copy.
-Nothing here opens a socket.
+Nagle's algorithm; they share these helpers rather than each keeping a copy
+(``TCP_NODELAY`` is :func:`gnsqlite.tcp.set_nodelay`). Pure: it imports no
+I/O module, so the protocol core can use it.
 """
 
 from __future__ import annotations
 
-import contextlib
-import socket
 from collections.abc import Iterable
-from typing import Any
 
 from .errors import ConfigError
 
@@ -21,7 +19,6 @@ __all__ = [
     "normalize_address",
     "normalize_addresses",
     "parse_address",
-    "set_nodelay",
 ]
 
 
@@ -70,12 +67,3 @@ def normalize_addresses(option: str, value: str | Iterable[str]) -> tuple[str, .
         except (ValueError, TypeError) as exc:
             raise ConfigError(f"{option}: {exc}") from None
     return tuple(dict.fromkeys(out))
-
-
-def set_nodelay(sock: Any) -> None:
-    """Disable Nagle's algorithm on a TCP socket, so small frames go out at once.
-
-    A socket that cannot take the option (not TCP) is left as it is. Does not block.
-    """
-    with contextlib.suppress(OSError):
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

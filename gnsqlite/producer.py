@@ -26,13 +26,10 @@ an empty body (which nsqd refuses too) raises
 :class:`~gnsqlite.errors.LocalProtocolError`, and nothing is sent. Bodies are
 ``bytes``; a ``str`` is encoded as UTF-8; anything else raises ``TypeError``.
 
-Each connection answers nsqd's heartbeats by itself, so an idle producer
-stays connected indefinitely; a connection that hears nothing for two
-heartbeat intervals is treated as dead and reconnected.
-
-:meth:`Producer.stats` counts what was published (commands and messages by
-topic and command), the errors by code and the publishes waiting for an
-answer; :meth:`Producer.health` is what a readiness probe needs.
+Each connection answers nsqd's heartbeats by itself (an idle producer stays
+connected); one that hears nothing for two heartbeat intervals is reconnected.
+Attempts and deadlines: :mod:`gnsqlite.producer_attempt`; counters,
+``stats()`` and ``health()``: :mod:`gnsqlite.producer_stats`.
 """
 
 from __future__ import annotations
@@ -41,7 +38,7 @@ import logging
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import gevent
@@ -59,13 +56,13 @@ from .errors import (
     MPubFailedError,
     NoConnectionsError,
     NSQConnectionError,
-    NSQTimeoutError,
     PubFailedError,
     ServerError,
 )
 from .flow import Reconnect
-from .health import ConnectionHealth, Health, build_health
 from .net import normalize_addresses
+from .producer_attempt import Attempt, Deadlines
+from .producer_stats import PublishCounting, PublishTiming, error_code
 from .protocol import as_body, check_topic_name, commands, mpub_body, to_milliseconds
 from .timers import Timer, TimerWheel
 
@@ -73,87 +70,17 @@ __all__ = ["Producer", "error_code"]
 
 log = logging.getLogger(__name__)
 
-#: nsqd's defaults for --max-msg-size and --max-body-size, in bytes.
-DEFAULT_MAX_MESSAGE_SIZE: int = ProducerConfig.max_message_size
-DEFAULT_MAX_BODY_SIZE: int = ProducerConfig.max_body_size
 _RETRYABLE = (NSQConnectionError, PubFailedError, MPubFailedError, DPubFailedError)
-#: A blocking call gives up this long (seconds) after its attempt's deadline, so
-#: an attempt parked without a connection fails with NoConnectionsError first.
-_GRACE = 0.05
-#: Called with ``(topic, command, seconds)`` when a publish is answered or fails.
-PublishTiming = Callable[[str, str, float], None]
 
 
-def error_code(error: BaseException) -> str:
-    """The ``code`` a failed publish is counted under in :meth:`Producer.stats`.
-
-    nsqd's ``E_*`` code for an error nsqd sent (``"E_BAD_TOPIC"``), else
-    ``"no_connections"`` (no nsqd took it in time), ``"timeout"`` (sent, not
-    answered in time), ``"closed"`` (the producer closed first) or
-    ``"connection"`` (the connection broke and no retry was possible).
-    """
-    if isinstance(error, ServerError):
-        return error.code
-    if isinstance(error, NoConnectionsError):
-        return "no_connections"
-    if isinstance(error, ConnectionClosedError):
-        return "closed"
-    if isinstance(error, NSQTimeoutError):
-        return "timeout"
-    if isinstance(error, NSQConnectionError):
-        return "connection"
-    return type(error).__name__
-
-
-class _Attempt:
-    """One publish call travelling over connections until it succeeds or gives up.
-
-    It is also the :class:`~gnsqlite.conn.Waiter` of the connection it was
-    last sent on (one at a time: it moves on only after that one failed),
-    which the connection's reader calls directly.
-    """
-
-    __slots__ = (
-        "blocked", "command", "conn", "data", "deadline", "errors", "messages", "producer",
-        "result", "timeout", "topic", "tried",
-    )  # fmt: skip
-
-    def __init__(
-        self, producer: Producer, command: str, data: bytes, deadline: float, timeout: float,
-        topic: str, messages: int,
-    ) -> None:  # fmt: skip
-        self.producer = producer
-        self.command = command  # "PUB", "MPUB" or "DPUB"
-        self.topic = topic  # for the producer's counters
-        self.messages = messages
-        self.data = data  # the whole request, the same bytes for any connection
-        self.result: gevent.event.AsyncResult[bytes] = gevent.event.AsyncResult()
-        self.deadline = deadline  # time.monotonic() after which it is not retried
-        self.timeout = timeout  # seconds: what the caller allowed
-        self.errors: dict[str, BaseException] = {}
-        self.tried: set[Connection] = set()
-        self.conn: Connection | None = None  # where it was sent last
-        self.blocked = False  # a caller waits in Producer._wait for it
-
-    def set(self, value: bytes) -> None:
-        """nsqd answered on :attr:`conn`."""
-        if not self.result.ready():
-            self.result.set(value)
-            self.producer._done(self, None)
-
-    def set_exception(self, exception: BaseException) -> None:
-        """:attr:`conn` refused it or ended before answering."""
-        conn = self.conn
-        if conn is not None:
-            self.producer._answered_with_error(self, conn, exception)
-
-
-class Producer:
+class Producer(Deadlines, PublishCounting):
     """Publishes to the nsqd at ``nsqd_tcp_addresses`` (``"host:port"`` strings).
 
     ``timeout`` (seconds) bounds each blocking call, retries included.
     ``reconnect_interval`` and ``max_reconnect_interval`` (seconds) bound
-    the jittered exponential backoff between reconnection attempts.
+    the jittered exponential backoff between reconnection attempts. Options
+    left out (or ``None``) take :class:`~gnsqlite.config.ProducerConfig`'s
+    defaults: 5 s, nsqd's 1 MiB message and 5 MiB body limits, 1 s and 60 s.
     Connection options (``heartbeat_interval``, ``tls_v1``, ``snappy``,
     ``auth_secret`` ...) are passed as keywords or as ``config``.
 
@@ -165,11 +92,11 @@ class Producer:
         nsqd_tcp_addresses: str | Iterable[str],
         *,
         config: ConnectionConfig | None = None,
-        timeout: float = 5.0,
-        max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
-        max_body_size: int = DEFAULT_MAX_BODY_SIZE,
-        reconnect_interval: float = 1.0,
-        max_reconnect_interval: float = 60.0,
+        timeout: float | None = None,
+        max_message_size: int | None = None,
+        max_body_size: int | None = None,
+        reconnect_interval: float | None = None,
+        max_reconnect_interval: float | None = None,
         **options: Any,
     ) -> None:
         addresses = normalize_addresses("nsqd_tcp_addresses", nsqd_tcp_addresses)
@@ -178,13 +105,16 @@ class Producer:
         if config is not None and options:
             raise ConfigError("pass connection options either as config= or as keywords, not both")
         self.config = config if config is not None else ConnectionConfig.from_mapping(options)
+        given: dict[str, Any] = {
+            "timeout": timeout,
+            "max_message_size": max_message_size,
+            "max_body_size": max_body_size,
+            "reconnect_interval": reconnect_interval,
+            "max_reconnect_interval": max_reconnect_interval,
+        }
         #: The producer's own options, validated together.
         self.producer_config = settings = ProducerConfig(
-            timeout=timeout,
-            max_message_size=max_message_size,
-            max_body_size=max_body_size,
-            reconnect_interval=reconnect_interval,
-            max_reconnect_interval=max_reconnect_interval,
+            **{name: value for name, value in given.items() if value is not None}
         )
         self._reconnect = Reconnect(settings.reconnect_interval, settings.max_reconnect_interval)
         self.addresses: tuple[str, ...] = addresses
@@ -197,11 +127,11 @@ class Producer:
         self._last_error: dict[str, BaseException] = {}
         self._healthy: list[Connection] = []
         self._next = 0
-        self._waiting: list[_Attempt] = []
+        self._waiting: list[Attempt] = []
         # Attempts a caller blocks on, in the order the waits began: one wheel
         # timer (at the earliest deadline) fails the late ones, instead of a
         # gevent Timeout per call.
-        self._timed: deque[_Attempt] = deque()
+        self._timed: deque[Attempt] = deque()
         self._deadline_timer: Timer | None = None
         self._deadline_at = math.inf
         self._group = gevent.pool.Group()
@@ -367,7 +297,7 @@ class Producer:
         """MPUB ``bodies`` atomically; blocks until nsqd answers. Raises like :meth:`publish`."""
         self._wait(self._send_now(self._multi_publish(topic, bodies, timeout)), timeout)
 
-    def _send_now(self, attempt: _Attempt) -> _Attempt:
+    def _send_now(self, attempt: Attempt) -> Attempt:
         """A blocking call's publish goes out at once when it is the only blocking caller.
 
         A caller that publishes and waits, one at a time, gains a round
@@ -399,7 +329,7 @@ class Producer:
 
     def _publish(
         self, topic: str, body: bytes | str, defer: float | None, timeout: float | None
-    ) -> _Attempt:
+    ) -> Attempt:
         topic = check_topic_name(topic)
         raw = body if type(body) is bytes else as_body(body)
         if not 0 < len(raw) <= self.max_message_size:
@@ -418,7 +348,7 @@ class Producer:
 
     def _multi_publish(
         self, topic: str, bodies: Iterable[bytes | str], timeout: float | None
-    ) -> _Attempt:
+    ) -> Attempt:
         topic = check_topic_name(topic)
         if isinstance(bodies, (bytes, str)):
             raise TypeError("multi_publish takes a list of bodies, not one bytes or str")
@@ -474,89 +404,9 @@ class Producer:
                 " (nsqd's --max-msg-size)"
             )
 
-    def _wait(self, attempt: _Attempt, timeout: float | None) -> None:
-        """Block until ``attempt`` is answered or its deadline (plus a grace) passed.
-
-        ``timeout`` is what the call was given (already in the attempt's deadline).
-        """
-        result = attempt.result
-        if not result.ready():
-            timed = self._timed
-            if timed and not self._closed and attempt.deadline + _GRACE >= self._deadline_at:
-                # _watch's common case, inlined: the timer is armed early enough.
-                while timed and timed[0].result.ready():
-                    timed.popleft()
-                timed.append(attempt)
-            else:
-                self._watch(attempt)
-            attempt.blocked = True
-            self._blocked += 1
-            try:
-                result.wait()
-            finally:
-                attempt.blocked = False
-                if result.ready():
-                    self._resuming -= 1  # moved from _blocked by _done()
-                else:  # the wait was cut short (a Timeout, a kill)
-                    self._blocked -= 1
-        result.get(block=False)
-
-    def _watch(self, attempt: _Attempt) -> None:
-        """Fail ``attempt`` if it is still unanswered ``_GRACE`` s after its deadline."""
-        if self._closed or self._wheel is None:
-            self._fail(attempt, ConnectionClosedError(",".join(self.addresses), "producer closed"))
-            return
-        timed = self._timed
-        while timed and timed[0].result.ready():  # answered ones leave, in order
-            timed.popleft()
-        timed.append(attempt)
-        due = attempt.deadline + _GRACE
-        if due < self._deadline_at:
-            self._arm_deadline(due)
-
-    def _arm_deadline(self, due: float) -> None:
-        wheel = self._wheel
-        if wheel is None:  # not started: nothing waits
-            return
-        if self._deadline_timer is not None:
-            self._deadline_timer.cancel()
-        self._deadline_at = due
-        self._deadline_timer = wheel.call_later(
-            max(0.0, due - time.monotonic()), self._check_deadlines, owner=self
-        )
-
-    def _check_deadlines(self) -> None:
-        """The deadline timer fired: fail the late attempts, arm for the next."""
-        self._deadline_timer = None
-        self._deadline_at = math.inf
-        now = time.monotonic()
-        kept: deque[_Attempt] = deque()
-        late: list[_Attempt] = []
-        next_due = math.inf
-        for attempt in self._timed:
-            if attempt.result.ready():
-                continue
-            due = attempt.deadline + _GRACE
-            if due <= now:
-                late.append(attempt)
-            else:
-                kept.append(attempt)
-                next_due = min(next_due, due)
-        self._timed = kept
-        for attempt in late:
-            if attempt in self._waiting:
-                self._waiting.remove(attempt)
-                self._give_up(attempt)
-            else:
-                self._fail(
-                    attempt, NSQTimeoutError(f"no answer from nsqd within {attempt.timeout} s")
-                )
-        if kept and not self._closed:
-            self._arm_deadline(next_due)
-
     def _submit(
         self, command: str, data: bytes, timeout: float | None, topic: str, messages: int
-    ) -> _Attempt:
+    ) -> Attempt:
         if self._closed:
             raise ConnectionClosedError(",".join(self.addresses), "the producer is closed")
         if not self._started:
@@ -564,14 +414,14 @@ class Producer:
                 ",".join(self.addresses), "the producer is not started: call start() first"
             )
         timeout = self.timeout if timeout is None else timeout
-        attempt = _Attempt(
+        attempt = Attempt(
             self, command, data, time.monotonic() + timeout, timeout, topic, messages
         )
         self._in_flight += 1
         self._dispatch(attempt)
         return attempt
 
-    def _pick(self, attempt: _Attempt) -> Connection | None:
+    def _pick(self, attempt: Attempt) -> Connection | None:
         healthy = self._healthy
         for _ in range(len(healthy)):
             self._next = (self._next + 1) % len(healthy)
@@ -580,7 +430,7 @@ class Producer:
                 return conn
         return None
 
-    def _dispatch(self, attempt: _Attempt) -> None:
+    def _dispatch(self, attempt: Attempt) -> None:
         if attempt.result.ready():
             return
         conn = self._pick(attempt)
@@ -596,7 +446,7 @@ class Producer:
             self._dispatch(attempt)
 
     def _answered_with_error(
-        self, attempt: _Attempt, conn: Connection, error: BaseException
+        self, attempt: Attempt, conn: Connection, error: BaseException
     ) -> None:
         """Retry on another connection when that may help; runs in a reader greenlet."""
         if attempt.result.ready():
@@ -609,7 +459,7 @@ class Producer:
         else:
             self._fail(attempt, error)
 
-    def _park(self, attempt: _Attempt) -> None:
+    def _park(self, attempt: Attempt) -> None:
         """No connection to try now: wait for a reconnect until the deadline."""
         remaining = attempt.deadline - time.monotonic()
         if remaining <= 0 or self._closed or self._wheel is None:
@@ -618,25 +468,25 @@ class Producer:
         self._waiting.append(attempt)
         self._wheel.call_later(remaining, self._expire, attempt, owner=self)
 
-    def _expire(self, attempt: _Attempt) -> None:
+    def _expire(self, attempt: Attempt) -> None:
         if attempt in self._waiting:
             self._waiting.remove(attempt)
             self._give_up(attempt)
 
-    def _give_up(self, attempt: _Attempt) -> None:
+    def _give_up(self, attempt: Attempt) -> None:
         errors = dict(attempt.errors)
         for address in self.addresses:
             if address not in errors and address in self._last_error:
                 errors[address] = self._last_error[address]
         self._fail(attempt, NoConnectionsError(errors, "every nsqd failed or is unreachable"))
 
-    def _fail(self, attempt: _Attempt, error: BaseException | None) -> None:
+    def _fail(self, attempt: Attempt, error: BaseException | None) -> None:
         if not attempt.result.ready():
             error = error or RuntimeError("publish failed")
             attempt.result.set_exception(error)
             self._done(attempt, error)
 
-    def _done(self, attempt: _Attempt, error: BaseException | None) -> None:
+    def _done(self, attempt: Attempt, error: BaseException | None) -> None:
         """Count the end of one publish (the result was just set)."""
         self._in_flight -= 1
         if attempt.blocked:  # its caller runs soon (see _send_now)
@@ -647,105 +497,3 @@ class Producer:
             attempt.topic, attempt.command.lower(), attempt.messages, started, error
         )
 
-    # -- counters --------------------------------------------------------------
-
-    def count_publish(
-        self,
-        topic: str,
-        command: str,
-        messages: int,
-        started: float | None,
-        error: BaseException | None,
-    ) -> None:
-        """Count one publish that ended: answered OK (``error`` ``None``) or failed.
-
-        The producer calls it itself; a front end that publishes on one of
-        its connections directly (the pynsq ``Writer``) calls it too, so that
-        :meth:`stats` counts everything. ``started`` is the
-        ``time.monotonic()`` of the send (``None``: not timed). Does not block.
-        """
-        if error is None:
-            counts = self._published.get((topic, command))
-            if counts is None:
-                counts = self._published[(topic, command)] = [0, 0]
-            counts[0] += 1
-            counts[1] += messages
-        else:
-            code = error_code(error)
-            self._errors[code] = self._errors.get(code, 0) + 1
-        timing = self._publish_timing
-        if timing is not None and started is not None:
-            timing(topic, command, time.monotonic() - started)
-
-    def track_in_flight(self, change: int) -> None:
-        """Add ``change`` to the publishes waiting for an answer (for a front end, as above)."""
-        self._in_flight += change
-
-    def set_publish_timing(self, timing: PublishTiming | None) -> None:
-        """Call ``timing(topic, command, seconds)`` when a publish ends (``None``: stop).
-
-        ``seconds`` runs from the call to nsqd's answer or the failure,
-        retries included. It runs in the greenlet that saw the answer (a
-        connection's reader): it must not block. :mod:`gnsqlite.metrics`
-        uses it for its histogram.
-        """
-        self._publish_timing = timing
-
-    def stats(self) -> dict[str, Any]:
-        """What the producer published and how its connections are; does not block.
-
-        ``connections``: every address with ``connected`` (it can publish
-        now) and ``last_error`` (the text of the last error, or ``None``).
-        ``publishes``: one row per topic and command (``"pub"``, ``"mpub"``,
-        ``"dpub"``) with ``count`` (commands nsqd answered ``OK``) and
-        ``messages`` (the messages in them). ``errors``: failed publishes by
-        :func:`error_code`. ``in_flight``: publishes waiting for an answer or
-        a connection. Counts are cumulative since the producer was built;
-        ``totals`` sums them.
-        """
-        up = {conn.name for conn in self._healthy}
-        publishes = [
-            {"topic": topic, "command": command, "count": counts[0], "messages": counts[1]}
-            for (topic, command), counts in sorted(self._published.items())
-        ]
-        return {
-            "connections": [
-                {
-                    "address": address,
-                    "connected": address in up,
-                    "last_error": (
-                        str(self._last_error[address]) if address in self._last_error else None
-                    ),
-                }
-                for address in self.addresses
-            ],
-            "publishes": publishes,
-            "errors": dict(sorted(self._errors.items())),
-            "in_flight": self._in_flight,
-            "totals": {
-                "publishes": sum(p["count"] for p in publishes),
-                "messages": sum(p["messages"] for p in publishes),
-                "errors": sum(self._errors.values()),
-                "in_flight": self._in_flight,
-            },
-        }
-
-    def health(self) -> Health:
-        """Whether the producer can publish now, for a readiness probe; does not block.
-
-        ``ok`` when started, not closed and connected to at least one nsqd.
-        Per address: connected or not, and the seconds since anything was read
-        from it (heartbeats included). Sends nothing.
-        """
-        now = time.monotonic()
-        up = {conn.name: conn for conn in self._healthy}
-        rows = [
-            ConnectionHealth(
-                address,
-                address in up,
-                None,
-                now - up[address].last_received if address in up else None,
-            )
-            for address in self.addresses
-        ]
-        return build_health(started=self._started, closed=self._closed, connections=rows)

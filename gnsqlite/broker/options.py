@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ..errors import ConfigError
+from ..protocol.commands import DEFAULT_MAX_RDY_COUNT
 
 __all__ = ["AuthPolicy", "BrokerOptions", "parse_duration"]
 
@@ -75,7 +76,7 @@ class BrokerOptions:
     max_msg_timeout: float = 900.0
     max_msg_size: int = 1024 * 1024
     max_body_size: int = 5 * 1024 * 1024
-    max_rdy_count: int = 2500
+    max_rdy_count: int = DEFAULT_MAX_RDY_COUNT
     #: consumers allowed per channel; 0 = no limit (nsqd's ``--max-channel-consumers``)
     max_channel_consumers: int = 0
     #: open TCP connections allowed; 0 = no limit. nsqd v1.3.0 has no such flag

@@ -18,7 +18,7 @@ import gevent
 import gevent.event
 
 from ..testing.waiting import wait_until
-from .bench import BATCH, CONCURRENCY, time_publishes
+from ._bench_workloads import BATCH, CONCURRENCY, time_publishes
 
 __all__ = ["PUBLISH", "CONSUME", "available"]
 

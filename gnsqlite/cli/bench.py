@@ -25,6 +25,7 @@ import gevent.event
 from ..consumer import Consumer
 from ..net import parse_address
 from ..producer import Producer
+from ._bench_workloads import BATCH, CONCURRENCY, PUBLISH_MODES, time_publishes
 from ._common import CommandError, Parser, check_reachable, normalize_address, run, stop_on_signals
 
 __all__ = [
@@ -36,9 +37,6 @@ __all__ = [
     "time_publishes",
 ]
 
-CONCURRENCY = 50
-BATCH = 100
-PUBLISH_MODES = ("sequential", "pipelined", "mpub")
 _MODE_NAMES = {
     "sequential": "sequential PUB",
     "pipelined": f"pipelined PUB x{CONCURRENCY}",
@@ -74,40 +72,6 @@ def build_parser() -> Parser:
 
 
 # -- gnsqlite's workloads -----------------------------------------------------------------
-
-
-def time_publishes(
-    publish: Callable[[str, bytes], Any],
-    multi_publish: Callable[[str, list[bytes]], Any],
-    topic: str,
-    body: bytes,
-    count: int,
-    mode: str,
-) -> float:
-    """Seconds to publish ``count`` messages in ``mode`` with blocking calls; blocks.
-
-    The one definition of the publish workloads, shared by gnsqlite's and
-    gnsq's runs: ``publish(topic, body)`` and ``multi_publish(topic, bodies)``
-    each block until nsqd answers.
-    """
-    publish(topic, body)  # warm up: connection and topic exist
-    start = time.perf_counter()
-    if mode == "sequential":
-        for _ in range(count):
-            publish(topic, body)
-    elif mode == "pipelined":
-
-        def publisher() -> None:
-            for _ in range(count // CONCURRENCY):
-                publish(topic, body)
-
-        jobs = [gevent.spawn(publisher) for _ in range(CONCURRENCY)]
-        gevent.joinall(jobs, raise_error=True)
-    else:
-        batch = [body] * BATCH
-        for _ in range(count // BATCH):
-            multi_publish(topic, batch)
-    return time.perf_counter() - start
 
 
 def publish_rate(

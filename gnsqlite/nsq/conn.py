@@ -28,9 +28,10 @@ from typing import Any
 
 import gevent
 
-from .. import __version__
+from .._version import __version__
 from ..conn import Connection
 from ..errors import NSQError, ServerError
+from ..protocol import DEFAULT_MAX_RDY_COUNT
 from ..protocol import Message as _Wire
 from . import event, tornado_bridge
 from .deflate_socket import DeflateEncoder, DeflateSocket
@@ -161,7 +162,7 @@ class AsyncConn(EventedMixin):
         self.in_flight = 0
         self.rdy = 0
         self.last_rdy = 0
-        self.max_rdy_count = 2500
+        self.max_rdy_count = DEFAULT_MAX_RDY_COUNT  # until IDENTIFY says otherwise
         self.callback_queue: list[Any] = []
         self.encoder = DefaultEncoder()
         keywords = {

@@ -38,7 +38,7 @@ from ..errors import (
     error_from_frame,
 )
 from . import commands
-from .commands import MESSAGE_ID_LENGTH
+from .commands import DEFAULT_MAX_RDY_COUNT, MESSAGE_ID_LENGTH
 from .events import (
     Authenticated,
     CloseWait,
@@ -69,8 +69,6 @@ __all__ = ["ClientState", "ClientConnection", "DEFAULT_MAX_RDY_COUNT", "ANSWERED
 #: CLS's answers are the machine's own business).
 ANSWERED_COMMANDS = frozenset({"SUB", "PUB", "MPUB", "DPUB"})
 
-#: What to assume when nsqd does not negotiate (the guide's figure).
-DEFAULT_MAX_RDY_COUNT = 2500
 _NON_FATAL_CODES = frozenset({"E_FIN_FAILED", "E_REQ_FAILED", "E_TOUCH_FAILED"})
 _UPGRADE_FEATURES = (("tls_v1", "tls"), ("snappy", "snappy"), ("deflate", "deflate"))
 
@@ -141,6 +139,23 @@ class ClientConnection:
         self._upgrades: deque[str] = deque()
         self._auth_required = False
         self.close_wait_received = False
+
+    # -- what IDENTIFY negotiated (nsqd's defaults until then) ---------------
+
+    @property
+    def max_rdy_count(self) -> int:
+        """The largest RDY nsqd accepts (:data:`DEFAULT_MAX_RDY_COUNT` if not negotiated)."""
+        return int(self.features.get("max_rdy_count", DEFAULT_MAX_RDY_COUNT))
+
+    @property
+    def msg_timeout(self) -> float:
+        """nsqd's message timeout, in seconds (60 if not negotiated)."""
+        return float(self.features.get("msg_timeout", 60000)) / 1000.0
+
+    @property
+    def max_msg_timeout(self) -> float:
+        """How far TOUCH can extend a message, in seconds (nsqd's max_msg_timeout)."""
+        return float(self.features.get("max_msg_timeout", 900000)) / 1000.0
 
     # -- sending -----------------------------------------------------------
 

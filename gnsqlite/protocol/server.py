@@ -17,21 +17,42 @@ sets (:attr:`CommandParser.state`, :attr:`CommandParser.tls_pending`,
 :func:`negotiate_identify` turns an ``IDENTIFY`` body into the client's
 settings and nsqd's answer; :func:`split_mpub` splits an HTTP ``MPUB`` body;
 :func:`message_frame`, :func:`response_frame` and :func:`error_frame` build
-what a server sends.
+what a server sends. The command values are in
+:mod:`~gnsqlite.protocol.server_commands`, the frames in
+:mod:`~gnsqlite.protocol.server_frames`, IDENTIFY in
+:mod:`~gnsqlite.protocol.negotiate`; all are importable from here too.
 """
 
 from __future__ import annotations
 
-import json
 import struct
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
-from ..errors import ERROR_CLASSES, RemoteProtocolError, ServerError
-from .commands import MAGIC_V2, MESSAGE_ID_LENGTH
-from .frames import FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, encode_frame
+from ..errors import RemoteProtocolError, ServerError
+from .commands import DEFAULT_MAX_RDY_COUNT, MAGIC_V2, MESSAGE_ID_LENGTH
 from .names import valid_channel_name, valid_topic_name
+from .negotiate import IdentifyLimits, Negotiated, negotiate_identify
+from .server_commands import (
+    STATE_CLOSING,
+    STATE_INIT,
+    STATE_SUBSCRIBED,
+    Auth,
+    Cls,
+    Command,
+    Dpub,
+    Fin,
+    Identify,
+    Mpub,
+    MpubStart,
+    Nop,
+    Pub,
+    Rdy,
+    Req,
+    Sub,
+    Touch,
+)
+from .server_frames import client_error, error_frame, go_quote, message_frame, response_frame
 
 __all__ = [
     "STATE_INIT",
@@ -64,147 +85,14 @@ __all__ = [
     "go_quote",
 ]
 
-#: Client states, numbered as nsqd numbers them (``/stats`` shows them).
-STATE_INIT = 0
-STATE_SUBSCRIBED = 3
-STATE_CLOSING = 4
-
 #: nsqd reads commands through a 16 KiB buffer; a longer line ends the connection.
 MAX_LINE_LENGTH = 16 * 1024
 
 _SIZE = struct.Struct(">i")
-_MESSAGE_HEADER = struct.Struct(">iiqH16s")
 
-
-class Identify(NamedTuple):
-    """``IDENTIFY`` with its raw JSON body."""
-
-    body: bytes
-
-
-class Auth(NamedTuple):
-    """``AUTH`` with the secret."""
-
-    secret: bytes
-
-
-class Sub(NamedTuple):
-    """``SUB <topic> <channel>``."""
-
-    topic: str
-    channel: str
-
-
-class Pub(NamedTuple):
-    """``PUB <topic>`` with one body."""
-
-    topic: str
-    body: bytes
-
-
-class MpubStart(NamedTuple):
-    """The line of ``MPUB <topic>`` was read; nsqd checks AUTH before the body."""
-
-    topic: str
-
-
-class Mpub(NamedTuple):
-    """``MPUB <topic>`` with its message bodies."""
-
-    topic: str
-    bodies: list[bytes]
-
-
-class Dpub(NamedTuple):
-    """``DPUB <topic> <defer_ms>`` with one body."""
-
-    topic: str
-    delay_ms: int
-    body: bytes
-
-
-class Rdy(NamedTuple):
-    """``RDY <count>``: how many messages may be in flight to this client."""
-
-    ready_count: int
-
-
-class Fin(NamedTuple):
-    """``FIN <id>``."""
-
-    message_id: bytes
-
-
-class Req(NamedTuple):
-    """``REQ <id> <timeout_ms>``; ``delay_ms`` is already clamped like nsqd."""
-
-    message_id: bytes
-    delay_ms: int
-
-
-class Touch(NamedTuple):
-    """``TOUCH <id>``."""
-
-    message_id: bytes
-
-
-class Cls(NamedTuple):
-    """``CLS``: start closing."""
-
-
-class Nop(NamedTuple):
-    """``NOP`` (also what an ignored ``RDY`` after ``CLS`` becomes)."""
-
-
-Command = (
-    Identify | Auth | Sub | Pub | MpubStart | Mpub | Dpub | Rdy | Fin | Req | Touch | Cls | Nop
-)
 
 _NOP = Nop()
 _CLS = Cls()
-
-
-def client_error(code: str, text: str) -> ServerError:
-    """The exception for an nsqd error: its class tells whether it is fatal."""
-    cls = ERROR_CLASSES.get(code, ServerError)
-    return cls(text, code=code)
-
-
-def error_frame(error: ServerError) -> bytes:
-    """The error frame nsqd sends for ``error`` (``"E_CODE text"``)."""
-    data = f"{error.code} {error.text}" if error.text else error.code
-    return encode_frame(FRAME_TYPE_ERROR, data.encode("utf-8", "replace"))
-
-
-def response_frame(data: bytes) -> bytes:
-    """A response frame (``OK``, ``_heartbeat_``, JSON ...)."""
-    return encode_frame(FRAME_TYPE_RESPONSE, data)
-
-
-def message_frame(message_id: bytes, body: bytes, timestamp: int, attempts: int) -> bytes:
-    """A whole message frame: timestamp in ns, attempts, 16-byte id, body."""
-    return _MESSAGE_HEADER.pack(len(body) + 30, 2, timestamp, attempts, message_id) + body
-
-
-def go_quote(raw: bytes) -> str:
-    """Quote ``raw`` roughly as Go's ``%q`` does (double quotes, escapes)."""
-    out = ['"']
-    for byte in raw:
-        ch = chr(byte)
-        if ch in '"\\':
-            out.append("\\" + ch)
-        elif 0x20 <= byte < 0x7F:
-            out.append(ch)
-        elif ch == "\n":
-            out.append("\\n")
-        elif ch == "\t":
-            out.append("\\t")
-        elif ch == "\r":
-            out.append("\\r")
-        else:
-            out.append(f"\\x{byte:02x}")
-    out.append('"')
-    return "".join(out)
 
 
 def _text(raw: bytes) -> str:
@@ -256,7 +144,7 @@ class CommandParser:
         *,
         max_msg_size: int = 1024 * 1024,
         max_body_size: int = 5 * 1024 * 1024,
-        max_rdy_count: int = 2500,
+        max_rdy_count: int = DEFAULT_MAX_RDY_COUNT,
         max_req_timeout_ms: int = 3_600_000,
     ) -> None:
         self.max_msg_size = max_msg_size
@@ -608,185 +496,3 @@ def split_mpub(body: bytes, max_msg_size: int, max_body_size: int) -> list[bytes
     return out
 
 
-# -- IDENTIFY --------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class IdentifyLimits:
-    """What the server allows and offers; durations in milliseconds, sizes in bytes."""
-
-    version: str
-    max_rdy_count: int = 2500
-    msg_timeout_ms: int = 60_000
-    max_msg_timeout_ms: int = 900_000
-    heartbeat_interval_ms: int = 30_000
-    max_heartbeat_interval_ms: int = 60_000
-    output_buffer_size: int = 16 * 1024
-    max_output_buffer_size: int = 64 * 1024
-    output_buffer_timeout_ms: int = 250
-    min_output_buffer_timeout_ms: int = 25
-    max_output_buffer_timeout_ms: int = 30_000
-    tls: bool = False
-    snappy: bool = True
-    deflate: bool = True
-    max_deflate_level: int = 6
-    auth_required: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Negotiated:
-    """A client's settings after IDENTIFY; durations in milliseconds (0 = disabled).
-
-    ``response`` is the response frame data to send (the JSON, or ``OK``);
-    then, in this order, upgrade to TLS, snappy or deflate when set, each
-    followed by an ``OK`` sent over the upgraded stream.
-    """
-
-    client_id: str
-    hostname: str
-    user_agent: str
-    heartbeat_interval_ms: int
-    output_buffer_size: int
-    output_buffer_timeout_ms: int
-    sample_rate: int
-    msg_timeout_ms: int
-    tls: bool
-    snappy: bool
-    deflate: bool
-    deflate_level: int
-    response: bytes
-
-
-# nsqd v1.x's identifyDataV2 has no short_id/long_id (gone since 1.0): ignored like any
-# unknown field
-_STR_FIELDS = ("client_id", "hostname", "user_agent")
-_INT_FIELDS = (
-    "heartbeat_interval",
-    "output_buffer_size",
-    "output_buffer_timeout",
-    "deflate_level",
-    "sample_rate",
-    "msg_timeout",
-)
-_BOOL_FIELDS = ("feature_negotiation", "tls_v1", "deflate", "snappy")
-
-
-def _decode_identify(body: bytes) -> Mapping[str, Any]:
-    failed = client_error("E_BAD_BODY", "IDENTIFY failed to decode JSON body")
-    try:
-        data = json.loads(body)
-    except (ValueError, RecursionError):  # nesting deeper than Python's stack: refused too
-        raise failed from None
-    if data is None:
-        data = {}  # Go's json.Unmarshal of null into a struct is a no-op, not an error
-    if not isinstance(data, dict):
-        raise failed
-    for key in _STR_FIELDS:
-        if key in data and data[key] is not None and not isinstance(data[key], str):
-            raise failed
-    for key in _INT_FIELDS:
-        value = data.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-            raise failed
-    for key in _BOOL_FIELDS:
-        if data.get(key) is not None and not isinstance(data[key], bool):
-            raise failed
-    return data
-
-
-def negotiate_identify(body: bytes, limits: IdentifyLimits) -> Negotiated:
-    """Apply an IDENTIFY body as nsqd does; raises the fatal error nsqd would send."""
-    data = _decode_identify(body)
-
-    def bad(text: str) -> ServerError:
-        return client_error("E_BAD_BODY", "IDENTIFY " + text)
-
-    heartbeat = limits.heartbeat_interval_ms
-    wanted = data.get("heartbeat_interval") or 0
-    if wanted == -1:
-        heartbeat = 0
-    elif wanted != 0:
-        if not 1000 <= wanted <= limits.max_heartbeat_interval_ms:
-            raise bad(f"heartbeat interval ({wanted}) is invalid")
-        heartbeat = wanted
-
-    buffer_timeout = limits.output_buffer_timeout_ms
-    wanted = data.get("output_buffer_timeout") or 0
-    if wanted == -1:
-        buffer_timeout = 0
-    elif wanted != 0:
-        if not (
-            limits.min_output_buffer_timeout_ms <= wanted <= limits.max_output_buffer_timeout_ms
-        ):
-            raise bad(f"output buffer timeout ({wanted}) is invalid")
-        buffer_timeout = wanted
-
-    buffer_size = limits.output_buffer_size
-    wanted = data.get("output_buffer_size") or 0
-    if wanted == -1:
-        buffer_size = 1
-        buffer_timeout = 0
-    elif wanted != 0:
-        if not 64 <= wanted <= limits.max_output_buffer_size:
-            raise bad(f"output buffer size ({wanted}) is invalid")
-        buffer_size = wanted
-
-    sample_rate = data.get("sample_rate") or 0
-    if not 0 <= sample_rate <= 99:
-        raise bad(f"sample rate ({sample_rate}) is invalid")
-
-    msg_timeout = limits.msg_timeout_ms
-    wanted = data.get("msg_timeout") or 0
-    if wanted != 0:
-        if not 1000 <= wanted <= limits.max_msg_timeout_ms:
-            raise bad(f"msg timeout ({wanted}) is invalid")
-        msg_timeout = wanted
-
-    negotiate = bool(data.get("feature_negotiation"))
-    tls = negotiate and limits.tls and bool(data.get("tls_v1"))
-    deflate = negotiate and limits.deflate and bool(data.get("deflate"))
-    deflate_level = 6
-    wanted = data.get("deflate_level") or 0
-    if deflate and wanted > 0:
-        deflate_level = wanted
-    deflate_level = min(deflate_level, limits.max_deflate_level)
-    snappy = negotiate and limits.snappy and bool(data.get("snappy"))
-    if deflate and snappy:
-        raise client_error("E_IDENTIFY_FAILED", "cannot enable both deflate and snappy compression")
-
-    if negotiate:
-        response = json.dumps(
-            {
-                "max_rdy_count": limits.max_rdy_count,
-                "version": limits.version,
-                "max_msg_timeout": limits.max_msg_timeout_ms,
-                "msg_timeout": msg_timeout,
-                "tls_v1": tls,
-                "deflate": deflate,
-                "deflate_level": deflate_level,
-                "max_deflate_level": limits.max_deflate_level,
-                "snappy": snappy,
-                "sample_rate": sample_rate,
-                "auth_required": limits.auth_required,
-                "output_buffer_size": buffer_size,
-                "output_buffer_timeout": buffer_timeout,
-            },
-            separators=(",", ":"),
-        ).encode("ascii")
-    else:
-        response = b"OK"
-    return Negotiated(
-        client_id=data.get("client_id") or "",
-        hostname=data.get("hostname") or "",
-        user_agent=data.get("user_agent") or "",
-        heartbeat_interval_ms=heartbeat,
-        output_buffer_size=buffer_size,
-        output_buffer_timeout_ms=buffer_timeout,
-        sample_rate=sample_rate,
-        msg_timeout_ms=msg_timeout,
-        tls=tls,
-        snappy=snappy,
-        deflate=deflate,
-        deflate_level=deflate_level,
-        response=response,
-    )

@@ -26,7 +26,7 @@ from typing import Any
 from ..config import ConnectionConfig, ConsumerConfig
 from ..errors import ConfigError
 from ..net import normalize_addresses
-from ..protocol import check_channel_name, check_topic_name
+from ..protocol import DEFAULT_MAX_RDY_COUNT, check_channel_name, check_topic_name
 
 __all__ = [
     "OPTIONS",
@@ -317,7 +317,7 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
     per_batch = v["maxMessagesPerBatch"]
     wal = v["walLocation"] or None
     if wal is not None:
-        max_in_flight = v["maxInFlight"] or 2500
+        max_in_flight = v["maxInFlight"] or DEFAULT_MAX_RDY_COUNT
     else:
         max_in_flight = v["maxInFlight"] or 2 * per_batch
     return SourceOptions(

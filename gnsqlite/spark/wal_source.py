@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import collections
 import logging
-import operator
 import os
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -51,7 +50,6 @@ from typing import Any
 import gevent
 import gevent.event
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
 from ..consumer import Consumer
@@ -60,7 +58,7 @@ from ..message import Message
 from ._hub import HubThread
 from ._shutdown import started, stopping
 from .options import SourceOptions
-from .segments import Position, SegmentIndex, Slice, offset, position, split_slices
+from .segments import Position, SegmentIndex, offset, position, split_slices
 from .source import (
     ReadMaxRows,
     SupportsTriggerAvailableNow,
@@ -68,62 +66,12 @@ from .source import (
     source_consumer,
     stop_in_hub,
 )
-from .wal import ROW_SCHEMA, WalStorageError, WalStore
+from .wal import WalStorageError, WalStore
+from .wal_rows import WIRE_ID, NSQWalPartition, read_partition, segment_batch
 
 __all__ = ["NSQWalPartition", "NSQWalStreamReader", "read_partition"]
 
 log = logging.getLogger(__name__)
-
-
-class NSQWalPartition(InputPartition):
-    """One Spark partition of a micro-batch: slices of WAL segment files.
-
-    Pickled to the executors, which open the files under ``location``.
-    """
-
-    def __init__(self, index: int, location: str, topic: str, slices: list[Slice]) -> None:
-        super().__init__(index)
-        self.index = index
-        self.location = location
-        self.topic = topic
-        self.slices = slices
-
-    def __repr__(self) -> str:
-        rows = sum(s.rows for s in self.slices)
-        return f"<NSQWalPartition {self.index} of {self.topic}: {rows} rows>"
-
-
-def read_partition(partition: NSQWalPartition,
-                   store: WalStore | None = None) -> Iterator[pa.RecordBatch]:
-    """The partition's rows as record batches of the source's schema (blocks on storage)."""
-    store = store if store is not None else WalStore(partition.location)
-    for piece in partition.slices:
-        for batch in store.read(piece):
-            topic = pa.repeat(pa.scalar(partition.topic, pa.string()), batch.num_rows)
-            yield pa.RecordBatch.from_arrays(
-                [batch.column(0), batch.column(1), batch.column(2), batch.column(3), topic,
-                 batch.column(4)],
-                names=["id", "body", "timestamp", "attempts", "topic", "nsqd"],
-            )
-
-
-_WIRE_ID = operator.attrgetter("wire_id")
-_BODY = operator.attrgetter("body")
-_TIMESTAMP = operator.attrgetter("timestamp")
-_ATTEMPTS = operator.attrgetter("attempts")
-_NSQD = operator.attrgetter("nsqd")
-
-
-def segment_batch(messages: Sequence[Message]) -> pa.RecordBatch:
-    """``messages`` as one record batch of :data:`~gnsqlite.spark.wal.ROW_SCHEMA`."""
-    nanos = pa.array(map(_TIMESTAMP, messages), pa.int64(), size=len(messages))
-    return pa.RecordBatch.from_arrays([
-        pa.array(map(_WIRE_ID, messages), pa.binary(), size=len(messages)).cast(pa.string()),
-        pa.array(map(_BODY, messages), pa.binary(), size=len(messages)),
-        pc.divide(nanos, 1000).cast(ROW_SCHEMA.field("timestamp").type),
-        pa.array(map(_ATTEMPTS, messages), pa.int32(), size=len(messages)),
-        pa.array(map(_NSQD, messages), pa.string(), size=len(messages)),
-    ], schema=ROW_SCHEMA)
 
 
 class _Dedup:
@@ -340,7 +288,7 @@ class NSQWalStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
             self._next = number + 1
             for message in messages:
                 message.finish()
-            self._dedup.add(map(_WIRE_ID, messages))
+            self._dedup.add(map(WIRE_ID, messages))
             self._index.add(segment)
             self._durable_at[number] = time.monotonic()
             self._flooding = 2 * len(messages) >= o.wal_segment_messages

@@ -70,15 +70,13 @@ def run(
                         max_reconnect_interval=0.2, max_attempts=MAX_ATTEMPTS,
                         on_giving_up=ledger.gave_up)  # fmt: skip
     losses: list[int] = []
-    original = consumer._on_close
 
     def count_losses(conn: object, error: Exception | None) -> None:
         if error is not None:
             losses.append(1)
-        original(conn, error)  # type: ignore[arg-type]
 
-    consumer._on_close = count_losses  # type: ignore[method-assign]
-    consumer._on_error = ledger.server_error  # type: ignore[method-assign]
+    consumer.on_connection_lost = count_losses  # type: ignore[method-assign,assignment]
+    consumer.on_server_error = ledger.server_error  # type: ignore[method-assign]
     stop = False
 
     def publish() -> None:

@@ -10,6 +10,8 @@ import gevent.queue
 import pytest
 
 from gnsqlite.batch import Batch, BatchConfig, Batcher
+from gnsqlite.config import ConsumerConfig
+from gnsqlite.consumer.settle import Settler
 from gnsqlite.message import Message, RequeueMessage
 from gnsqlite.testing import wait_until
 from gnsqlite.timers import TimerWheel
@@ -46,8 +48,12 @@ class Rig:
             BatchConfig(batch_size=size, batch_timeout=timeout),
             dispatch=self.batches.put,
             is_starved=lambda: self.starved,
-            give_up=lambda m: (self.given_up.append(m.body), m.finish()),
-            max_attempts=kw.get("max_attempts", 0),
+            settle=Settler(
+                ConsumerConfig(max_attempts=kw.get("max_attempts", 0)),
+                on_giving_up=lambda m: self.given_up.append(m.body),
+                dead_letters=None,
+                count_given_up=lambda nsqd: None,
+            ).settle_batch,
         )
         self.wheel = TimerWheel.for_hub()
         self.batcher.start(self.wheel)

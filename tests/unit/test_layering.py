@@ -1,4 +1,6 @@
-"""The broker package has no import circle: state at the bottom, front ends above it.
+"""No import circle: anywhere in gnsqlite, and in particular in the broker (state at
+the bottom, front ends above it), the consumer (collaborators below the façade,
+which none of them imports) and the CLI.
 
 Every import counts, including those under ``if TYPE_CHECKING:`` and inside
 functions: a circle that only the type checker sees is still a circle in the
@@ -8,11 +10,14 @@ design (the lower module knows the upper one).
 from __future__ import annotations
 
 import ast
+import importlib
 from pathlib import Path
 
 import pytest
 
 import gnsqlite.broker
+import gnsqlite.cli
+import gnsqlite.consumer
 
 pytestmark = pytest.mark.no_server
 
@@ -22,22 +27,25 @@ BROKER_DIR = Path(gnsqlite.broker.__file__).parent
 #: Modules holding state; they must not know the protocols that serve it.
 STATE_MODULES = {"options", "queues", "persist", "state", "lookupd_db"}
 #: Front ends and servers (TCP protocol, HTTP APIs, stats documents, listeners).
-FRONT_ENDS = {"client", "http_api", "stats", "nsqd", "lookupd_tcp", "lookupd_http", "lookupd"}
+FRONT_ENDS = {
+    "client", "client_commands", "http_api", "stats", "nsqd", "lookupd_tcp", "lookupd_http",
+    "lookupd",
+}  # fmt: skip
 
 
-def package_imports(path: Path, modules: set[str]) -> set[str]:
+def package_imports(path: Path, modules: set[str], package: str = PACKAGE) -> set[str]:
     """The sibling modules of ``path`` (names in ``modules``) that it imports, anywhere."""
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                if alias.name.startswith(PACKAGE + "."):
-                    found.add(alias.name[len(PACKAGE) + 1 :].split(".")[0])
+                if alias.name.startswith(package + "."):
+                    found.add(alias.name[len(package) + 1 :].split(".")[0])
         elif isinstance(node, ast.ImportFrom):
             if node.level == 1:
                 base = node.module
-            elif node.level == 0 and node.module and node.module.startswith(PACKAGE):
-                base = node.module[len(PACKAGE) + 1 :] or None
+            elif node.level == 0 and node.module and node.module.startswith(package):
+                base = node.module[len(package) + 1 :] or None
             else:
                 continue
             if base:
@@ -47,10 +55,28 @@ def package_imports(path: Path, modules: set[str]) -> set[str]:
     return found & modules
 
 
-def import_graph() -> dict[str, set[str]]:
-    files = {p.stem: p for p in BROKER_DIR.glob("*.py")}
+def import_graph(package: str = PACKAGE) -> dict[str, set[str]]:
+    """Each module of ``package`` -> the sibling modules it imports (``__init__`` left out)."""
+    directory = Path(importlib.import_module(package).__file__ or "").parent
+    files = {p.stem: p for p in directory.glob("*.py")}
     names = set(files) - {"__init__", "__main__"}
-    return {name: package_imports(path, names) - {name} for name, path in files.items()}
+    return {name: package_imports(path, names, package) - {name} for name, path in files.items()}
+
+
+def imports_facade(path: Path, package: str) -> bool:
+    """Whether ``path`` imports its package's ``__init__`` (the façade), anywhere."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            if any(alias.name == package for alias in node.names):
+                return True
+        elif isinstance(node, ast.ImportFrom):
+            if node.level == 1 and node.module is None:
+                modules = {p.stem for p in path.parent.glob("*.py")}
+                if any(alias.name not in modules for alias in node.names):
+                    return True
+            elif node.level == 0 and node.module == package:
+                return True
+    return False
 
 
 def find_circle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -108,3 +134,78 @@ def test_state_modules_import_no_front_end() -> None:
     for name in sorted(STATE_MODULES & set(graph)):
         upward = graph[name] & FRONT_ENDS
         assert not upward, f"broker/{name}.py imports the front end(s) {sorted(upward)}"
+
+
+def test_consumer_collaborators_form_layers_below_the_facade() -> None:
+    graph = import_graph("gnsqlite.consumer")
+    assert {"link", "links", "flow_control", "dispatch", "settle", "views"} <= set(graph)
+    circle = find_circle(graph)
+    assert circle is None, "import circle in gnsqlite/consumer: " + " -> ".join(circle or ())
+    directory = Path(gnsqlite.consumer.__file__).parent
+    for path in sorted(directory.glob("*.py")):
+        if path.stem != "__init__":
+            assert not imports_facade(path, "gnsqlite.consumer"), (
+                f"consumer/{path.name} imports the façade"
+            )
+
+
+def test_cli_package_has_no_import_circle() -> None:
+    graph = import_graph("gnsqlite.cli")
+    assert {"bench", "_bench_peers", "_bench_workloads"} <= set(graph)
+    circle = find_circle(graph)
+    assert circle is None, "import circle in gnsqlite/cli: " + " -> ".join(circle or ())
+
+
+def test_a_collaborator_importing_the_facade_is_caught(tmp_path: Path) -> None:
+    (tmp_path / "link.py").write_text("x = 1\n")
+    source = tmp_path / "dispatch.py"
+    source.write_text("from . import Consumer\nfrom . import link\n")
+    assert imports_facade(source, "gnsqlite.consumer")
+    source.write_text("def f():\n    from gnsqlite.consumer import Consumer\n")
+    assert imports_facade(source, "gnsqlite.consumer")
+    source.write_text("from . import link\nfrom .link import Link\n")
+    assert not imports_facade(source, "gnsqlite.consumer")
+
+
+def module_graph(root: Path) -> dict[str, set[str]]:
+    """Every module of the package at ``root`` -> the modules of it that it imports, anywhere.
+
+    ``from . import x`` names the submodule ``x`` when there is one (the
+    package itself is already being imported), else the package.
+    """
+    modules: dict[str, Path] = {}
+    for path in root.rglob("*.py"):
+        parts = list(path.relative_to(root.parent).with_suffix("").parts)
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+
+    def owner(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        package = name if path.stem == "__init__" else name.rpartition(".")[0]
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found.update(filter(None, (owner(a.name) for a in node.names)))
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    target = ".".join([*base, *([node.module] if node.module else [])])
+                else:
+                    target = node.module or ""
+                subs = [f"{target}.{a.name}" for a in node.names if f"{target}.{a.name}" in modules]
+                found.update(subs)
+                if len(subs) < len(node.names) and owner(target):
+                    found.add(owner(target) or "")
+        graph[name] = found - {name, ""}
+    return graph
+
+
+def test_gnsqlite_has_no_import_circle_anywhere() -> None:
+    graph = module_graph(Path(gnsqlite.broker.__file__).parents[1])
+    assert {"gnsqlite", "gnsqlite.consumer.link", "gnsqlite.cli.bench"} <= set(graph)
+    circle = find_circle(graph)
+    assert circle is None, "import circle in gnsqlite: " + " -> ".join(circle or ())

@@ -1,0 +1,211 @@
+"""A Link: one subscribed connection, as the consumer knows it.
+
+The link is both ends of a message's trip through the consumer:
+
+* its :meth:`Link.on_message` is the :class:`~gnsqlite.conn.Connection`'s
+  ``on_message`` callback (in the reader greenlet: build the
+  :class:`~gnsqlite.message.Message`, count it, tell flow control, hand it
+  to the dispatcher or the batcher; never blocks, never runs handler code);
+* it is the message's responder: :meth:`Message.finish()
+  <gnsqlite.message.Message.finish>` calls :meth:`Link.on_finish` directly,
+  which writes FIN on its own connection and tells flow control. No lookup
+  by connection name on the way back.
+
+Its flow (RDY, in-flight count, when the last message came) is the
+planner's :class:`~gnsqlite.flow.ConnFlow` of the same name;
+``unanswered`` holds the messages behind that count, so that close() can
+requeue them (async ones too). A link that left (its connection ended) is
+``active`` no more: answers on it are still written when the connection
+can take them, and counted nowhere.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..conn import Connection
+from ..errors import NSQConnectionError
+from ..message import Message, delivered
+from ..protocol import Message as WireMessage
+from .flow_control import FlowControl
+
+__all__ = ["Link"]
+
+log = logging.getLogger(__name__)
+
+_monotonic = time.monotonic
+
+
+class Link:
+    """One subscribed connection and its counts; see the module docstring.
+
+    ``intake(message)`` takes each received message (the dispatcher's
+    ``enqueue`` or the batcher's ``add``; it must not block);
+    ``requeue_delay(attempts)`` is the settler's delay for a REQ without one;
+    ``observers`` is the consumer's live list of message observers.
+    The constructor opens no socket: :attr:`conn` is attached by the link set.
+    """
+
+    __slots__ = (
+        "active",
+        "address",
+        "conn",
+        "discovered",
+        "finished",
+        "flow",
+        "intake",
+        "msg_timeout",
+        "name",
+        "observers",
+        "received",
+        "requeue_delay",
+        "requeued",
+        "unanswered",
+    )
+
+    def __init__(
+        self,
+        address: str,
+        discovered: bool,
+        flow: FlowControl,
+        intake: Callable[[Message], None],
+        requeue_delay: Callable[[int], float],
+        observers: list[Callable[[Message], None]],
+    ) -> None:
+        self.address = address
+        self.discovered = discovered
+        self.flow = flow
+        self.intake = intake
+        self.requeue_delay = requeue_delay
+        self.observers = observers
+        self.conn: Connection = None  # type: ignore[assignment]  # attached before connect()
+        self.name = address
+        self.msg_timeout = 60.0
+        self.active = False  # subscribed and counted (in the link set)
+        self.received = 0
+        self.finished = 0
+        self.requeued = 0
+        self.unanswered: set[Message] = set()  # received, not yet finished or requeued
+
+    def __repr__(self) -> str:
+        return f"<Link {self.name} {'active' if self.active else 'inactive'}>"
+
+    def attach(self, conn: Connection) -> None:
+        """Use ``conn`` (not yet connected); its callbacks already point here."""
+        self.conn = conn
+        self.name = conn.name
+
+    def subscribed(self) -> None:
+        """SUB succeeded: read what IDENTIFY negotiated once, and start counting."""
+        self.msg_timeout = self.conn.msg_timeout  # negotiated: read once, not per message
+        self.active = True
+
+    # -- the connection's callback (reader greenlet) -----------------------------
+
+    def on_message(self, conn: Connection, wire: WireMessage) -> None:
+        """Count, top up RDY, hand over. Runs in the reader greenlet; never blocks."""
+        name = self.name
+        if not self.active:
+            message = Message(
+                wire.id,
+                wire.body,
+                wire.timestamp,
+                wire.attempts,
+                name,
+                self,
+                conn.msg_timeout,
+                conn,
+            )
+            message.requeue(0.0, backoff=False)  # not counted, so on_requeue counts nothing
+            return
+        now = _monotonic()
+        message = delivered(
+            wire.id, wire.body, wire.timestamp, wire.attempts,
+            name, self, self.msg_timeout, conn, now,
+        )  # fmt: skip
+        self.received += 1
+        flow = self.flow
+        flow.received(self, now)
+        if flow.closing:
+            message.requeue(0.0, backoff=False)
+            return
+        self.unanswered.add(message)
+        if self.observers:
+            self._observe(message)
+        self.intake(message)
+
+    def _observe(self, message: Message) -> None:
+        for observer in self.observers:
+            try:
+                observer(message)
+            except Exception:
+                log.exception("%s: message observer %r failed", self, observer)
+
+    # -- the message's responder -------------------------------------------------------
+
+    def on_finish(self, message: Message) -> None:
+        """FIN ``message`` and count a success; called by :meth:`Message.finish`. Never blocks."""
+        try:
+            self.conn.finish(message.wire_id)
+        except NSQConnectionError as exc:
+            log.debug("%s: not sent (%s); nsqd redelivers what is unanswered", self, exc)
+        if self.active:
+            self.unanswered.discard(message)
+            self.finished += 1
+            self.flow.finished(self)
+
+    def on_requeue(self, message: Message, delay: float | None, backoff: bool) -> None:
+        """REQ ``message`` after ``delay`` seconds (``None``: the settler's delay).
+
+        With ``backoff``, the failure counts toward the consumer's backoff
+        first. Called by :meth:`Message.requeue`. Never blocks.
+        """
+        active = self.active
+        if active:
+            self.unanswered.discard(message)
+            if backoff:
+                self.flow.failed()
+        if delay is None:
+            delay = self.requeue_delay(message.attempts)
+        self._quietly(self.conn.requeue, message.wire_id, delay)
+        if active:
+            self.requeued += 1
+            self.flow.requeued(self)
+
+    def on_touch(self, message: Message) -> None:
+        """TOUCH ``message``; called by :meth:`Message.touch`. Never blocks."""
+        self._quietly(self.conn.touch, message.wire_id)
+
+    def ready(self, count: int) -> None:
+        """RDY ``count`` (flow control's command). Never blocks."""
+        try:  # _quietly, inlined: once per message at max_in_flight 1
+            self.conn.ready(count)
+        except NSQConnectionError as exc:
+            log.debug("%s: not sent (%s); nsqd redelivers what is unanswered", self, exc)
+
+    def _quietly(self, send: Callable[..., None], *args: Any) -> None:
+        try:
+            send(*args)
+        except NSQConnectionError as exc:
+            log.debug("%s: not sent (%s); nsqd redelivers what is unanswered", self, exc)
+
+    # -- leaving -----------------------------------------------------------------------
+
+    def start_close(self) -> None:
+        """Send ``CLS`` (nsqd stops sending; answers remain allowed). Never blocks."""
+        self._quietly(self.conn.start_close)
+
+    def leave(self) -> None:
+        """The connection ended or the consumer closed: stop counting answers here.
+
+        Its unanswered messages can no longer be answered (nsqd redelivers them).
+        """
+        self.active = False
+        self.unanswered.clear()
+
+    def counts(self) -> dict[str, int]:
+        """``received``/``finished``/``requeued`` since it subscribed."""
+        return {"received": self.received, "finished": self.finished, "requeued": self.requeued}

@@ -1,0 +1,299 @@
+"""The link set: which nsqd the consumer reads, and keeping it so.
+
+:class:`LinkSet` connects and subscribes (each in a greenlet of its own
+group), keeps the :class:`~gnsqlite.consumer.link.Link` of every subscribed
+connection by name, handles a lost connection (flow control forgets it, its
+queued messages are dropped, it is reconnected), keeps one reconnect timer
+per address, tells static nsqd (reconnected with backoff) from discovered
+ones (connected again only if lookupd lists them), polls lookupd, and keeps
+the counts of connections that left, so that ``stats()["by_nsqd"]`` is
+cumulative. The constructor opens no socket and starts nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable
+
+import gevent.event
+import gevent.pool
+
+from ..config import ConnectionConfig, ConsumerConfig
+from ..conn import Connection
+from ..discovery import LookupdPoller
+from ..errors import NSQConnectionError, NSQError, ServerError
+from ..flow import Reconnect
+from ..message import Message
+from ..net import normalize_address
+from ..timers import Timer, TimerWheel
+from .dispatch import Dispatcher
+from .flow_control import FlowControl
+from .link import Link
+
+__all__ = ["COUNTERS", "LinkSet"]
+
+log = logging.getLogger(__name__)
+
+#: The counters ``stats()["by_nsqd"]`` keeps per nsqd, cumulative across reconnects.
+COUNTERS = ("received", "finished", "requeued", "given_up")
+#: The reconnect policy's key for lookupd polls (an address always has a ':').
+_LOOKUPD = "lookupd"
+
+ConnCallback = Callable[[Connection], None]
+LostCallback = Callable[[Connection, "Exception | None"], None]
+ErrorCallback = Callable[[Connection, ServerError], None]
+
+
+class LinkSet:
+    """The consumer's connections; see the module docstring.
+
+    ``links`` (name -> :class:`Link`, empty at first) is written here alone;
+    flow control reads it to send RDY. Each new link hands its messages to
+    ``intake`` and asks ``requeue_delay(attempts)``; ``observers`` is the
+    consumer's live list of message observers. ``static`` is the tuple of
+    static nsqd addresses (it may grow, :meth:`add_static`). ``owner`` owns
+    the reconnect and poll timers.
+    ``on_heartbeat(conn)``, ``on_lost(conn, error)`` and
+    ``on_server_error(conn, error)`` are the consumer's hooks.
+    """
+
+    def __init__(
+        self,
+        topic: str,
+        channel: str,
+        static: tuple[str, ...],
+        lookupd: tuple[str, ...],
+        config: ConsumerConfig,
+        connection_config: ConnectionConfig,
+        flow: FlowControl,
+        dispatcher: Dispatcher,
+        links: dict[str, Link],
+        intake: Callable[[Message], None],
+        requeue_delay: Callable[[int], float],
+        observers: list[Callable[[Message], None]],
+        rng: random.Random,
+        owner: object,
+        hooks: tuple[ConnCallback, LostCallback, ErrorCallback],
+    ) -> None:
+        self.topic = topic
+        self.channel = channel
+        self.static = static
+        self.lookupd = lookupd
+        self._config = config
+        self._connection_config = connection_config
+        self._flow = flow
+        self._dispatcher = dispatcher
+        self._rng = rng
+        self._owner = owner
+        self._on_heartbeat, self._on_lost, self._on_server_error = hooks
+        self.links = links
+        self._intake = intake
+        self._requeue_delay = requeue_delay
+        self._observers = observers
+        self.connecting: set[str] = set()
+        self._reconnect = Reconnect(config.reconnect_interval, config.max_reconnect_interval, rng)
+        self._reconnect_timers: dict[str, Timer] = {}  # one pending retry per address
+        self._poll_timer: Timer | None = None
+        self._poller: LookupdPoller | None = None
+        self._tasks = gevent.pool.Group()
+        self._wheel: TimerWheel | None = None
+        #: Set while at least one connection is subscribed.
+        self.connected = gevent.event.Event()
+        # Counts of connections that went away, and messages given up, per nsqd:
+        # with the live links' counts they make the cumulative stats()["by_nsqd"].
+        self.retired: dict[str, dict[str, int]] = {}
+
+    def __repr__(self) -> str:
+        return repr(self._owner)
+
+    # -- starting and stopping ---------------------------------------------------
+
+    def start(self, wheel: TimerWheel) -> None:
+        """Connect to every static nsqd and start polling lookupd. Does not block."""
+        self._wheel = wheel
+        for address in self.static:
+            self.spawn_connect(address, discovered=False)
+        if self.lookupd:
+            self._poller = LookupdPoller(
+                self.topic, self.lookupd, self._config.lookupd_request_timeout
+            )
+            self._tasks.spawn(self._poll)
+
+    def stop_tasks(self) -> None:
+        """Kill the connect and poll greenlets (closing); blocks until they ended."""
+        self._tasks.kill(block=True)
+
+    def close(self, timeout: float) -> None:
+        """Close every connection and keep their counts; blocks up to ``timeout`` s."""
+        links = list(self.links.values())
+        for link in links:
+            link.conn.close(timeout)
+        for link in links:
+            self._retire(link)
+            link.leave()
+        self.links.clear()
+        self.connected.clear()
+
+    # -- connecting ----------------------------------------------------------------
+
+    def spawn_connect(self, address: str, discovered: bool) -> None:
+        """Connect and subscribe to ``address`` in the background, unless under way."""
+        if self._flow.closing or address in self.connecting or address in self.links:
+            return
+        self.connecting.add(address)
+        self._flow.set_connecting(len(self.connecting), rebalance=False)
+        self._tasks.spawn(self._connect, address, discovered)
+
+    def add_static(self, address: str) -> None:
+        """Make ``address`` a static nsqd and connect to it when started."""
+        if address not in self.static:
+            self.static = (*self.static, address)
+        if self._wheel is not None:
+            self.spawn_connect(address, discovered=False)
+
+    def _connect(self, address: str, discovered: bool) -> None:
+        link = Link(
+            address, discovered, self._flow, self._intake, self._requeue_delay, self._observers
+        )
+        conn = Connection(
+            address,
+            self._connection_config,
+            on_message=link.on_message,
+            on_error=self._on_error,
+            on_close=self._on_close,
+            on_heartbeat=self._on_heartbeat,
+        )
+        link.attach(conn)
+        try:
+            conn.connect()
+            conn.subscribe(
+                self.topic, self.channel, timeout=self._connection_config.connect_timeout
+            )
+        except (NSQError, OSError, ValueError) as exc:
+            self.connecting.discard(address)
+            self._flow.set_connecting(len(self.connecting), rebalance=True)
+            conn.close(0)
+            log.warning("%s: cannot subscribe on %s: %s", self, address, exc)
+            if not discovered:
+                self._schedule_reconnect(address)
+            return
+        except BaseException:  # GreenletExit from close(): leave no connection behind
+            self.connecting.discard(address)
+            conn.close(0)
+            raise
+        self.connecting.discard(address)
+        # No rebalance here: add() below shares the budget out with this one counted.
+        self._flow.set_connecting(len(self.connecting), rebalance=False)
+        if self._flow.closing:
+            conn.close()
+            return
+        self._reconnect.succeeded(address)
+        self.links[conn.name] = link
+        link.subscribed()
+        if conn.closed:
+            # It ended after SUB's OK but before this greenlet resumed: its
+            # on_close found no link, so handle the loss now.
+            self._on_close(conn, conn.error or NSQConnectionError(conn.name, "lost on subscribe"))
+            return
+        log.info("%s: subscribed on %s", self, conn.name)
+        self.connected.set()
+        self._flow.add(conn.name, conn.max_rdy_count)
+
+    # -- losing ----------------------------------------------------------------------
+
+    def _on_close(self, conn: Connection, error: Exception | None) -> None:
+        self._on_lost(conn, error)
+        link = self.links.get(conn.name)
+        if link is None or link.conn is not conn:
+            return
+        del self.links[conn.name]
+        self._retire(link)
+        link.leave()
+        if not self.links:
+            self.connected.clear()
+        # Its unanswered messages, gone with the link, can no longer be
+        # answered: nsqd redelivers them. Those no handler has started
+        # leave the queue now, so they are never handled twice.
+        self._flow.remove(conn.name)
+        self._dispatcher.drop(conn)
+        if self._flow.closing or error is None:
+            return
+        log.warning("%s: lost %s: %s", self, conn.name, error)
+        if not link.discovered or link.address in self.static:
+            self._schedule_reconnect(link.address)
+        else:
+            # A discovered nsqd is connected again only if lookupd lists it:
+            # ask now (as go-nsq does) rather than at the next scheduled poll.
+            self.query_lookupd()
+
+    def _on_error(self, conn: Connection, error: ServerError) -> None:
+        self._on_server_error(conn, error)
+
+    def _retire(self, link: Link) -> None:
+        """Keep a leaving link's counts for the cumulative ``stats()["by_nsqd"]``."""
+        kept = self.retired.setdefault(link.name, dict.fromkeys(COUNTERS, 0))
+        for key, value in link.counts().items():
+            kept[key] += value
+
+    def count_given_up(self, nsqd: str) -> None:
+        """Count a message of ``nsqd`` given up (dead-lettered and/or hooked, then finished)."""
+        self.retired.setdefault(nsqd, dict.fromkeys(COUNTERS, 0))["given_up"] += 1
+
+    def by_nsqd(self) -> dict[str, dict[str, int]]:
+        """The cumulative counts of :data:`COUNTERS` per nsqd ever subscribed."""
+        counts = {name: dict(kept) for name, kept in self.retired.items()}
+        for link in self.links.values():
+            row = counts.setdefault(link.name, dict.fromkeys(COUNTERS, 0))
+            for key, value in link.counts().items():
+                row[key] += value
+        return counts
+
+    def _schedule_reconnect(self, address: str) -> None:
+        if self._flow.closing or self._wheel is None:
+            return
+        delay = self._reconnect.failed(address)
+        log.info("%s: reconnecting to %s in %.2f s", self, address, delay)
+        pending = self._reconnect_timers.pop(address, None)
+        if pending is not None:
+            pending.cancel()  # an earlier retry (connect_to_nsqd tried at once): one chain
+        self._reconnect_timers[address] = self._wheel.call_later(
+            delay, self.spawn_connect, address, False, owner=self._owner
+        )
+
+    # -- discovery -------------------------------------------------------------------
+
+    def query_lookupd(self) -> None:
+        """Poll lookupd now, in the background."""
+        if self._poller is not None and not self._flow.closing:
+            self._tasks.spawn(self._poll)
+
+    def _poll(self) -> None:
+        """One lookupd poll (in a greenlet of the set), then the next is scheduled."""
+        if self._poller is None or self._flow.closing:
+            return
+        cfg = self._config
+        delay = cfg.lookupd_poll_interval * (1.0 + self._rng.uniform(0.0, cfg.lookupd_poll_jitter))
+        try:
+            found = self._poller.poll()
+        except NSQError as exc:
+            # Every lookupd failed: ask again on the reconnect policy, never
+            # later than the regular poll would.
+            delay = min(delay, self._reconnect.failed(_LOOKUPD))
+            log.warning("%s: lookupd poll failed: %s; polling again in %.2f s", self, exc, delay)
+            found = set()
+        else:
+            self._reconnect.succeeded(_LOOKUPD)
+        for address in sorted(found):
+            try:
+                name = normalize_address(address)
+            except ValueError:
+                log.warning("%s: lookupd listed a bad address %r", self, address)
+                continue
+            self.spawn_connect(name, discovered=True)
+        if self._wheel is not None and not self._flow.closing:
+            if self._poll_timer is not None:
+                self._poll_timer.cancel()  # an extra poll (query_lookupd) replaces the next one
+            self._poll_timer = self._wheel.call_later(
+                delay, self._tasks.spawn, self._poll, owner=self._owner
+            )

@@ -1,0 +1,192 @@
+"""Settling: the one rule from a handler's result to nsqd's answer.
+
+For a single message and for a batch alike (:meth:`Settler.settle` and
+:meth:`Settler.settle_batch` share :meth:`Settler._run`):
+
+* the handler returns: FIN every message it did not answer itself (an async
+  one, :meth:`~gnsqlite.message.Message.enable_async`, is left to its owner);
+* it raises :class:`~gnsqlite.message.RequeueMessage`: REQ as asked;
+* it raises anything else (a ``gevent.Timeout`` of its own included): REQ
+  with backoff after :meth:`Settler.requeue_delay`, and, on a message's last
+  attempt, a note of the error for the dead-letter envelope;
+* ``GreenletExit``/``KeyboardInterrupt``: REQ at once, then unwind.
+
+A message past ``max_attempts`` (:meth:`Settler.gives_up`, the one give-up
+test) never reaches the handler: :meth:`Settler.give_up` publishes it to the
+dead-letter topic (if any), then calls ``on_giving_up``, then FINs it; if the
+publish fails it is requeued and the hook does not run.
+
+A message whose connection ended before its handler ran is skipped: nsqd
+redelivers it. Nothing here starts a greenlet or a timer.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from time import perf_counter  # bound once: the handler timing reads it twice a call
+from typing import Any
+
+import gevent
+
+from ..config import ConsumerConfig
+from ..deadletter import DeadLetterPublisher
+from ..message import Message, RequeueMessage
+
+__all__ = ["GiveUpHook", "Settler", "log_giving_up"]
+
+log = logging.getLogger(__name__)
+
+GiveUpHook = Callable[[Message], Any]
+_PREVIEW = 64
+
+
+def log_giving_up(message: Message) -> None:
+    """The default ``on_giving_up``: a WARNING with id, attempts and a body preview."""
+    preview = message.body[:_PREVIEW]
+    more = "..." if len(message.body) > _PREVIEW else ""
+    log.warning(
+        "giving up on message %s from %s after %d attempts: %r%s",
+        message.id,
+        message.nsqd,
+        message.attempts,
+        preview,
+        more,
+    )
+
+
+class Settler:
+    """Answers what a handler did with its message(s); see the module docstring.
+
+    ``count_given_up(nsqd)`` counts a message given up (the consumer's
+    ``stats()["by_nsqd"]``); ``dead_letters`` is ``None`` without a
+    ``dead_letter_topic``. The hook ``on_giving_up`` may be replaced at any
+    time. Every method runs in the calling (worker) greenlet and blocks only
+    while the handler, the dead-letter publish or the hook does.
+    """
+
+    def __init__(
+        self,
+        config: ConsumerConfig,
+        on_giving_up: GiveUpHook | None,
+        dead_letters: DeadLetterPublisher | None,
+        count_given_up: Callable[[str], None],
+        name: object = "consumer",
+    ) -> None:
+        self.max_attempts = config.max_attempts
+        self._delay = config.requeue_delay
+        self._max_delay = config.max_requeue_delay
+        self.on_giving_up: GiveUpHook = on_giving_up if on_giving_up is not None else log_giving_up
+        self.dead_letters = dead_letters
+        self._count_given_up = count_given_up
+        self._name = name  # for log lines: the consumer's repr
+        #: ``timing(seconds)`` after each handler call (a batch's: the whole batch), or ``None``.
+        self.timing: Callable[[float], None] | None = None
+
+    # -- the facts ---------------------------------------------------------------
+
+    def gives_up(self, attempts: int) -> bool:
+        """Whether a delivery with ``attempts`` is past ``max_attempts`` (0: never)."""
+        return bool(self.max_attempts) and attempts > self.max_attempts
+
+    def requeue_delay(self, attempts: int) -> float:
+        """The REQ delay for a failure without an explicit delay, in seconds."""
+        return min(self._delay * max(1, attempts), self._max_delay)
+
+    # -- the rule ----------------------------------------------------------------
+
+    def settle(self, message: Message, handler: Callable[[Message], Any]) -> None:
+        """Run ``handler(message)`` and answer it; blocks while the handler runs."""
+        if message.connection.closed:
+            log.debug(
+                "%s: skipping %s: its connection closed; nsqd redelivers it", self._name, message
+            )
+            return
+        max_attempts = self.max_attempts
+        if max_attempts and message.attempts > max_attempts:  # gives_up, inlined
+            self.give_up(message)
+            return
+        timing = self.timing
+        if timing is None:
+            self._run((message,), handler, message)
+            return
+        started = perf_counter()
+        self._run((message,), handler, message)
+        timing(perf_counter() - started)
+
+    def settle_batch(
+        self, messages: Sequence[Message], handler: Callable[[list[Message]], Any]
+    ) -> None:
+        """Give up on messages past ``max_attempts``, run ``handler`` on the rest, answer.
+
+        Messages already answered, or whose connection ended, are left out.
+        Blocks while the handler runs.
+        """
+        timing = self.timing
+        started = perf_counter() if timing is not None else 0.0
+        live: list[Message] = []
+        for message in messages:
+            if message.has_responded:
+                continue
+            if message.connection_lost:
+                log.debug("skipping %s: its connection closed; nsqd redelivers it", message)
+                continue
+            if self.gives_up(message.attempts):
+                self.give_up(message)
+                continue
+            live.append(message)
+        if live:
+            self._run(live, handler, list(live))  # a list of its own: the handler may keep it
+        if timing is not None:
+            timing(perf_counter() - started)
+
+    def _run(self, messages: Sequence[Message], handler: Callable[[Any], Any], arg: Any) -> None:
+        try:
+            handler(arg)
+        except RequeueMessage as request:
+            for message in messages:
+                message.requeue(request.delay, request.backoff)
+        except (Exception, gevent.Timeout) as exc:
+            # A gevent.Timeout escaping the handler is the handler's own (it
+            # ran out of time): a failure like any other.
+            if arg is messages[0]:
+                log.exception("%s: handler failed on %s; requeueing it", self._name, arg)
+            else:
+                log.exception("batch handler failed on %d messages; requeueing them", len(messages))
+            dead_letters = self.dead_letters
+            for message in messages:
+                last = self.gives_up(message.attempts + 1)  # its last attempt
+                if dead_letters is not None and last and not message.has_responded:
+                    dead_letters.handler_failed(message, exc)
+                message.requeue(None, True)
+        except BaseException:  # GreenletExit, KeyboardInterrupt: answer, then unwind
+            for message in messages:
+                message.requeue(0.0, False)
+            raise
+        else:
+            for message in messages:
+                if not message._async:  # is_async, inlined on the hot path
+                    message.finish()
+
+    # -- giving up ---------------------------------------------------------------
+
+    def give_up(self, message: Message) -> None:
+        """Dead-letter (blocks up to ``dead_letter_timeout``), then the hook, then FIN."""
+        dead_letters = self.dead_letters
+        if dead_letters is not None and not dead_letters.publish(message):
+            message.requeue(None, backoff=False)  # dead-lettered on a later delivery
+            return
+        try:
+            self.on_giving_up(message)
+        except (Exception, gevent.Timeout):
+            if dead_letters is None:
+                log.exception("%s: on_giving_up failed on %s; requeueing it", self._name, message)
+                message.requeue(None, backoff=False)
+                return
+            # It is safe in the dead-letter topic.
+            log.exception("%s: on_giving_up failed on dead-lettered %s", self._name, message)
+        except BaseException:
+            message.requeue(0.0, backoff=False)
+            raise
+        self._count_given_up(message.nsqd)
+        message.finish()

@@ -1,0 +1,182 @@
+"""A publish on its way, and the deadlines of the callers waiting for one.
+
+An :class:`Attempt` is one publish call travelling over a producer's
+connections until nsqd accepts it or it gives up; it is the
+:class:`~gnsqlite.conn.Waiter` the connection's reader answers directly.
+:class:`Deadlines` (a mixin of :class:`~gnsqlite.producer.Producer`) blocks
+a caller until its attempt is answered and fails the late ones, with one
+timer of the hub's wheel at the earliest deadline (owned by the producer)
+instead of a gevent ``Timeout`` per call.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Protocol
+
+import gevent.event
+
+from .conn import Connection
+from .errors import ConnectionClosedError, NSQTimeoutError
+from .timers import Timer, TimerWheel
+
+__all__ = ["GRACE", "Attempt", "AttemptOwner", "Deadlines"]
+
+#: A blocking call gives up this long (seconds) after its attempt's deadline, so
+#: an attempt parked without a connection fails with NoConnectionsError first.
+GRACE = 0.05
+_GRACE = GRACE
+
+
+class AttemptOwner(Protocol):
+    """What an attempt reports to: the producer that sent it."""
+
+    def _done(self, attempt: Attempt, error: BaseException | None) -> None: ...
+
+    def _answered_with_error(
+        self, attempt: Attempt, conn: Connection, error: BaseException
+    ) -> None: ...
+
+
+class Attempt:
+    """One publish call travelling over connections until it succeeds or gives up.
+
+    It is also the :class:`~gnsqlite.conn.Waiter` of the connection it was
+    last sent on (one at a time: it moves on only after that one failed),
+    which the connection's reader calls directly.
+    """
+
+    __slots__ = (
+        "blocked", "command", "conn", "data", "deadline", "errors", "messages", "producer",
+        "result", "timeout", "topic", "tried",
+    )  # fmt: skip
+
+    def __init__(
+        self, producer: AttemptOwner, command: str, data: bytes, deadline: float, timeout: float,
+        topic: str, messages: int,
+    ) -> None:  # fmt: skip
+        self.producer = producer
+        self.command = command  # "PUB", "MPUB" or "DPUB"
+        self.topic = topic  # for the producer's counters
+        self.messages = messages
+        self.data = data  # the whole request, the same bytes for any connection
+        self.result: gevent.event.AsyncResult[bytes] = gevent.event.AsyncResult()
+        self.deadline = deadline  # time.monotonic() after which it is not retried
+        self.timeout = timeout  # seconds: what the caller allowed
+        self.errors: dict[str, BaseException] = {}
+        self.tried: set[Connection] = set()
+        self.conn: Connection | None = None  # where it was sent last
+        self.blocked = False  # a caller waits in Producer._wait for it
+
+    def set(self, value: bytes) -> None:
+        """nsqd answered on :attr:`conn`."""
+        if not self.result.ready():
+            self.result.set(value)
+            self.producer._done(self, None)
+
+    def set_exception(self, exception: BaseException) -> None:
+        """:attr:`conn` refused it or ended before answering."""
+        conn = self.conn
+        if conn is not None:
+            self.producer._answered_with_error(self, conn, exception)
+
+
+class Deadlines:
+    """Waiting for attempts, and failing the late ones; see the module docstring."""
+
+    addresses: tuple[str, ...]
+    _closed: bool
+    _wheel: TimerWheel | None
+    _timed: deque[Attempt]
+    _deadline_timer: Timer | None
+    _deadline_at: float
+    _waiting: list[Attempt]
+    _blocked: int
+    _resuming: int
+
+    if TYPE_CHECKING:
+
+        def _fail(self, attempt: Attempt, error: BaseException | None) -> None: ...
+        def _give_up(self, attempt: Attempt) -> None: ...
+
+    def _wait(self, attempt: Attempt, timeout: float | None) -> None:
+        """Block until ``attempt`` is answered or its deadline (plus a grace) passed.
+
+        ``timeout`` is what the call was given (already in the attempt's deadline).
+        """
+        result = attempt.result
+        if not result.ready():
+            timed = self._timed
+            if timed and not self._closed and attempt.deadline + _GRACE >= self._deadline_at:
+                # _watch's common case, inlined: the timer is armed early enough.
+                while timed and timed[0].result.ready():
+                    timed.popleft()
+                timed.append(attempt)
+            else:
+                self._watch(attempt)
+            attempt.blocked = True
+            self._blocked += 1
+            try:
+                result.wait()
+            finally:
+                attempt.blocked = False
+                if result.ready():
+                    self._resuming -= 1  # moved from _blocked by _done()
+                else:  # the wait was cut short (a Timeout, a kill)
+                    self._blocked -= 1
+        result.get(block=False)
+
+    def _watch(self, attempt: Attempt) -> None:
+        """Fail ``attempt`` if it is still unanswered ``_GRACE`` s after its deadline."""
+        if self._closed or self._wheel is None:
+            self._fail(attempt, ConnectionClosedError(",".join(self.addresses), "producer closed"))
+            return
+        timed = self._timed
+        while timed and timed[0].result.ready():  # answered ones leave, in order
+            timed.popleft()
+        timed.append(attempt)
+        due = attempt.deadline + _GRACE
+        if due < self._deadline_at:
+            self._arm_deadline(due)
+
+    def _arm_deadline(self, due: float) -> None:
+        wheel = self._wheel
+        if wheel is None:  # not started: nothing waits
+            return
+        if self._deadline_timer is not None:
+            self._deadline_timer.cancel()
+        self._deadline_at = due
+        self._deadline_timer = wheel.call_later(
+            max(0.0, due - time.monotonic()), self._check_deadlines, owner=self
+        )
+
+    def _check_deadlines(self) -> None:
+        """The deadline timer fired: fail the late attempts, arm for the next."""
+        self._deadline_timer = None
+        self._deadline_at = math.inf
+        now = time.monotonic()
+        kept: deque[Attempt] = deque()
+        late: list[Attempt] = []
+        next_due = math.inf
+        for attempt in self._timed:
+            if attempt.result.ready():
+                continue
+            due = attempt.deadline + _GRACE
+            if due <= now:
+                late.append(attempt)
+            else:
+                kept.append(attempt)
+                next_due = min(next_due, due)
+        self._timed = kept
+        for attempt in late:
+            if attempt in self._waiting:
+                self._waiting.remove(attempt)
+                self._give_up(attempt)
+            else:
+                self._fail(
+                    attempt, NSQTimeoutError(f"no answer from nsqd within {attempt.timeout} s")
+                )
+        if kept and not self._closed:
+            self._arm_deadline(next_due)

@@ -1,0 +1,74 @@
+"""WAL rows as Arrow, both ways: received messages into a segment, segment slices into rows.
+
+:func:`segment_batch` is what the driver writes (one record batch of
+:data:`~gnsqlite.spark.wal.ROW_SCHEMA` per segment); an
+:class:`NSQWalPartition` is pickled to an executor, whose
+:func:`read_partition` reads its slices back as the source's rows.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterator, Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import InputPartition
+
+from ..message import Message
+from .segments import Slice
+from .wal import ROW_SCHEMA, WalStore
+
+__all__ = ["WIRE_ID", "NSQWalPartition", "read_partition", "segment_batch"]
+
+
+class NSQWalPartition(InputPartition):
+    """One Spark partition of a micro-batch: slices of WAL segment files.
+
+    Pickled to the executors, which open the files under ``location``.
+    """
+
+    def __init__(self, index: int, location: str, topic: str, slices: list[Slice]) -> None:
+        super().__init__(index)
+        self.index = index
+        self.location = location
+        self.topic = topic
+        self.slices = slices
+
+    def __repr__(self) -> str:
+        rows = sum(s.rows for s in self.slices)
+        return f"<NSQWalPartition {self.index} of {self.topic}: {rows} rows>"
+
+
+def read_partition(partition: NSQWalPartition,
+                   store: WalStore | None = None) -> Iterator[pa.RecordBatch]:
+    """The partition's rows as record batches of the source's schema (blocks on storage)."""
+    store = store if store is not None else WalStore(partition.location)
+    for piece in partition.slices:
+        for batch in store.read(piece):
+            topic = pa.repeat(pa.scalar(partition.topic, pa.string()), batch.num_rows)
+            yield pa.RecordBatch.from_arrays(
+                [batch.column(0), batch.column(1), batch.column(2), batch.column(3), topic,
+                 batch.column(4)],
+                names=["id", "body", "timestamp", "attempts", "topic", "nsqd"],
+            )
+
+
+#: A message's 16 id bytes (the dedup key of a WAL row).
+WIRE_ID = operator.attrgetter("wire_id")
+_BODY = operator.attrgetter("body")
+_TIMESTAMP = operator.attrgetter("timestamp")
+_ATTEMPTS = operator.attrgetter("attempts")
+_NSQD = operator.attrgetter("nsqd")
+
+
+def segment_batch(messages: Sequence[Message]) -> pa.RecordBatch:
+    """``messages`` as one record batch of :data:`~gnsqlite.spark.wal.ROW_SCHEMA`."""
+    nanos = pa.array(map(_TIMESTAMP, messages), pa.int64(), size=len(messages))
+    return pa.RecordBatch.from_arrays([
+        pa.array(map(WIRE_ID, messages), pa.binary(), size=len(messages)).cast(pa.string()),
+        pa.array(map(_BODY, messages), pa.binary(), size=len(messages)),
+        pc.divide(nanos, 1000).cast(ROW_SCHEMA.field("timestamp").type),
+        pa.array(map(_ATTEMPTS, messages), pa.int32(), size=len(messages)),
+        pa.array(map(_NSQD, messages), pa.string(), size=len(messages)),
+    ], schema=ROW_SCHEMA)
