@@ -76,7 +76,19 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass
+
+from .rdy_conn import (
+    DEMAND_HEADROOM,
+    NEW_EVALUATIONS,
+    REASONS,
+    RESEND_RATIO,
+    STARVATION_RATIO,
+    Command,
+    ConnFlow,
+    rotation_bound,
+    turn_length,
+    water_fill,
+)
 
 __all__ = [
     "ConnFlow",
@@ -87,121 +99,6 @@ __all__ = [
     "rotation_bound",
     "turn_length",
 ]
-
-#: The guide's constant: a connection is starved when its in-flight count
-#: reaches 85% of its last RDY, anticipating starvation rather than waiting.
-STARVATION_RATIO = 0.85
-#: RDY is sent again when what remains of it falls below this share.
-RESEND_RATIO = 0.25
-#: Headroom over a connection's peak in-flight count when it is not hungry.
-DEMAND_HEADROOM = 1.25
-#: Evaluations a new connection that received nothing keeps its share reserved.
-NEW_EVALUATIONS = 1
-
-#: Why a connection holds its RDY count (:attr:`ConnFlow.reason`).
-REASONS = {
-    "new": "connected recently, nothing received yet: RDY 1, its even share kept in reserve",
-    "even": "an even share of max_in_flight",
-    "demand": "more than an even share: it uses its RDY fully and others leave theirs",
-    "idle": "less than an even share: it used little of its RDY in the last evaluation",
-    "max_rdy_count": "capped by nsqd's max_rdy_count",
-    "rotation": "holds the scarce RDY (max_in_flight < connections) for its turn: one"
-    " rdy_redistribute_interval while others wait with messages, else up to low_rdy_timeout",
-    "waiting": "waits its turn for the scarce RDY (max_in_flight < connections)",
-    "backoff": "RDY 0 during a backoff window",
-    "probe": "RDY 1 to test the waters after a backoff window",
-    "paused": "max_in_flight is 0",
-}
-
-Command = tuple[str, int]
-
-
-def rotation_bound(
-    connections: int,
-    max_in_flight: int,
-    low_rdy_timeout: float,
-    interval: float,
-    known: bool = True,
-) -> float:
-    """The longest a connection waits for scarce RDY, in seconds (see the module docstring).
-
-    ``interval`` is the time between evaluations (``rdy_redistribute_interval``).
-    ``known``: the bound for a connection known to have messages (it received
-    during its last turn, or never had one); ``False``: for one that found
-    none in its last turn and has some since. The time the givers take to
-    answer the message they hold is not included. 0 when RDY is not scarce.
-    With the defaults (30 s, 1 s), 3 connections and ``max_in_flight=1``: 3 s
-    (known), 61 s (not known).
-    """
-    if max_in_flight <= 0 or connections <= max_in_flight:
-        return 0.0
-    rounds = math.ceil((connections - max_in_flight) / max_in_flight)
-    return rounds * turn_length(low_rdy_timeout, interval, known)
-
-
-def turn_length(low_rdy_timeout: float, interval: float, short: bool = True) -> float:
-    """The longest a connection holds scarce RDY, in seconds.
-
-    A turn ends at the first evaluation at which it has lasted its length
-    less half an ``interval`` (rounding to the nearest evaluation keeps a late
-    or early timer from adding a whole interval). Its length is
-    ``low_rdy_timeout``, or, when ``short`` (another connection known to have
-    messages waits), one ``interval`` if that is less.
-    """
-    length = min(interval, low_rdy_timeout) if short else low_rdy_timeout
-    return length + interval / 2
-
-
-@dataclass
-class ConnFlow:
-    """The flow state of one connection, as the consumer tracks it."""
-
-    name: str
-    max_rdy_count: int
-    connected_at: float
-    rdy: int = 0  # what remains of the last RDY (decremented per message)
-    last_rdy: int = 0  # the RDY count last sent
-    in_flight: int = 0
-    warmed: bool = False  # received a message since it connected
-    last_message_at: float | None = None  # when the last message arrived
-    rdy_handed_at: float | None = None  # when it last went from RDY 0 to more
-    waiting_since: float = 0.0  # when it last lost its RDY in full flow (or connected)
-    target: int = 0  # the count the policy wants it to have
-    reason: str = "new"  # why it holds its count: a key of REASONS
-    evaluations: int = 0  # evaluations since it connected
-    hungry: bool = True  # used its RDY fully in the last window
-    ask: int = 1  # what it asks for when not hungry
-    window_peak: int = 0  # the highest in-flight count in this window
-    window_saturated: bool = False  # starved at some point in this window
-    reserve: int = 0  # what nsqd may still hold after its RDY was lowered (see committed)
-    #: Scarce RDY: it received during its last turn and was not idle at its end,
-    #: or never had one (presumed to have messages waiting): while one waits
-    #: so, turns last one evaluation.
-    eager: bool = True
-
-    @property
-    def starved(self) -> bool:
-        """The guide's ``is_starved`` test for this connection."""
-        return self.in_flight > 0 and self.in_flight >= self.last_rdy * STARVATION_RATIO
-
-    @property
-    def committed(self) -> int:
-        """What nsqd may hold in flight for it: what it takes of the budget in full flow.
-
-        Its RDY, or more while it holds more messages; after its RDY was
-        lowered, the old count less the answers sent since (nsqd may have sent
-        messages not received yet), until the next evaluation.
-        """
-        return max(self.last_rdy, self.in_flight, self.reserve)
-
-    def idle_since(self) -> float:
-        """The start of its idle clock: its last message, connection or RDY hand-over."""
-        return max(
-            t
-            for t in (self.connected_at, self.last_message_at, self.rdy_handed_at)
-            if t is not None
-        )
-
 
 class RdyPlanner:
     """Decides every RDY count of a consumer; see the module docstring.
@@ -377,7 +274,7 @@ class RdyPlanner:
             for f in holders:
                 if f.last_rdy == 0:
                     continue  # chosen, its RDY waits for the giver's answer: no turn yet
-                turn = self._turn_start(f)
+                turn = f.turn_start
                 idle = now - f.idle_since() >= self.low_rdy_idle_timeout
                 held = now - turn
                 if idle or held >= self.low_rdy_timeout - half or (eager and held >= half):
@@ -387,11 +284,11 @@ class RdyPlanner:
                     f.eager = received and not idle
         keep = [f for f in holders if f not in released]
         # Fewer slots than holders (max_in_flight lowered): the latest hand-overs keep theirs.
-        keep.sort(key=lambda f: (-self._turn_start(f), f.name))
+        keep.sort(key=lambda f: (-f.turn_start, f.name))
         keep = keep[: self.max_in_flight]
         waiting = [f for f in flows if f not in keep and f not in released]
         waiting.sort(key=lambda f: (f.waiting_since, f.name))
-        released.sort(key=lambda f: (self._turn_start(f), f.name))
+        released.sort(key=lambda f: (f.turn_start, f.name))
         handed = (waiting + released)[: self.max_in_flight - len(keep)]
         chosen = set(map(id, keep + handed))
         if now is not None:
@@ -402,11 +299,6 @@ class RdyPlanner:
                 if f.target == 0 or f in released:
                     f.rdy_handed_at = now  # its turn starts now (again, if no one else waits)
         return {f.name: (1, "rotation") if id(f) in chosen else (0, "waiting") for f in flows}
-
-    @staticmethod
-    def _turn_start(flow: ConnFlow) -> float:
-        """When ``flow``'s scarce RDY turn began (chosen, or connected holding it)."""
-        return flow.rdy_handed_at if flow.rdy_handed_at is not None else flow.connected_at
 
     def _demand_targets(self) -> dict[str, tuple[int, str]]:
         """Water-filling: small asks met in full, the rest even over the hungry, spare spread."""
@@ -425,29 +317,7 @@ class RdyPlanner:
             reserved = not f.warmed and f.evaluations < NEW_EVALUATIONS
             ask = f.max_rdy_count if (f.hungry or reserved) else f.ask
             asks[f.name] = max(1, min(ask, f.max_rdy_count))
-        alloc = dict.fromkeys(asks, 0)
-        remaining, left = budget, n
-        for f in sorted(flows, key=lambda f: (asks[f.name], f.name)):
-            give = min(asks[f.name], remaining // left)
-            alloc[f.name] = give
-            remaining -= give
-            left -= 1
-        # What the floor division left over: first to those still asking, then to all.
-        for wanting in (True, False):
-            while remaining > 0:
-                takers = [
-                    f
-                    for f in flows
-                    if alloc[f.name] < f.max_rdy_count
-                    and (not wanting or alloc[f.name] < asks[f.name])
-                ]
-                if not takers:
-                    break
-                level = min(alloc[f.name] for f in takers)
-                for f in takers:
-                    if remaining > 0 and alloc[f.name] == level:
-                        alloc[f.name] += 1
-                        remaining -= 1
+        alloc = water_fill(asks, {f.name: f.max_rdy_count for f in flows}, budget)
         targets: dict[str, tuple[int, str]] = {}
         for f in flows:
             count = alloc[f.name]

@@ -1,0 +1,178 @@
+"""One connection's RDY state, the reasons it holds its count, and the timing bounds.
+
+The pieces of :mod:`gnsqlite.flow.rdy` that do not need the planner: the
+guide's constants, :class:`ConnFlow`, :data:`REASONS`, the rotation bounds
+(:func:`rotation_bound`, :func:`turn_length`) and the water-filling share
+(:func:`water_fill`). Pure: no clock, no I/O; times are float seconds.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+__all__ = [
+    "DEMAND_HEADROOM",
+    "NEW_EVALUATIONS",
+    "REASONS",
+    "RESEND_RATIO",
+    "STARVATION_RATIO",
+    "Command",
+    "ConnFlow",
+    "rotation_bound",
+    "turn_length",
+    "water_fill",
+]
+
+#: The guide's constant: a connection is starved when its in-flight count
+#: reaches 85% of its last RDY, anticipating starvation rather than waiting.
+STARVATION_RATIO = 0.85
+#: RDY is sent again when what remains of it falls below this share.
+RESEND_RATIO = 0.25
+#: Headroom over a connection's peak in-flight count when it is not hungry.
+DEMAND_HEADROOM = 1.25
+#: Evaluations a new connection that received nothing keeps its share reserved.
+NEW_EVALUATIONS = 1
+
+#: Why a connection holds its RDY count (:attr:`ConnFlow.reason`).
+REASONS = {
+    "new": "connected recently, nothing received yet: RDY 1, its even share kept in reserve",
+    "even": "an even share of max_in_flight",
+    "demand": "more than an even share: it uses its RDY fully and others leave theirs",
+    "idle": "less than an even share: it used little of its RDY in the last evaluation",
+    "max_rdy_count": "capped by nsqd's max_rdy_count",
+    "rotation": "holds the scarce RDY (max_in_flight < connections) for its turn: one"
+    " rdy_redistribute_interval while others wait with messages, else up to low_rdy_timeout",
+    "waiting": "waits its turn for the scarce RDY (max_in_flight < connections)",
+    "backoff": "RDY 0 during a backoff window",
+    "probe": "RDY 1 to test the waters after a backoff window",
+    "paused": "max_in_flight is 0",
+}
+
+Command = tuple[str, int]
+
+
+def rotation_bound(
+    connections: int,
+    max_in_flight: int,
+    low_rdy_timeout: float,
+    interval: float,
+    known: bool = True,
+) -> float:
+    """The longest a connection waits for scarce RDY, in seconds (see the module docstring).
+
+    ``interval`` is the time between evaluations (``rdy_redistribute_interval``).
+    ``known``: the bound for a connection known to have messages (it received
+    during its last turn, or never had one); ``False``: for one that found
+    none in its last turn and has some since. The time the givers take to
+    answer the message they hold is not included. 0 when RDY is not scarce.
+    With the defaults (30 s, 1 s), 3 connections and ``max_in_flight=1``: 3 s
+    (known), 61 s (not known).
+    """
+    if max_in_flight <= 0 or connections <= max_in_flight:
+        return 0.0
+    rounds = math.ceil((connections - max_in_flight) / max_in_flight)
+    return rounds * turn_length(low_rdy_timeout, interval, known)
+
+
+def turn_length(low_rdy_timeout: float, interval: float, short: bool = True) -> float:
+    """The longest a connection holds scarce RDY, in seconds.
+
+    A turn ends at the first evaluation at which it has lasted its length
+    less half an ``interval`` (rounding to the nearest evaluation keeps a late
+    or early timer from adding a whole interval). Its length is
+    ``low_rdy_timeout``, or, when ``short`` (another connection known to have
+    messages waits), one ``interval`` if that is less.
+    """
+    length = min(interval, low_rdy_timeout) if short else low_rdy_timeout
+    return length + interval / 2
+
+
+@dataclass
+class ConnFlow:
+    """The flow state of one connection, as the consumer tracks it."""
+
+    name: str
+    max_rdy_count: int
+    connected_at: float
+    rdy: int = 0  # what remains of the last RDY (decremented per message)
+    last_rdy: int = 0  # the RDY count last sent
+    in_flight: int = 0
+    warmed: bool = False  # received a message since it connected
+    last_message_at: float | None = None  # when the last message arrived
+    rdy_handed_at: float | None = None  # when it last went from RDY 0 to more
+    waiting_since: float = 0.0  # when it last lost its RDY in full flow (or connected)
+    target: int = 0  # the count the policy wants it to have
+    reason: str = "new"  # why it holds its count: a key of REASONS
+    evaluations: int = 0  # evaluations since it connected
+    hungry: bool = True  # used its RDY fully in the last window
+    ask: int = 1  # what it asks for when not hungry
+    window_peak: int = 0  # the highest in-flight count in this window
+    window_saturated: bool = False  # starved at some point in this window
+    reserve: int = 0  # what nsqd may still hold after its RDY was lowered (see committed)
+    #: Scarce RDY: it received during its last turn and was not idle at its end,
+    #: or never had one (presumed to have messages waiting): while one waits
+    #: so, turns last one evaluation.
+    eager: bool = True
+
+    @property
+    def starved(self) -> bool:
+        """The guide's ``is_starved`` test for this connection."""
+        return self.in_flight > 0 and self.in_flight >= self.last_rdy * STARVATION_RATIO
+
+    @property
+    def committed(self) -> int:
+        """What nsqd may hold in flight for it: what it takes of the budget in full flow.
+
+        Its RDY, or more while it holds more messages; after its RDY was
+        lowered, the old count less the answers sent since (nsqd may have sent
+        messages not received yet), until the next evaluation.
+        """
+        return max(self.last_rdy, self.in_flight, self.reserve)
+
+    @property
+    def turn_start(self) -> float:
+        """When its scarce RDY turn began (handed RDY, or connected holding it)."""
+        return self.rdy_handed_at if self.rdy_handed_at is not None else self.connected_at
+
+    def idle_since(self) -> float:
+        """The start of its idle clock: its last message, connection or RDY hand-over."""
+        return max(
+            t
+            for t in (self.connected_at, self.last_message_at, self.rdy_handed_at)
+            if t is not None
+        )
+
+
+def water_fill(asks: dict[str, int], caps: dict[str, int], budget: int) -> dict[str, int]:
+    """Share ``budget`` over the names of ``asks``: small asks met in full, the rest even.
+
+    Asks are taken smallest first, each given at most an even share of what
+    is left; what the floor division leaves goes one at a time to the lowest
+    allocations, first of those still below their ask, then of all below
+    their cap (``caps``: each name's ``max_rdy_count``). Deterministic: ties
+    go by name.
+    """
+    alloc = dict.fromkeys(asks, 0)
+    remaining, left = budget, len(asks)
+    for name in sorted(asks, key=lambda name: (asks[name], name)):
+        give = min(asks[name], remaining // left)
+        alloc[name] = give
+        remaining -= give
+        left -= 1
+    names = sorted(asks)
+    for wanting in (True, False):
+        while remaining > 0:
+            takers = [
+                name
+                for name in names
+                if alloc[name] < caps[name] and (not wanting or alloc[name] < asks[name])
+            ]
+            if not takers:
+                break
+            level = min(alloc[name] for name in takers)
+            for name in takers:
+                if remaining > 0 and alloc[name] == level:
+                    alloc[name] += 1
+                    remaining -= 1
+    return alloc
