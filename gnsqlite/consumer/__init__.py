@@ -93,7 +93,8 @@ class Consumer:
     ``duration(level)``), ``max_backoff_duration``,
     ``lookupd_poll_interval``, ``lookupd_poll_jitter`` (fraction of the
     interval), ``low_rdy_idle_timeout`` and ``low_rdy_timeout`` (when RDY
-    rotates: how long an idle, and any, connection keeps it),
+    rotates: how long an idle one keeps it, and the longest any keeps it while
+    no waiting one is known to have messages),
     ``rdy_redistribute_interval`` (how often RDY is shared out again, by
     demand or in turn),
     ``reconnect_interval``/``max_reconnect_interval`` (static nsqd, and lookupd
