@@ -106,7 +106,7 @@ class Link:
     # -- the connection's callback (reader greenlet) -----------------------------
 
     def on_message(self, conn: Connection, wire: WireMessage) -> None:
-        """Count, top up RDY, hand over. Runs in the reader greenlet; never blocks."""
+        """Count, hand over. Runs in the reader greenlet; never blocks."""
         name = self.name
         if not self.active:
             message = Message(

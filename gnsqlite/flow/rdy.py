@@ -62,9 +62,11 @@ about connections, messages and answers in between. The rules:
   served every few seconds, and busy nsqd share the turns evenly.
 * **Backoff.** The planner is *paused* (``RDY 0`` everywhere) or *probing*
   (``RDY 1`` on one connection); ``resume`` brings the rules above back.
-* **Top-ups.** The RDY count is sent again when what remains of it drops to 0
-  or below 25% of the value last sent (checked as messages are answered, in
-  full flow; not while probing in backoff).
+* **Changes only.** nsqd's RDY is a window, not a counter: it sends a
+  message while the connection's in-flight count is below its RDY, and every
+  answer (FIN, REQ, a timeout) reopens the window. So a count is sent only
+  when it changes; an answer sends RDY only to hand freed budget to a
+  connection below its target (in full flow), never the same count again.
 
 Each connection's :attr:`ConnFlow.reason` says why it holds its count (see
 :data:`REASONS`). Every method returns the RDY commands to send as
@@ -79,9 +81,9 @@ import random
 
 from .rdy_conn import (
     DEMAND_HEADROOM,
+    GRANT_STEP_RATIO,
     NEW_EVALUATIONS,
     REASONS,
-    RESEND_RATIO,
     STARVATION_RATIO,
     Command,
     ConnFlow,
@@ -94,7 +96,7 @@ __all__ = [
     "ConnFlow",
     "RdyPlanner",
     "REASONS",
-    "RESEND_RATIO",
+    "GRANT_STEP_RATIO",
     "STARVATION_RATIO",
     "rotation_bound",
     "turn_length",
@@ -189,7 +191,6 @@ class RdyPlanner:
         if count < flow.last_rdy and self.mode == self.FULL and not self.scarce:
             flow.reserve = flow.committed
         flow.last_rdy = count
-        flow.rdy = count
         self._check(flow)
         out.append((flow.name, count))
 
@@ -226,7 +227,7 @@ class RdyPlanner:
                 grant = 1  # the floor
                 if free <= 0:
                     self.overdraft += 1
-            step = max(1, math.ceil(f.target * RESEND_RATIO))
+            step = max(1, math.ceil(f.target * GRANT_STEP_RATIO))
             if grant > f.last_rdy and (eager or grant == f.target or grant - f.last_rdy >= step):
                 free -= max(0, grant - held)
                 loose -= max(0, grant - max(f.last_rdy, f.in_flight))
@@ -375,7 +376,6 @@ class RdyPlanner:
         if flow is None:
             return []
         in_flight = flow.in_flight = flow.in_flight + 1
-        flow.rdy -= 1
         flow.last_message_at = now
         # In-flight only grew: a starved connection stays starved, so only
         # the other way needs a check (_check_starved, inlined).
@@ -396,14 +396,12 @@ class RdyPlanner:
         return []
 
     def message_done(self, name: str, now: float | None = None) -> list[Command]:
-        """A message from ``name`` was answered (FIN or REQ): top its RDY up when low.
+        """A message from ``name`` was answered (FIN or REQ): its in-flight slot frees.
 
-        The top-up is decided here rather than on arrival so that it travels
-        in the same write as the FIN. While probing, the one message is the
-        test and its result decides what comes next, so nothing is topped up.
-        An answer may also free budget a connection below its target waits for.
-        The per-message path: O(1) unless RDY crosses its low-water mark or
-        the answer frees budget another connection waits for.
+        nsqd's window reopens by itself, so the count is not sent again. In
+        full flow the answer may free budget a connection below its target
+        waits for: that grant is returned, to travel in the same write as the
+        answer. The per-message path: O(1) unless the answer frees such budget.
         """
         flow = self.conns.get(name)
         if flow is None:
@@ -423,26 +421,10 @@ class RdyPlanner:
             in_flight > 0 and in_flight >= last_rdy * STARVATION_RATIO
         ):
             self._starved.discard(name)
-        if self.mode != self.FULL:
+        if not holding_more or self.mode != self.FULL:
             return []
-        rdy = flow.rdy
-        if last_rdy > 0 and (rdy <= 0 or rdy < last_rdy * RESEND_RATIO):
-            # The top-up, the same count again: _send and _check, inlined (once
-            # per message at max_in_flight 1). With the count unchanged only
-            # ``rdy`` moves; starvation and shortness are checked as _check does.
-            flow.rdy = last_rdy
-            if in_flight > 0 and in_flight >= last_rdy * STARVATION_RATIO:
-                self._starved.add(name)
-            if last_rdy < flow.target:
-                self._short.add(name)
-            else:
-                self._short.discard(name)
-            out: list[Command] = [(name, last_rdy)]
-        elif not holding_more:
-            return []
-        else:
-            out = []
-        if holding_more and self._short and flow.committed < before:
+        out: list[Command] = []
+        if self._short and flow.committed < before:
             self._fill(now, out, eager=False)
         return out
 

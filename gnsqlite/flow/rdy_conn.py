@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 __all__ = [
     "DEMAND_HEADROOM",
+    "GRANT_STEP_RATIO",
     "NEW_EVALUATIONS",
     "REASONS",
-    "RESEND_RATIO",
     "STARVATION_RATIO",
     "Command",
     "ConnFlow",
@@ -27,8 +27,9 @@ __all__ = [
 #: The guide's constant: a connection is starved when its in-flight count
 #: reaches 85% of its last RDY, anticipating starvation rather than waiting.
 STARVATION_RATIO = 0.85
-#: RDY is sent again when what remains of it falls below this share.
-RESEND_RATIO = 0.25
+#: Budget freed by answers is handed on in steps of at least this share of
+#: the receiving connection's target (or all it still lacks), not one by one.
+GRANT_STEP_RATIO = 0.25
 #: Headroom over a connection's peak in-flight count when it is not hungry.
 DEMAND_HEADROOM = 1.25
 #: Evaluations a new connection that received nothing keeps its share reserved.
@@ -95,7 +96,6 @@ class ConnFlow:
     name: str
     max_rdy_count: int
     connected_at: float
-    rdy: int = 0  # what remains of the last RDY (decremented per message)
     last_rdy: int = 0  # the RDY count last sent
     in_flight: int = 0
     warmed: bool = False  # received a message since it connected
@@ -114,6 +114,15 @@ class ConnFlow:
     #: or never had one (presumed to have messages waiting): while one waits
     #: so, turns last one evaluation.
     eager: bool = True
+
+    @property
+    def rdy(self) -> int:
+        """What its RDY still allows: nsqd's window, the last RDY less the in-flight count.
+
+        Below 0 while it holds more than a lowered RDY (messages sent before
+        the change arrived).
+        """
+        return self.last_rdy - self.in_flight
 
     @property
     def starved(self) -> bool:

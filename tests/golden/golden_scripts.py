@@ -340,6 +340,35 @@ TCP = [
         doc="REQ with a timeout above --max-req-timeout",
     ),
     Script(
+        "rdy_window",
+        [
+            Connect("p"),
+            Send(cmd("MPUB rdy_window", mpub(b"first", b"second", b"third", b"fourth")), "p"),
+            Read(1, "p"),
+            *subscribed("rdy_window"),
+            Send(b"RDY 1\n"),  # once: never sent again for the next message
+            Read(1),
+            Quiet(0.2),  # one in flight fills RDY 1
+            Send(b"FIN <id1>\n"),
+            Read(1),  # the FIN reopened the window
+            Quiet(0.2),
+            Send(b"RDY 2\n"),
+            Read(1),  # a window of two, one already in flight
+            Quiet(0.2),
+            Send(b"REQ <id2> 0\n"),
+            Read(1),  # a requeue reopens it too (the requeued message queues behind "fourth")
+            Quiet(0.2),
+            Send(b"FIN <id3>\n"),
+            Read(1),
+            Quiet(0.2),
+            Send(b"FIN <id2>\n"),
+            Send(b"FIN <id4>\n"),
+            Quiet(0.2),
+            Http("GET", "/stats?format=json&topic=rdy_window&include_clients=false"),
+        ],
+        doc="RDY is a window (in flight < RDY), not a counter: FIN and REQ reopen it",
+    ),
+    Script(
         "rdy",
         [
             *subscribed("rdy"),

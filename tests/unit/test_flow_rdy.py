@@ -55,25 +55,47 @@ def test_max_rdy_count_is_never_exceeded() -> None:
     assert p.message_received("a", now=0.0) == [("a", 200)]
 
 
-def test_rdy_is_resent_below_a_quarter_or_at_zero() -> None:
+def test_an_unchanged_rdy_is_never_sent_again() -> None:
+    # nsqd's RDY is a window (it sends while in flight < RDY): answering
+    # reopens it, so sending the same count again would change nothing.
     p = planner(8)
     p.add("a", 2500, now=0.0)
     p.message_received("a", now=0.0)  # the first message opens RDY 8
-    assert [p.message_received("a", now=0.0) for _ in range(7)] == [[]] * 7  # remaining 1
-    # The top-up rides with an answer: 1 < 8 * 0.25.
-    assert p.message_done("a") == [("a", 8)]
-    assert p.message_done("a") == []  # remaining is back at 8
+    assert [p.message_received("a", now=0.0) for _ in range(7)] == [[]] * 7
+    assert p.conns["a"].rdy == 0  # the window is full
+    assert [p.message_done("a") for _ in range(8)] == [[]] * 8
+    assert p.conns["a"].rdy == 8  # and open again, with no RDY sent
+    for _ in range(100):
+        assert p.message_received("a", now=0.1) == []
+        assert p.message_done("a", now=0.1) == []
 
 
-def test_rdy_one_is_resent_after_each_answer_but_not_while_probing() -> None:
+def test_rdy_one_is_sent_once_at_max_in_flight_one_and_while_probing() -> None:
     p = planner(1)
-    p.add("a", 2500, now=0.0)
-    p.message_received("a", now=0.0)
-    assert p.message_done("a") == [("a", 1)]
-    p.pause()
-    p.probe()
+    assert p.add("a", 2500, now=0.0) == [("a", 1)]
+    for _ in range(5):
+        assert p.message_received("a", now=0.0) == []
+        assert p.message_done("a") == []
+    assert p.pause() == [("a", 0)]
+    assert p.probe() == [("a", 1)]
     p.message_received("a", now=0.0)
     assert p.message_done("a") == []
+    assert p.resume(now=0.0) == []  # nsqd has RDY 1 already: the full flow needs no command
+
+
+def test_a_changed_rdy_is_still_sent_when_an_answer_frees_budget() -> None:
+    # a held RDY 100 when b joined: a is lowered at once, and b's share above
+    # its RDY 1 waits for what nsqd may still send a; a's answers free it.
+    p = planner(100)
+    p.add("a", 2500, now=0.0)
+    for _ in range(40):
+        p.message_received("a", now=0.0)
+    assert p.add("b", 2500, now=0.1) == [("a", 50), ("b", 1)]
+    assert p.message_received("b", now=0.2) == []
+    sent = [c for _ in range(40) for c in p.message_done("a", now=0.3)]
+    # Handed on in steps of a quarter of b's target (50), never the same count twice.
+    assert sent == [("b", 14), ("b", 27), ("b", 40)]
+    assert_within_budget(p)
 
 
 def test_removing_a_connection_frees_its_rdy_for_the_others() -> None:

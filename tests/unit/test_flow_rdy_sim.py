@@ -52,6 +52,8 @@ class Sim:
 
     def send(self, commands: list[tuple[str, int]]) -> None:
         for name, count in commands:
+            # nsqd's RDY is a window: the same count again would change nothing.
+            assert count != self.nsqd[name].rdy, f"RDY {count} sent again to {name}"
             self.nsqd[name].rdy = count
 
     def join(self, rate: float, max_rdy_count: int = 2500) -> str:
