@@ -13,8 +13,11 @@ a rotating order within each repetition. Each cell records messages per
 second, the client's CPU seconds (``getrusage`` of the child around the timed
 part; ``wait4`` for the Go tools) and nsqd's CPU seconds (``/proc/<pid>/stat``
 of the server). The table shows the median and range over the repetitions,
-the ratio of gnsqlite's median to the best Python peer's and to go-nsq's, and
-CPU per message. The Go row is go-nsq's ``bench_reader``/``bench_writer``
+the ratio of gnsqlite's median to the best Python peer's and to go-nsq's, the
+ratio of gnsqlite's client CPU per message to theirs (same run, medians; lower
+is better), and CPU per message. ``--tables-from report.json`` prints the
+tables of an earlier ``--json`` report again, its ratios computed anew.
+The Go row is go-nsq's ``bench_reader``/``bench_writer``
 from the ``GNSQLITE_NSQD`` folder (one connection: ``GOMAXPROCS=1``), used
 only when present; its "sync PUB" is ``bench_writer --batch-size 1`` (an MPUB
 of one message, waited for). A consume run queues more messages than the
@@ -469,7 +472,22 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _cpu_ratio(cells: dict[str, dict[str, Any]], client: str | None) -> float | None:
+    """gnsqlite's client CPU per message over ``client``'s, from the same run (lower is better)."""
+    ours = cells.get("gnsqlite", {})
+    theirs = cells.get(client or "", {})
+    if "median" not in ours or "median" not in theirs or not theirs.get("cpu_us_per_msg"):
+        return None
+    return float(ours["cpu_us_per_msg"]) / float(theirs["cpu_us_per_msg"])
+
+
 def ratios(cells: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """gnsqlite's rate and client CPU per message as ratios to the best peer's and go-nsq's.
+
+    Rate ratios (``vs_*``): higher is better; CPU ratios (``cpu_vs_*``): lower
+    is better. The best peer is the Python peer with the highest rate; a ratio
+    is ``None`` where either cell is missing (go-nsq has no row for that workload).
+    """
     ours = cells.get("gnsqlite", {}).get("median")
     peers = {c: cells[c]["median"] for c in PEERS if "median" in cells.get(c, {})}
     best = max(peers, key=lambda c: peers[c]) if peers else None
@@ -480,6 +498,9 @@ def ratios(cells: dict[str, dict[str, Any]]) -> dict[str, Any]:
         "best_peer": best,
         "vs_best_peer": ours / peers[best] if ours and best else None,
         "vs_go": ours / go if ours and go else None,
+        # client CPU per message, gnsqlite's over theirs: lower is better
+        "cpu_vs_best_peer": _cpu_ratio(cells, best),
+        "cpu_vs_go": _cpu_ratio(cells, "go"),
         # gnsqlite's and the best peer's share of what a bare gevent socket reaches
         "of_floor": ours / floor if ours and floor else None,
         "peer_of_floor": peers[best] / floor if best and floor else None,
@@ -509,21 +530,57 @@ def _fmt_rate(cell: dict[str, Any]) -> str:
     return f"{cell['median']:,.0f} ({cell['min'] / 1000:,.0f}k-{cell['max'] / 1000:,.0f}k)"
 
 
-def print_table(report: dict[str, Any]) -> None:
+def _fmt_ratio(value: float | None) -> str:
+    return f"{value:.2f}x" if value else "-"
+
+
+def rate_table(report: dict[str, Any]) -> list[str]:
+    """The main table as markdown lines: rates, and gnsqlite's rate and CPU ratios."""
     clients = report["clients"]
-    print()
-    print("| workload | " + " | ".join(clients) + " | vs best peer | vs go | target |")
-    print("|---" * (len(clients) + 4) + "|")
+    lines = [
+        "| workload | " + " | ".join(clients) + " | vs best peer | vs go"
+        " | CPU/msg vs best peer | CPU/msg vs go | target |",
+        "|---" * (len(clients) + 6) + "|",
+    ]
     for row in ROWS:
         entry = report["rows"].get(row.key)
         if entry is None:
             continue
         cells = [_fmt_rate(entry["cells"].get(c, {})) for c in clients]
         r = entry["ratios"]
-        peer = f"{r['vs_best_peer']:.2f}x ({r['best_peer']})" if r["vs_best_peer"] else "-"
-        go = f"{r['vs_go']:.2f}x" if r["vs_go"] else "-"
-        print(f"| {row.title} | " + " | ".join(cells) + f" | {peer} | {go} | {entry['met']} |")
-    print("\nmsg/s: median (range) of the repetitions; higher is better.\n")
+        peer = f"{_fmt_ratio(r['vs_best_peer'])} ({r['best_peer']})" if r["vs_best_peer"] else "-"
+        cpu = _fmt_ratio(r.get("cpu_vs_best_peer"))
+        cpu_peer = f"{cpu} ({r['best_peer']})" if cpu != "-" else "-"
+        lines.append(
+            f"| {row.title} | " + " | ".join(cells) + f" | {peer} | {_fmt_ratio(r['vs_go'])}"
+            f" | {cpu_peer} | {_fmt_ratio(r.get('cpu_vs_go'))} | {entry['met']} |"
+        )
+    return lines
+
+
+def rederive(report: dict[str, Any]) -> dict[str, Any]:
+    """``report`` with every row's ratios and verdict computed again from its cells.
+
+    A report written by an older compare.py (``--json``) lacks the newer ratios
+    (the CPU ratios); its cells hold every figure they are made from.
+    """
+    for row in ROWS:
+        entry = report["rows"].get(row.key)
+        if entry is not None:
+            entry["ratios"] = ratios(entry["cells"])
+            entry["met"] = _met(row, entry["ratios"])
+    return report
+
+
+def print_table(report: dict[str, Any]) -> None:
+    clients = report["clients"]
+    print()
+    print("\n".join(rate_table(report)))
+    print(
+        "\nmsg/s: median (range) of the repetitions; higher is better. CPU/msg: gnsqlite's"
+        " client CPU per message\nover the best peer's and go-nsq's in the same run"
+        " (medians); lower is better.\n"
+    )
     print("| workload (CPU µs per message: client / nsqd) | " + " | ".join(clients) + " |")
     print("|---" * (len(clients) + 1) + "|")
     for row in ROWS:
@@ -700,6 +757,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="profile gnsqlite's cells (cProfile) instead of comparing",
     )
+    parser.add_argument(
+        "--tables-from",
+        metavar="PATH",
+        help="print the tables of a report written by --json (ratios computed again), run nothing",
+    )
     parser.add_argument("--cell", help=argparse.SUPPRESS)
     parser.add_argument("--memory-cell", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -708,6 +770,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.memory_cell:
         print(json.dumps(run_memory_cell(json.loads(args.memory_cell))))
+        return 0
+    if args.tables_from:
+        with open(args.tables_from) as f:
+            print_table(rederive(json.load(f)))
         return 0
     wanted = {k for k in args.rows.split(",") if k}
     rows = [r for r in ROWS if not wanted or r.key in wanted]
