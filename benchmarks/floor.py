@@ -11,13 +11,14 @@ max_in_flight 1 rows, to show how much of a round trip any client can save:
 * ``bare-handoff`` (max_in_flight 1 only): the structure the brief asks of a
   consumer and nothing else: a reader greenlet reads and splits frames and
   hands each message through a ``gevent.queue.Queue`` to a handler greenlet,
-  which writes ``FIN`` and ``RDY``. No message object, no counting, no
+  which writes ``FIN``. No message object, no counting, no
   timers: what a reader greenlet plus a handler pool cost by themselves.
 
 Both speak just enough of the protocol for the workload: ``PUB`` (or an
-``MPUB`` of 100) waiting for each ``OK``, or ``SUB`` with ``RDY 1`` and ``FIN``
-plus ``RDY 1`` per message (the guide's rule: RDY is updated when the count
-reaches 0, as every client here does). Heartbeats are answered; anything else unexpected raises.
+``MPUB`` of 100) waiting for each ``OK``, or ``SUB`` with ``RDY 1`` once and a
+``FIN`` per message (nsqd's RDY is a window: the FIN reopens it, so gnsqlite
+sends no RDY per message either; pynsq and gnsq send ``RDY 1`` again with every
+``FIN``). Heartbeats are answered; anything else unexpected raises.
 """
 
 from __future__ import annotations
@@ -166,7 +167,7 @@ def consume(client: str) -> Callable[..., float]:
                 kind, body = conn.frame()
                 if kind != _FRAME_MESSAGE:
                     raise RuntimeError(f"expected a message, got frame type {kind}")
-                conn.send(b"FIN " + body[10:26] + b"\nRDY 1\n")  # id: after timestamp, attempts
+                conn.send(b"FIN " + body[10:26] + b"\n")  # id: after timestamp, attempts
                 handled += 1
             return time.perf_counter() - start
         finally:
@@ -189,7 +190,7 @@ def _handoff(conn: BareConnection, count: int) -> None:
     def handle() -> None:
         for _ in range(count):
             body = queue.get()
-            conn.send(b"FIN " + body[10:26] + b"\nRDY 1\n")  # id: after timestamp, attempts
+            conn.send(b"FIN " + body[10:26] + b"\n")  # id: after timestamp, attempts
 
     reader = gevent.spawn(read)
     try:
