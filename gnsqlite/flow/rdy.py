@@ -64,7 +64,7 @@ about connections, messages and answers in between. The rules:
   (``RDY 1`` on one connection); ``resume`` brings the rules above back.
 * **Changes only.** nsqd's RDY is a window, not a counter: it sends a
   message while the connection's in-flight count is below its RDY, and every
-  answer (FIN, REQ, a timeout) reopens the window. So a count is sent only
+  FIN, REQ or message timeout reopens the window. So a count is sent only
   when it changes; an answer sends RDY only to hand freed budget to a
   connection below its target (in full flow), never the same count again.
 
