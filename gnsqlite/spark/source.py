@@ -47,6 +47,7 @@ except ImportError:  # pragma: no cover - PySpark 4.0/4.1
     SupportsTriggerAvailableNow = object  # type: ignore[assignment,misc]
 
 __all__ = [
+    "NO_WAL_WARNING",
     "NSQPartition",
     "NSQStreamReader",
     "ReadMaxRows",
@@ -60,6 +61,15 @@ log = logging.getLogger(__name__)
 #: The source's columns.
 SCHEMA = (
     "id string, body binary, timestamp timestamp, attempts int, topic string, nsqd string"
+)
+
+#: Logged once per query, when the source without ``walLocation`` starts.
+NO_WAL_WARNING = (
+    "nsq source %s/%s runs without walLocation: at-least-once, messages held unfinished at"
+    " nsqd until Spark commits their batch, so a batch is capped by nsqd's --max-rdy-count"
+    " (2500 per nsqd by default) and throughput is a fraction of a plain consumer's. For"
+    " exactly-once at full speed set option walLocation to a directory every executor can"
+    " read, one per query, e.g. .option(\"walLocation\", \"hdfs:///nsq-wal/<query>\")"
 )
 
 _UTC = datetime.timezone.utc
@@ -183,6 +193,7 @@ class NSQStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
         hub.start()
         self._hub = hub
         started(self)  # and SIGTERM handled: see _shutdown
+        log.warning(NO_WAL_WARNING, self.options.topic, self.options.channel)
         hub.call(self._start_consumer)
         return hub
 

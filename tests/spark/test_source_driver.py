@@ -86,3 +86,44 @@ def test_the_source_consumer_dead_letters_what_it_gives_up(nsqd: NsqdServer) -> 
     assert (letter.body, letter.topic, letter.channel, letter.attempts) == (
         b"failing", TOPIC, CHANNEL, 2,
     )  # fmt: skip
+
+
+def _warnings_from_a_query_start(
+    server: NsqdServer, caplog: pytest.LogCaptureFixture, **extra: str
+) -> list[str]:
+    """Spark's calls at a query's start and two batches; the source's WARNING lines."""
+    from gnsqlite.spark.datasource import NSQDataSource
+
+    options = {"nsqdTcpAddresses": server.tcp_address, "topic": TOPIC, "channel": CHANNEL,
+               **extra}
+    reader = NSQDataSource(options).streamReader(None)  # type: ignore[arg-type]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="gnsqlite.spark"):
+        try:
+            start = reader.initialOffset()
+            for _ in range(2):
+                end = reader.latestOffset(start, None)
+                reader.partitions(start, end)
+                reader.commit(end)
+                start = end
+        finally:
+            reader.stop()
+    return [r.getMessage() for r in caplog.records
+            if r.levelname == "WARNING" and r.name.startswith("gnsqlite.spark")]
+
+
+def test_the_source_without_a_wal_warns_once_at_start_naming_the_mode_and_wal_location(
+    nsqd: NsqdServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    warnings = _warnings_from_a_query_start(nsqd, caplog)
+    assert len(warnings) == 1, warnings
+    text = warnings[0]
+    assert f"{TOPIC}/{CHANNEL}" in text and "without walLocation" in text
+    assert "at-least-once" in text and "--max-rdy-count" in text
+    assert 'option("walLocation"' in text and "exactly-once" in text
+
+
+def test_the_source_with_a_wal_does_not_warn(
+    nsqd: NsqdServer, caplog: pytest.LogCaptureFixture, tmp_path: Any
+) -> None:
+    assert _warnings_from_a_query_start(nsqd, caplog, walLocation=str(tmp_path / "wal")) == []
