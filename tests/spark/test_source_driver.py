@@ -6,7 +6,7 @@ import threading
 from typing import Any, ClassVar
 
 import pytest
-from spark_support import consume, drained, publish
+from spark_support import channel_stats, consume, drained, publish
 
 from gnsqlite.spark.ledger import Ledger
 from gnsqlite.testing import NsqdServer, wait_until
@@ -119,7 +119,7 @@ def test_the_source_without_a_wal_warns_once_at_start_naming_the_mode_and_wal_lo
     assert len(warnings) == 1, warnings
     text = warnings[0]
     assert f"{TOPIC}/{CHANNEL}" in text and "without walLocation" in text
-    assert "at-least-once" in text and "--max-rdy-count" in text
+    assert "at-least-once" in text and "held unfinished at nsqd" in text
     assert 'option("walLocation"' in text and "exactly-once" in text
 
 
@@ -127,3 +127,32 @@ def test_the_source_with_a_wal_does_not_warn(
     nsqd: NsqdServer, caplog: pytest.LogCaptureFixture, tmp_path: Any
 ) -> None:
     assert _warnings_from_a_query_start(nsqd, caplog, walLocation=str(tmp_path / "wal")) == []
+
+
+def test_a_batch_is_not_capped_by_nsqds_default_max_rdy_count(nsqd: NsqdServer) -> None:
+    from gnsqlite.spark.options import parse_source_options
+    from gnsqlite.spark.source import NSQStreamReader
+
+    count = 6000  # above one connection's RDY cap: nsqd's default --max-rdy-count, 2500
+    publish(nsqd, [b"m-%d" % i for i in range(count)], TOPIC)
+    options = parse_source_options(
+        {"nsqdTcpAddresses": nsqd.tcp_address, "topic": TOPIC, "channel": CHANNEL,
+         "maxMessagesPerBatch": str(count)}
+    )  # fmt: skip
+    assert options.connections_per_nsqd == 5  # ceil(2 x 6000 / 2500)
+    reader = NSQStreamReader(options)
+    try:
+        start = reader.initialOffset()
+        stats = lambda: channel_stats(nsqd, TOPIC, CHANNEL)  # noqa: E731
+        wait_until(lambda: stats().get("in_flight_count") == count, timeout=30,
+                   message=f"the source holds all {count} messages")
+        assert len(stats()["clients"]) == 5
+        held = lambda: reader.reportLatestOffset()["seq"] - start["seq"]  # noqa: E731
+        wait_until(lambda: held() == count, timeout=10, message="the source received them all")
+        end = reader.latestOffset(start, None)
+        rows = [row for part in reader.partitions(start, end) for row in part.rows]
+        assert len(rows) == len({row[0] for row in rows}) == count  # one batch, every message
+        reader.commit(end)
+        wait_until(lambda: drained(nsqd, TOPIC, CHANNEL), timeout=10)
+    finally:
+        reader.stop()
