@@ -264,21 +264,29 @@ class NSQStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
         self._ledger.receive(message)
 
     def _touch_loop(self) -> None:
-        """TOUCH held messages before nsqd's timeout, while Spark is busy or idle."""
+        """TOUCH held messages before nsqd's timeout, while Spark is busy or idle.
+
+        A round every quarter of the shortest ``msg_timeout`` of the
+        connections (every 0.2 s while there is none, so the first messages
+        of a new connection are seen at once); a message is touched once
+        less than half of its own ``msg_timeout`` is left.
+        """
         while True:
-            timeout = self._msg_timeout()
-            gevent.sleep(max(0.2, timeout / 4))
+            gevent.sleep(self._touch_interval())
             if self._ledger is None:
                 continue
             for message in self._ledger.held():
-                if not message.has_responded and message.time_left() < timeout / 2:
+                if not message.has_responded and message.time_left() < message.msg_timeout / 2:
                     message.touch()
 
-    def _msg_timeout(self) -> float:
+    def _touch_interval(self) -> float:
+        """Seconds to the next touch round (see :meth:`_touch_loop`)."""
         conns = self._connections()
-        if conns:
-            return min(conn.msg_timeout for conn in conns)
-        return self.options.connection.msg_timeout or 60.0
+        if not conns:
+            # Not the option's msg_timeout (60 s by default): nsqd's may be far
+            # shorter, and messages arrive as soon as a connection subscribes.
+            return 0.2
+        return max(0.2, min(conn.msg_timeout for conn in conns) / 4)
 
     def _connections(self) -> list[Connection]:
         return [conn for c in self._consumers for conn in c.connections]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import pytest
@@ -156,3 +158,37 @@ def test_a_batch_is_not_capped_by_nsqds_default_max_rdy_count(nsqd: NsqdServer) 
         wait_until(lambda: drained(nsqd, TOPIC, CHANNEL), timeout=10)
     finally:
         reader.stop()
+
+
+def test_messages_held_from_the_first_delivery_on_outlive_a_short_msg_timeout(
+    nsqd_factory: Callable[..., NsqdServer],
+) -> None:
+    # Spark's first batch can take longer than nsqd's msg_timeout (a loaded
+    # machine, a slow sink): the source must TOUCH from the first delivery on.
+    from gnsqlite.spark.options import parse_source_options
+    from gnsqlite.spark.source import NSQStreamReader
+
+    msg_timeout = 2.0  # seconds, nsqd's --msg-timeout
+    server = nsqd_factory(msg_timeout=msg_timeout)
+    publish(server, [b"held-%d" % i for i in range(100)], TOPIC)
+    options = parse_source_options(
+        {"nsqdTcpAddresses": server.tcp_address, "topic": TOPIC, "channel": CHANNEL}
+    )  # fmt: skip
+    reader = NSQStreamReader(options)
+    stats = lambda: channel_stats(server, TOPIC, CHANNEL)  # noqa: E731
+    try:
+        start = reader.initialOffset()
+        wait_until(lambda: stats().get("in_flight_count") == 100, timeout=10)
+        held_since = time.monotonic()
+        # Spark has not planned a batch yet; three msg_timeouts pass.
+        while time.monotonic() - held_since < 3 * msg_timeout:
+            assert stats()["timeout_count"] == 0, "nsqd timed out messages the source holds"
+            time.sleep(0.1)
+        end = reader.latestOffset(start, None)
+        rows = [row for part in reader.partitions(start, end) for row in part.rows]
+        assert len(rows) == 100 and {row[3] for row in rows} == {1}  # first deliveries
+        reader.commit(end)
+        wait_until(lambda: drained(server, TOPIC, CHANNEL), timeout=10)
+    finally:
+        reader.stop()
+    assert stats()["timeout_count"] == 0
