@@ -370,7 +370,8 @@ class NSQStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
         if ledger is None:
             return None
         return {"session": ledger.session, "seq": ledger.seq + len(ledger.buffered),
-                "tick": ledger.tick}
+                "tick": ledger.tick, "buffered": len(ledger.buffered),
+                "held": len(ledger.buffered) + ledger.uncommitted}
 
     def _partitions(self, start: Mapping[str, Any], end: Mapping[str, Any]) -> list[NSQPartition]:
         ledger = self._ledger
@@ -427,7 +428,13 @@ class NSQStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
         return hub.call(self._latest, start, max_rows, min_rows)
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
-        """The offset that would cover every message held now (for query progress)."""
+        """The offset that would cover every message held now, and the backlog; does not block.
+
+        Spark shows it as the source's ``latestOffset`` in the query's
+        progress (and uses it for nothing else): ``buffered`` counts messages
+        received and not yet in a batch, ``held`` every message held
+        unfinished at nsqd (buffered, or in a batch Spark has not committed).
+        """
         hub = self._hub
         if hub is None or not hub.running or self._pid != os.getpid():
             return None

@@ -47,7 +47,9 @@ def test_spark_calls_reach_the_ledger_only_through_the_hub_thread(
         start = reader.initialOffset()
         reader.prepareForTriggerAvailableNow()
         end = reader.latestOffset(start)  # waits on arrivals, then on the quiet time
-        assert reader.reportLatestOffset() == end
+        report = reader.reportLatestOffset()
+        assert report is not None and {k: report[k] for k in end} == end
+        assert report["buffered"] == 0 and report["held"] == 3  # in the batch, not committed
         parts = reader.partitions(start, end)
         assert sorted(row[1] for part in parts for row in part.rows) == [b"a", b"b", b"c"]
         reader.commit(end)
@@ -151,10 +153,12 @@ def test_a_batch_is_not_capped_by_nsqds_default_max_rdy_count(nsqd: NsqdServer) 
         assert len(stats()["clients"]) == 5
         held = lambda: reader.reportLatestOffset()["seq"] - start["seq"]  # noqa: E731
         wait_until(lambda: held() == count, timeout=10, message="the source received them all")
+        assert reader.reportLatestOffset()["buffered"] == count  # the backlog Spark sees
         end = reader.latestOffset(start, None)
         rows = [row for part in reader.partitions(start, end) for row in part.rows]
         assert len(rows) == len({row[0] for row in rows}) == count  # one batch, every message
         reader.commit(end)
+        assert reader.reportLatestOffset()["held"] == 0
         wait_until(lambda: drained(nsqd, TOPIC, CHANNEL), timeout=10)
     finally:
         reader.stop()
