@@ -4,11 +4,12 @@ Prints, in one run on one nsqd with its default flags:
 
 * the bare ``gnsqlite.Consumer`` draining ``--messages`` messages
   (max_in_flight 2500), and the ``nsq`` streaming source with a WAL
-  (``walLocation``) reading as many from the same nsqd, as a ratio of the
-  bare consumer, ``--repeat`` pairs (the median ratio). Two figures: with
-  the query's start-up (from ``query.start()``; the target's figure) and
-  from the source's subscription (when nsqd lists its connection, where the
-  bare consumer's clock effectively starts);
+  (``walLocation``; without one with ``--no-wal``) reading as many from
+  the same nsqd, as a ratio of the bare consumer, ``--repeat`` pairs (the
+  median ratio). Two figures: with the query's start-up (from
+  ``query.start()``; the target's figure) and from the source's
+  subscription (when nsqd lists its connection, where the bare consumer's
+  clock effectively starts);
 * one ``Producer``'s MPUB rate (1,000 messages per MPUB) for ``--rows``
   messages, and the batch sink (``df.write.format("nsq")``) writing as
   many rows, as a ratio of the Producer.
@@ -99,8 +100,9 @@ class SourceRun(NamedTuple):
 
 
 def bench_source(spark: Any, server: NsqdServer, topic: str, messages: int,
-                 per_batch: int, extra: dict[str, str] | None = None) -> SourceRun:
-    """The WAL source reading ``messages`` published before.
+                 per_batch: int, extra: dict[str, str] | None = None,
+                 wal: bool = True) -> SourceRun:
+    """The source (with a WAL unless ``wal`` is false) reading ``messages`` published before.
 
     The clock starts at ``query.start()`` (start-up included: the query, the
     source's Python process, its connection) and, for the second figure, when
@@ -119,9 +121,9 @@ def bench_source(spark: Any, server: NsqdServer, topic: str, messages: int,
 
     scratch = tempfile.mkdtemp(prefix="bench-spark-")
     started = time.perf_counter()
+    wal_option = {"walLocation": os.path.join(scratch, "wal")} if wal else {}
     query = (spark.readStream.format("nsq").option("nsqdTcpAddresses", server.tcp_address)
-             .option("topic", topic).option("channel", "bench")
-             .option("walLocation", os.path.join(scratch, "wal"))
+             .option("topic", topic).option("channel", "bench").options(**wal_option)
              .option("maxMessagesPerBatch", per_batch).options(**(extra or {})).load()
              .writeStream.foreachBatch(count)
              .option("checkpointLocation", os.path.join(scratch, "ck")).start())
@@ -149,6 +151,8 @@ def main() -> None:
     parser.add_argument("--source-option", action="append", default=[], metavar="KEY=VALUE",
                         help="another option of the source (e.g. walBatchDelay=0)")
     parser.add_argument("--no-sink", action="store_true", help="measure the source only")
+    parser.add_argument("--no-wal", action="store_true",
+                        help="the source without walLocation (messages held at nsqd)")
     args = parser.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     import pyspark
@@ -168,7 +172,8 @@ def main() -> None:
         extra = dict(o.split("=", 1) for o in args.source_option)
         bench_sink(spark, server, 20_000)  # warm-up
         publish(server, "bench_warmup", 20_000)
-        bench_source(spark, server, "bench_warmup", 20_000, 10_000, extra)
+        wal = not args.no_wal
+        bench_source(spark, server, "bench_warmup", 20_000, 10_000, extra, wal)
 
         if not args.no_sink:
             producer = publish(server, "bench_producer", args.rows)
@@ -184,16 +189,17 @@ def main() -> None:
             bares.append(bench_consumer(server, f"bench_consumer{rep}", args.messages))
             publish(server, f"bench_source{rep}", args.messages)
             runs.append(bench_source(spark, server, f"bench_source{rep}", args.messages,
-                                     args.per_batch, extra))
+                                     args.per_batch, extra, wal))
+        mode = "WAL source" if wal else "source without walLocation"
         for bare, run in zip(bares, runs, strict=True):
             print(f"bare Consumer (RDY 2500):   {args.messages:>8} msgs  {bare:>10,.0f} msg/s;"
-                  f" WAL source {run.with_startup:>8,.0f} rows/s with start-up"
+                  f" {mode} {run.with_startup:>8,.0f} rows/s with start-up"
                   f" ({run.startup:.2f} s), {run.subscribed:>8,.0f} from subscription,"
                   f" {run.batches} batches")
         pairs = list(zip(bares, runs, strict=True))
         with_startup = statistics.median(r.with_startup / b for b, r in pairs)
         subscribed = statistics.median(r.subscribed / b for b, r in pairs)
-        print(f"WAL source, maxMessagesPerBatch={args.per_batch} {extra or ''},"
+        print(f"{mode}, maxMessagesPerBatch={args.per_batch} {extra or ''},"
               f" median of {args.repeat}:"
               f" {with_startup:.2f}x the bare Consumer including the query's start-up (the"
               f" target's figure), {subscribed:.2f}x from the source's subscription")

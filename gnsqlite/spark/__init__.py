@@ -44,9 +44,10 @@ storage failure fails the query naming the path.
   it (the reader's ``commit(end)``). Spark commits batch N to the source
   only when it plans batch N+1, so the source holds up to two batches:
   ``maxInFlight`` (the RDY budget) defaults to ``2 x maxMessagesPerBatch``.
-  nsqd also caps RDY per connection (``--max-rdy-count``, 2500 by
-  default): raise it on nsqd for batches above 1,250 messages per nsqd,
-  or batches get smaller.
+  nsqd caps RDY per connection (``--max-rdy-count``, 2500 by default), so
+  the source opens ``connectionsPerNsqd`` connections to each nsqd (by
+  default ``ceil(maxInFlight / 2500)``), each a client of the channel with
+  its share of the budget.
 * When Spark has planned every message handed out and nothing new arrived,
   the source issues one *flush* offset: Spark runs an empty batch and so
   commits the last real one. A query that has drained therefore leaves

@@ -82,6 +82,11 @@ OPTIONS: tuple[Spec, ...] = (
           "RDY budget over all nsqd: messages held unfinished by the source; 0 means 2500"
           " with walLocation (nsqd's default --max-rdy-count), else two batches"
           " (2 x maxMessagesPerBatch)"),
+    _spec("connectionsPerNsqd", SOURCE, int, 0, 0, "",
+          "Without walLocation: connections to each nsqd, each a client of the channel with its"
+          " own RDY (nsqd caps one connection's RDY at --max-rdy-count); 0 means"
+          " ceil(maxInFlight / 2500), so a batch is not capped by nsqd's default. With"
+          " walLocation: 1"),
     _spec("walLocation", SOURCE, str, "", None, "",
           "Directory or URI (hdfs://, s3:// ... through pyarrow.fs) of the source's write-ahead"
           " log, one per query; every executor must be able to read it. Set: exactly-once with"
@@ -262,6 +267,7 @@ class SourceOptions:
     stop_timeout: float
     connection: ConnectionConfig
     consumer: dict[str, Any] = dataclasses.field(default_factory=dict)
+    connections_per_nsqd: int = 1
     wal_location: str | None = None
     wal_max_bytes: int = 1 << 30
     wal_segment_messages: int = 2500
@@ -318,8 +324,10 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
     wal = v["walLocation"] or None
     if wal is not None:
         max_in_flight = v["maxInFlight"] or DEFAULT_MAX_RDY_COUNT
+        connections = 1
     else:
         max_in_flight = v["maxInFlight"] or 2 * per_batch
+        connections = v["connectionsPerNsqd"] or -(-max_in_flight // DEFAULT_MAX_RDY_COUNT)
     return SourceOptions(
         topic=topic,
         channel=channel,
@@ -334,6 +342,7 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         stop_timeout=v["stopTimeout"],
         connection=_connection(conn),
         consumer={name: getattr(checked, name) for name in consumer},
+        connections_per_nsqd=min(connections, max_in_flight),
         wal_location=wal,
         wal_max_bytes=v["walMaxBytes"],
         wal_segment_messages=v["walSegmentMessages"] or max_in_flight,

@@ -1,11 +1,13 @@
 """The streaming source: an NSQ channel read by Spark Structured Streaming.
 
 :class:`NSQStreamReader` lives in the Python process Spark starts on the
-driver for a query's source. Its :class:`~gnsqlite.consumer.Consumer` runs
-in a :class:`~gnsqlite.spark._hub.HubThread` (its own thread and gevent
-hub), so nsqd's heartbeats are answered and held messages are touched
-while Spark is busy. Every message is answered asynchronously: it stays in
-flight at nsqd until Spark commits the batch that carried it.
+driver for a query's source. Its consumers (``connectionsPerNsqd`` of
+them, each a :class:`~gnsqlite.consumer.Consumer` with a share of
+``maxInFlight``, so nsqd's per-connection RDY cap does not cap a batch)
+run in a :class:`~gnsqlite.spark._hub.HubThread` (its own thread and
+gevent hub), so nsqd's heartbeats are answered and held messages are
+touched while Spark is busy. Every message is answered asynchronously: it
+stays in flight at nsqd until Spark commits the batch that carried it.
 
 The rows of a batch travel to the executors inside the batch's
 :class:`NSQPartition` objects; :meth:`NSQStreamReader.read` only unpacks
@@ -26,6 +28,7 @@ import gevent
 import gevent.event
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
+from ..conn import Connection
 from ..consumer import Consumer
 from ..errors import NSQConnectionError
 from ..message import Message
@@ -47,6 +50,7 @@ except ImportError:  # pragma: no cover - PySpark 4.0/4.1
     SupportsTriggerAvailableNow = object  # type: ignore[assignment,misc]
 
 __all__ = [
+    "NO_WAL_WARNING",
     "NSQPartition",
     "NSQStreamReader",
     "ReadMaxRows",
@@ -60,6 +64,15 @@ log = logging.getLogger(__name__)
 #: The source's columns.
 SCHEMA = (
     "id string, body binary, timestamp timestamp, attempts int, topic string, nsqd string"
+)
+
+#: Logged once per query, when the source without ``walLocation`` starts.
+NO_WAL_WARNING = (
+    "nsq source %s/%s runs without walLocation: at-least-once (messages are held unfinished"
+    " at nsqd until Spark commits their batch; a stop or a failure delivers up to two batches"
+    " again) and slower than with a write-ahead log. For exactly-once at full speed set option"
+    " walLocation to a directory every executor can read, one per query, e.g."
+    " .option(\"walLocation\", \"hdfs:///nsq-wal/<query>\")"
 )
 
 _UTC = datetime.timezone.utc
@@ -84,9 +97,11 @@ class NSQPartition(InputPartition):
         return f"<NSQPartition {self.index} of {self.topic}: {len(self.rows)} messages>"
 
 
-def source_consumer(options: SourceOptions, on_message: Callable[[Message], None]) -> Consumer:
+def source_consumer(options: SourceOptions, on_message: Callable[[Message], None],
+                    max_in_flight: int | None = None) -> Consumer:
     """The Consumer a streaming source runs (in its hub thread): the source's options, no backoff.
 
+    ``max_in_flight`` overrides the option's (one consumer's share of it).
     Constructing it opens nothing; the caller starts it.
     """
     return Consumer(
@@ -97,7 +112,7 @@ def source_consumer(options: SourceOptions, on_message: Callable[[Message], None
         lookupd_http_addresses=options.lookupd_http_addresses,
         connection_config=options.connection,
         backoff=None,
-        max_in_flight=options.max_in_flight,
+        max_in_flight=options.max_in_flight if max_in_flight is None else max_in_flight,
         max_attempts=options.max_attempts,
         concurrency=4,
         **options.consumer,
@@ -149,7 +164,7 @@ class NSQStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
         self.options = options
         self._session = f"{uuid.uuid4().hex[:16]}"
         self._hub: HubThread | None = None
-        self._consumer: Consumer | None = None
+        self._consumers: list[Consumer] = []  # connectionsPerNsqd of them, sharing the RDY budget
         self._ledger: Ledger[Message] | None = None
         self._toucher: gevent.Greenlet[[], None] | None = None
         self._last_arrival = 0.0  # time.monotonic() of the last message, in the hub thread
@@ -183,6 +198,7 @@ class NSQStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
         hub.start()
         self._hub = hub
         started(self)  # and SIGTERM handled: see _shutdown
+        log.warning(NO_WAL_WARNING, self.options.topic, self.options.channel)
         hub.call(self._start_consumer)
         return hub
 
@@ -191,11 +207,17 @@ class NSQStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
         self._ledger = Ledger(self._session)
         self._arrival = gevent.event.Event()
         self._started_at = time.monotonic()
-        consumer = source_consumer(o, self._on_message)
-        self._consumer = consumer
-        consumer.start()
+        # nsqd caps each connection's RDY at its --max-rdy-count, and treats
+        # every connection as a client of the channel: several consumers,
+        # each with a share of the budget, lift the cap on a batch.
+        n = o.connections_per_nsqd
+        shares = [o.max_in_flight // n + (1 if i < o.max_in_flight % n else 0) for i in range(n)]
+        self._consumers = [source_consumer(o, self._on_message, share) for share in shares]
+        for consumer in self._consumers:
+            consumer.start()
         self._toucher = gevent.spawn(self._touch_loop)
-        log.info("%r: consuming with max_in_flight=%d", self, o.max_in_flight)
+        log.info("%r: consuming with max_in_flight=%d over %d connections per nsqd", self,
+                 o.max_in_flight, n)
 
     def stop(self) -> None:
         """Spark ends the query: requeue every unfinished message, close, end the thread.
@@ -216,17 +238,18 @@ class NSQStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
     def _stop_consumer(self) -> None:
         if self._toucher is not None:
             self._toucher.kill()
-        if self._consumer is not None:
+        consumers = self._consumers
+        for consumer in consumers:
             # RDY 0 first: nsqd would hand a message requeued with REQ 0
             # straight back to this connection while its RDY is open.
-            self._consumer.set_max_in_flight(0)
+            consumer.set_max_in_flight(0)
         released = self._ledger.release() if self._ledger is not None else []
         for message in released:
             message.requeue(0.0, backoff=False)
         if released:
             log.info("%r: stopping; requeued %d unfinished messages", self, len(released))
-        if self._consumer is not None:
-            self._consumer.close(self.options.stop_timeout)
+        closing = [gevent.spawn(c.close, self.options.stop_timeout) for c in consumers]
+        gevent.joinall(closing, raise_error=True)
 
     # -- hub-thread side ---------------------------------------------------------
 
@@ -241,30 +264,44 @@ class NSQStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
         self._ledger.receive(message)
 
     def _touch_loop(self) -> None:
-        """TOUCH held messages before nsqd's timeout, while Spark is busy or idle."""
+        """TOUCH held messages before nsqd's timeout, while Spark is busy or idle.
+
+        A round every quarter of the shortest ``msg_timeout`` of the
+        connections (every 0.2 s while there is none, so the first messages
+        of a new connection are seen at once); a message is touched once
+        less than half of its own ``msg_timeout`` is left.
+        """
         while True:
-            timeout = self._msg_timeout()
-            gevent.sleep(max(0.2, timeout / 4))
+            gevent.sleep(self._touch_interval())
             if self._ledger is None:
                 continue
             for message in self._ledger.held():
-                if not message.has_responded and message.time_left() < timeout / 2:
+                if not message.has_responded and message.time_left() < message.msg_timeout / 2:
                     message.touch()
 
-    def _msg_timeout(self) -> float:
-        consumer = self._consumer
-        if consumer is not None and consumer.connections:
-            return min(conn.msg_timeout for conn in consumer.connections)
-        return self.options.connection.msg_timeout or 60.0
+    def _touch_interval(self) -> float:
+        """Seconds to the next touch round (see :meth:`_touch_loop`)."""
+        conns = self._connections()
+        if not conns:
+            # Not the option's msg_timeout (60 s by default): nsqd's may be far
+            # shorter, and messages arrive as soon as a connection subscribes.
+            return 0.2
+        return max(0.2, min(conn.msg_timeout for conn in conns) / 4)
+
+    def _connections(self) -> list[Connection]:
+        return [conn for c in self._consumers for conn in c.connections]
 
     def _connected(self) -> bool:
-        return self._consumer is not None and bool(self._consumer.connections)
+        return any(c.connections for c in self._consumers)
 
     def _wait_connected(self, timeout: float) -> bool:
-        """Wait (in the hub) for a subscribed connection; ``True`` if one came in ``timeout`` s."""
-        if self._consumer is None:
-            return False
-        return bool(self._consumer.connected.wait(timeout))
+        """Wait (in the hub) until every consumer subscribed; ``True`` if they did in ``timeout`` s.
+
+        ``False`` (after ``timeout``) while one has no connection yet.
+        """
+        deadline = time.monotonic() + timeout
+        waited = [c.connected.wait(max(0.0, deadline - time.monotonic())) for c in self._consumers]
+        return bool(waited) and all(waited)
 
     def _first_connection(self) -> None:
         o = self.options
@@ -305,7 +342,7 @@ class NSQStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
         while True:
             # nsqd sends no more than the RDY budget (capped per connection by
             # its max_rdy_count) minus what the source already holds.
-            conns = self._consumer.connections if self._consumer is not None else []
+            conns = self._connections()
             capacity = min(o.max_in_flight, sum(c.max_rdy_count for c in conns) or 1)
             budget = max(1, capacity - ledger.uncommitted)
             if len(ledger.buffered) >= min(wanted, budget):
@@ -333,7 +370,8 @@ class NSQStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
         if ledger is None:
             return None
         return {"session": ledger.session, "seq": ledger.seq + len(ledger.buffered),
-                "tick": ledger.tick}
+                "tick": ledger.tick, "buffered": len(ledger.buffered),
+                "held": len(ledger.buffered) + ledger.uncommitted}
 
     def _partitions(self, start: Mapping[str, Any], end: Mapping[str, Any]) -> list[NSQPartition]:
         ledger = self._ledger
@@ -390,7 +428,13 @@ class NSQStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
         return hub.call(self._latest, start, max_rows, min_rows)
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
-        """The offset that would cover every message held now (for query progress)."""
+        """The offset that would cover every message held now, and the backlog; does not block.
+
+        Spark shows it as the source's ``latestOffset`` in the query's
+        progress (and uses it for nothing else): ``buffered`` counts messages
+        received and not yet in a batch, ``held`` every message held
+        unfinished at nsqd (buffered, or in a batch Spark has not committed).
+        """
         hub = self._hub
         if hub is None or not hub.running or self._pid != os.getpid():
             return None

@@ -417,7 +417,9 @@ class NSQWalStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
         return sum(s.rows for s in gone)
 
     def _report_latest(self) -> dict[str, int]:
-        return offset(self._index.end())
+        index = self._index
+        return {**offset(index.end()), "walRows": index.rows_after(index.first()),
+                "walBytes": index.size, "buffered": len(self._buffer) + self._writing}
 
     # -- Spark's API (Spark's thread) ----------------------------------------------
 
@@ -449,7 +451,13 @@ class NSQWalStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
         return hub.call(self._latest, start, max_rows, min_rows)
 
     def reportLatestOffset(self) -> dict[str, int] | None:
-        """The position after every durable row (for query progress)."""
+        """The position after every durable row, and the backlog; does not block.
+
+        Spark shows it as the source's ``latestOffset`` in the query's
+        progress (and uses it for nothing else): ``walRows`` and
+        ``walBytes`` are the WAL's uncommitted rows and bytes, ``buffered``
+        the messages received and not yet durable in the WAL.
+        """
         hub = self._hub
         if hub is None or not hub.running or self._pid != os.getpid():
             return None

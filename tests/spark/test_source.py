@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import json
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -81,8 +82,13 @@ def test_streaming_read_of_20k_messages_reaches_the_sink_and_drains_the_channel(
         # Spark commits the last batch to the source with the next (empty) one.
         wait_until(lambda: drained(broker, TOPIC, CHANNEL), timeout=30, interval=0.2,
                    message="nothing in flight or queued at nsqd")
+        # The query's progress shows the backlog: messages received, and held at nsqd.
+        reported = [json.loads(s["latestOffset"]) for p in query.recentProgress
+                    for s in p["sources"] if s.get("latestOffset")]
     finally:
         query.stop()
+    assert reported and all(0 <= r["buffered"] <= r["held"] <= 2 * 2000 for r in reported)
+    assert max(r["held"] for r in reported) > 0
     assert set(sink.bodies.values()) == expected
     assert len(sink.ids) == len(set(sink.ids)) == len(expected)  # a clean run: no duplicate
     assert max(len(s) for s in [sink.ids]) and sink.batches >= len(expected) // 2000

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import pytest
-from spark_support import consume, drained, publish
+from spark_support import channel_stats, consume, drained, publish
 
 from gnsqlite.spark.ledger import Ledger
 from gnsqlite.testing import NsqdServer, wait_until
@@ -45,7 +47,9 @@ def test_spark_calls_reach_the_ledger_only_through_the_hub_thread(
         start = reader.initialOffset()
         reader.prepareForTriggerAvailableNow()
         end = reader.latestOffset(start)  # waits on arrivals, then on the quiet time
-        assert reader.reportLatestOffset() == end
+        report = reader.reportLatestOffset()
+        assert report is not None and {k: report[k] for k in end} == end
+        assert report["buffered"] == 0 and report["held"] == 3  # in the batch, not committed
         parts = reader.partitions(start, end)
         assert sorted(row[1] for part in parts for row in part.rows) == [b"a", b"b", b"c"]
         reader.commit(end)
@@ -86,3 +90,109 @@ def test_the_source_consumer_dead_letters_what_it_gives_up(nsqd: NsqdServer) -> 
     assert (letter.body, letter.topic, letter.channel, letter.attempts) == (
         b"failing", TOPIC, CHANNEL, 2,
     )  # fmt: skip
+
+
+def _warnings_from_a_query_start(
+    server: NsqdServer, caplog: pytest.LogCaptureFixture, **extra: str
+) -> list[str]:
+    """Spark's calls at a query's start and two batches; the source's WARNING lines."""
+    from gnsqlite.spark.datasource import NSQDataSource
+
+    options = {"nsqdTcpAddresses": server.tcp_address, "topic": TOPIC, "channel": CHANNEL,
+               **extra}
+    reader = NSQDataSource(options).streamReader(None)  # type: ignore[arg-type]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="gnsqlite.spark"):
+        try:
+            start = reader.initialOffset()
+            for _ in range(2):
+                end = reader.latestOffset(start, None)
+                reader.partitions(start, end)
+                reader.commit(end)
+                start = end
+        finally:
+            reader.stop()
+    return [r.getMessage() for r in caplog.records
+            if r.levelname == "WARNING" and r.name.startswith("gnsqlite.spark")]
+
+
+def test_the_source_without_a_wal_warns_once_at_start_naming_the_mode_and_wal_location(
+    nsqd: NsqdServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    warnings = _warnings_from_a_query_start(nsqd, caplog)
+    assert len(warnings) == 1, warnings
+    text = warnings[0]
+    assert f"{TOPIC}/{CHANNEL}" in text and "without walLocation" in text
+    assert "at-least-once" in text and "held unfinished at nsqd" in text
+    assert 'option("walLocation"' in text and "exactly-once" in text
+
+
+def test_the_source_with_a_wal_does_not_warn(
+    nsqd: NsqdServer, caplog: pytest.LogCaptureFixture, tmp_path: Any
+) -> None:
+    assert _warnings_from_a_query_start(nsqd, caplog, walLocation=str(tmp_path / "wal")) == []
+
+
+def test_a_batch_is_not_capped_by_nsqds_default_max_rdy_count(nsqd: NsqdServer) -> None:
+    from gnsqlite.spark.options import parse_source_options
+    from gnsqlite.spark.source import NSQStreamReader
+
+    count = 6000  # above one connection's RDY cap: nsqd's default --max-rdy-count, 2500
+    publish(nsqd, [b"m-%d" % i for i in range(count)], TOPIC)
+    options = parse_source_options(
+        {"nsqdTcpAddresses": nsqd.tcp_address, "topic": TOPIC, "channel": CHANNEL,
+         "maxMessagesPerBatch": str(count)}
+    )  # fmt: skip
+    assert options.connections_per_nsqd == 5  # ceil(2 x 6000 / 2500)
+    reader = NSQStreamReader(options)
+    try:
+        start = reader.initialOffset()
+        stats = lambda: channel_stats(nsqd, TOPIC, CHANNEL)  # noqa: E731
+        wait_until(lambda: stats().get("in_flight_count") == count, timeout=30,
+                   message=f"the source holds all {count} messages")
+        assert len(stats()["clients"]) == 5
+        held = lambda: reader.reportLatestOffset()["seq"] - start["seq"]  # noqa: E731
+        wait_until(lambda: held() == count, timeout=10, message="the source received them all")
+        assert reader.reportLatestOffset()["buffered"] == count  # the backlog Spark sees
+        end = reader.latestOffset(start, None)
+        rows = [row for part in reader.partitions(start, end) for row in part.rows]
+        assert len(rows) == len({row[0] for row in rows}) == count  # one batch, every message
+        reader.commit(end)
+        assert reader.reportLatestOffset()["held"] == 0
+        wait_until(lambda: drained(nsqd, TOPIC, CHANNEL), timeout=10)
+    finally:
+        reader.stop()
+
+
+def test_messages_held_from_the_first_delivery_on_outlive_a_short_msg_timeout(
+    nsqd_factory: Callable[..., NsqdServer],
+) -> None:
+    # Spark's first batch can take longer than nsqd's msg_timeout (a loaded
+    # machine, a slow sink): the source must TOUCH from the first delivery on.
+    from gnsqlite.spark.options import parse_source_options
+    from gnsqlite.spark.source import NSQStreamReader
+
+    msg_timeout = 2.0  # seconds, nsqd's --msg-timeout
+    server = nsqd_factory(msg_timeout=msg_timeout)
+    publish(server, [b"held-%d" % i for i in range(100)], TOPIC)
+    options = parse_source_options(
+        {"nsqdTcpAddresses": server.tcp_address, "topic": TOPIC, "channel": CHANNEL}
+    )  # fmt: skip
+    reader = NSQStreamReader(options)
+    stats = lambda: channel_stats(server, TOPIC, CHANNEL)  # noqa: E731
+    try:
+        start = reader.initialOffset()
+        wait_until(lambda: stats().get("in_flight_count") == 100, timeout=10)
+        held_since = time.monotonic()
+        # Spark has not planned a batch yet; three msg_timeouts pass.
+        while time.monotonic() - held_since < 3 * msg_timeout:
+            assert stats()["timeout_count"] == 0, "nsqd timed out messages the source holds"
+            time.sleep(0.1)
+        end = reader.latestOffset(start, None)
+        rows = [row for part in reader.partitions(start, end) for row in part.rows]
+        assert len(rows) == 100 and {row[3] for row in rows} == {1}  # first deliveries
+        reader.commit(end)
+        wait_until(lambda: drained(server, TOPIC, CHANNEL), timeout=10)
+    finally:
+        reader.stop()
+    assert stats()["timeout_count"] == 0

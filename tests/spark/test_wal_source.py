@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import json
 import threading
 from pathlib import Path
 from typing import Any
@@ -84,8 +85,14 @@ def test_wal_source_reads_batches_above_nsqds_rdy_cap_exactly_once(
         assert query.exception() is None
         # FINished once in the WAL: the channel drains without waiting for Spark's commits.
         wait_until(lambda: drained(nsqd, TOPIC, CHANNEL), timeout=30, interval=0.2)
+        # The query's progress shows the backlog: the WAL's uncommitted rows and bytes.
+        reported = [json.loads(s["latestOffset"]) for p in query.recentProgress
+                    for s in p["sources"] if s.get("latestOffset")]
     finally:
         query.stop()
+    assert reported and all(r["walRows"] <= len(expected) and r["walBytes"] >= 0
+                            and r["buffered"] >= 0 for r in reported)
+    assert max(r["walRows"] for r in reported) > 0
     assert len(sink.bodies) == len(expected) and set(sink.bodies) == expected
     # nsqd's default --max-rdy-count (2500) no longer bounds a batch.
     assert max(sink.sizes) > 2500 and max(sink.sizes) <= 8000

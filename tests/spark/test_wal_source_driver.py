@@ -64,6 +64,11 @@ def test_messages_are_finished_once_in_the_wal_and_a_replan_reads_the_same_rows(
         wait_until(lambda: drained(nsqd, TOPIC, CHANNEL), timeout=30,
                    message="the channel drained into the WAL")
         assert rows_in(wal) == len(expected)
+        # The backlog, as Spark's progress shows it (the source's latestOffset).
+        report = reader.reportLatestOffset()
+        assert report is not None and report["walRows"] == len(expected)
+        assert report["walBytes"] == sum(p.stat().st_size for p in wal.glob("*.arrow")) > 0
+        assert report["buffered"] == 0
         end = reader.latestOffset(start)
         first = bodies(reader, start, end)
         assert sorted(first) == sorted(expected) and len(first) == len(expected)
@@ -77,6 +82,8 @@ def test_messages_are_finished_once_in_the_wal_and_a_replan_reads_the_same_rows(
         assert bodies(again, start, end) == first
         again.commit(end)
         assert rows_in(wal) == 0 and not list(wal.glob("*.tmp"))
+        report = again.reportLatestOffset()
+        assert report is not None and report["walRows"] == report["walBytes"] == 0
         assert again.latestOffset(end) == end  # nothing new
     finally:
         again.stop()
