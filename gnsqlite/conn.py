@@ -9,8 +9,9 @@ together from three halves, one module each, over the pure
   deflate, AUTH;
 * :mod:`gnsqlite.conn_reader`: the **reader** greenlet (decode and route
   frames: messages to ``on_message``, which must not block; answers to their
-  waiters in request order; heartbeats answered with ``NOP``) and the one
-  liveness rule (dead after two heartbeat intervals of silence);
+  waiters in request order; heartbeats answered with ``NOP``; on a plain
+  connection without ``on_message`` it leaves reading the answers to the hub)
+  and the one liveness rule (dead after two heartbeat intervals of silence);
 * :mod:`gnsqlite.conn_writer`: commands written in batches, one flush a
   turn of the hub, and the **writer** greenlet for what the socket does not
   take at once (and for TLS).
@@ -74,7 +75,9 @@ HeartbeatCallback = Callable[["Connection"], None]
 class Waiter(Protocol):
     """Receives nsqd's answer to one request; a ``gevent.event.AsyncResult`` is one.
 
-    Called in the reader greenlet: it must not block.
+    Called in the reader greenlet, or in the hub itself on a connection
+    without ``on_message`` (see :mod:`gnsqlite.conn_reader`): it must not
+    block (in the hub, blocking raises and ends the connection).
     """
 
     def set(self, value: bytes) -> None:
@@ -137,6 +140,8 @@ class Connection(Handshake, Reader, Writer):
         self._writer: gevent.Greenlet[[], None] | None = None
         self._silence: Timer | None = None  # the reader's liveness timer, on the wheel
         self._in_recv = False  # the reader waits in its receive (where silence may end it)
+        self._watch: Any = None  # the io watcher of the hub's reads (conn_reader._park)
+        self._parked: Any = None  # the parked reader's gevent Waiter
         self._tls = False
         self._draining = False  # close() asked the writer to flush and stop
         self._closed = False
@@ -237,8 +242,9 @@ class Connection(Handshake, Reader, Writer):
         ``data`` must come from this connection's :attr:`protocol` (such as
         ``conn.protocol.pub(topic, body)``), which records the request so the
         answer is matched to it. Answers reach waiters in request order, in
-        the reader greenlet. :meth:`publish` and friends are this with an
-        ``AsyncResult``; a producer passes its own waiter to skip a hop.
+        the reader greenlet or the hub (see :class:`Waiter`). :meth:`publish`
+        and friends are this with an ``AsyncResult``; a producer passes its
+        own waiter to skip a hop.
         """
         if self._closed or self._draining or self._reader is None:
             self._check_open()  # raises the error that says why
@@ -378,6 +384,7 @@ class Connection(Handshake, Reader, Writer):
             return
         self._closed = True
         self._error = error
+        self._stop_watch()  # the hub reads no more, before anything else runs
         waiters = self.protocol.connection_lost()
         if error is not None:
             text = str(error)

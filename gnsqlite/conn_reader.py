@@ -5,6 +5,17 @@ The **reader** reads, decodes and routes frames: messages go to the
 handler code), answers to requests resolve their waiters in the order the
 requests were written, heartbeats are answered with ``NOP`` at once.
 
+On a publisher's connection (no ``on_message``, plain TCP, no compression)
+the reader **parks** and the hub reads the socket itself when it is
+readable: it resolves the waiters of the answers it finds, so a blocking
+publish costs two greenlet switches (to the hub and back) instead of four
+(to the hub, the reader, the hub and back). The hub hands anything that is
+more than an answer (a heartbeat, an error frame, a message, nsqd hanging
+up, an undecodable frame, a waiter that raised) back to the parked reader,
+which handles it exactly as when it reads itself, then parks again. While
+the reader is parked the hub is the only one reading the socket, and while
+the reader routes what it was handed the hub does not read at all.
+
 Liveness has one rule: a connection that hears nothing for
 :data:`DEAD_AFTER_HEARTBEATS` heartbeat intervals is dead. One timer of the
 hub's :class:`~gnsqlite.timers.TimerWheel` per connection (owned by it,
@@ -23,6 +34,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import gevent
+from gevent.hub import Waiter
 
 from .codecs import Codec
 from .config import ConnectionConfig
@@ -71,6 +83,9 @@ class Reader:
     _silence: Timer | None
     _reader: gevent.Greenlet[[], None] | None
     _close_wait: gevent.event.Event
+    _loop: Any
+    _watch: Any
+    _parked: Waiter[Any] | None
 
     if TYPE_CHECKING:
 
@@ -169,9 +184,19 @@ class Reader:
             if readable is None:
                 wait = None
             short = False
+            # The OS socket under gevent's (non-blocking), for the hub's reads: plain TCP only.
+            raw = getattr(sock, "_sock", None) if not self._tls else None
             with map_io_errors(self.name, "read failed"):
                 while True:
                     self._in_recv = True
+                    if raw is not None and self.on_message is None and self._codec is None:
+                        # A publisher's connection: the hub reads the answers.
+                        for event in self._park(raw):  # what was more than an answer
+                            route(event)
+                        nop = protocol.data_to_send()  # a heartbeat among them queued one
+                        if nop:
+                            self._queue(nop)
+                        continue
                     if short and wait is not None:
                         wait(readable)
                     data = sock.recv(_RECV_SIZE)  # _recv, inlined
@@ -211,9 +236,75 @@ class Reader:
             error.__cause__ = exc
         finally:
             self._in_recv = False
+            self._stop_watch()
             self._stop_silence_timer()
         if not self._closed:
             self._end(error)
+
+    # -- a publisher's answers, read by the hub (see the module docstring) -------
+
+    def _park(self, raw: Any) -> list[Event]:
+        """Reader greenlet: leave the reading to the hub until it meets more than answers.
+
+        While parked, the hub reads the socket itself when it is readable
+        (:meth:`_on_readable`) and resolves the waiters of the answers it
+        finds, with no switch to this greenlet and back. Anything else (a
+        heartbeat, an error frame, a message) is handed back: returns the
+        events from the first such one on, for the caller to route in order.
+        Raises what ended the hub's read (nsqd closed, a socket error, an
+        undecodable frame, a failing waiter). Blocks.
+        """
+        watch = self._watch
+        if watch is None:
+            watch = self._watch = self._loop.io(raw.fileno(), 1)
+        waiter: Waiter[Any] = Waiter()
+        self._parked = waiter
+        watch.start(self._on_readable, raw)
+        try:
+            handed = waiter.get()
+        finally:
+            self._parked = None
+            watch.stop()
+        if isinstance(handed, BaseException):
+            raise handed
+        return handed  # type: ignore[no-any-return]
+
+    def _on_readable(self, raw: Any) -> None:
+        """Runs in the hub when a parked reader's socket is readable; never blocks or raises."""
+        waiter = self._parked
+        if waiter is None or self._closed:  # pragma: no cover - the watch stops before either
+            return
+        handed: list[Event] | BaseException
+        try:
+            data = raw.recv(_RECV_SIZE)
+            if not data:
+                handed = BrokenConnectionError(self.name, "nsqd closed the connection")
+            else:
+                self.last_received = time.monotonic()
+                protocol = self.protocol
+                protocol.receive_data(data)
+                events = protocol.events()
+                for index, event in enumerate(events):
+                    if type(event) is Response and event.waiter is not None:
+                        event.waiter.set(event.data)
+                    else:
+                        handed = events[index:]
+                        break
+                else:
+                    return  # only answers: stay parked
+        except (BlockingIOError, InterruptedError):
+            return  # woken with nothing to read after all
+        except Exception as exc:  # the reader raises it, as if it had read itself
+            handed = exc
+        self._parked = None
+        self._watch.stop()
+        waiter.switch(handed)
+
+    def _stop_watch(self) -> None:
+        """Stop the hub's reads (before the socket closes)."""
+        watch = self._watch
+        if watch is not None:
+            watch.stop()
 
     def _call(self, callback: Callable[..., None], *args: Any) -> None:
         """Run a user callback; an exception in it is logged, never kills the reader."""

@@ -1,0 +1,190 @@
+"""A publisher's connection: the hub reads nsqd's answers, the reader greenlet the rest.
+
+A connection without ``on_message`` parks its reader greenlet and lets the
+hub read the socket (``conn_reader.Reader._park``): answers resolve their
+waiters with no switch to the reader and back. These tests script nsqd
+(see ``test_conn_script``) to show the fast path is taken, and that what
+is not an answer (a heartbeat, an undecodable frame, a failing waiter,
+nsqd hanging up, ``close()``) is handled as the reader always did.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from typing import Any
+
+import gevent
+import gevent.event
+import greenlet
+import pytest
+from test_conn_script import Peer, ScriptedNsqd, scripted_servers, until_eof
+
+from gnsqlite.conn import Connection
+from gnsqlite.errors import BrokenConnectionError, ConnectionClosedError, RemoteProtocolError
+from gnsqlite.producer import Producer
+from gnsqlite.protocol import FRAME_TYPE_RESPONSE
+from gnsqlite.protocol.frames import encode_frame
+
+HEARTBEAT = encode_frame(FRAME_TYPE_RESPONSE, b"_heartbeat_")
+OK = encode_frame(FRAME_TYPE_RESPONSE, b"OK")
+
+
+@pytest.fixture
+def scripted() -> Iterator[Any]:
+    with scripted_servers() as start:
+        yield start
+
+
+def answer_all(peer: Peer) -> None:
+    while True:
+        line, _ = peer.read_command()
+        if line.split(b" ")[0] in (b"PUB", b"MPUB", b"DPUB"):
+            peer.respond()
+
+
+def start_producer(server: ScriptedNsqd) -> Producer:
+    producer = Producer(server.address, timeout=5.0)
+    producer.start()
+    assert len(producer.connections) == 1
+    return producer
+
+
+def test_answers_are_read_by_the_hub_without_waking_the_reader_greenlet(scripted: Any) -> None:
+    def script(peer: Peer) -> None:
+        peer.handshake()
+        answer_all(peer)
+
+    producer = start_producer(scripted(script))
+    try:
+        reader = producer.connections[0]._reader
+        producer.publish("t", b"warm-up")
+        switched_to: list[Any] = []
+
+        def trace(event: str, args: Any) -> None:
+            if event == "switch" and args[1] is reader:
+                switched_to.append(args)
+
+        previous = greenlet.settrace(trace)
+        try:
+            for i in range(20):
+                producer.publish("t", b"m%d" % i)
+            producer.multi_publish("t", [b"a", b"b"])
+            gevent.joinall([gevent.spawn(producer.publish, "t", b"c%d" % i) for i in range(10)])
+        finally:
+            greenlet.settrace(previous)
+        assert switched_to == []
+        assert producer.stats()["in_flight"] == 0
+    finally:
+        producer.close()
+
+
+@pytest.mark.parametrize("together", [False, True], ids=["before-the-answer", "same-segment"])
+def test_a_heartbeat_while_a_publish_waits_is_answered_and_the_publish_succeeds(
+    scripted: Any, together: bool
+) -> None:
+    def script(peer: Peer) -> None:
+        peer.handshake()
+        assert peer.read_command() == (b"PUB t", b"first")
+        if together:  # the hub reads both at once: it hands both to the reader, in order
+            peer.send(HEARTBEAT + OK)
+            assert peer.read_command() == (b"NOP", None)
+        else:  # the publish still waits while the reader answers the heartbeat
+            peer.send(HEARTBEAT)
+            assert peer.read_command() == (b"NOP", None)
+            peer.send(OK)
+        answer_all(peer)
+
+    server = scripted(script)
+    producer = start_producer(server)
+    try:
+        producer.publish("t", b"first")
+        producer.publish("t", b"second")  # the reader parked again: the hub reads this one
+        commands = [c for c in server.peers[0].commands if c[0] != b"IDENTIFY"]
+        assert commands == [(b"PUB t", b"first"), (b"NOP", None), (b"PUB t", b"second")]
+        assert producer.stats()["in_flight"] == 0
+    finally:
+        producer.close()
+
+
+def test_an_undecodable_frame_read_by_the_hub_ends_the_connection_typed(scripted: Any) -> None:
+    def script(peer: Peer) -> None:
+        peer.handshake()
+        peer.read_command()
+        peer.send(struct.pack(">II", 1 << 30, FRAME_TYPE_RESPONSE))  # far above max_frame_size
+        until_eof(peer)
+
+    ended: gevent.event.AsyncResult[Exception | None] = gevent.event.AsyncResult()
+    conn = Connection(scripted(script).address, on_close=lambda c, e: ended.set(e))
+    conn.connect()
+    result = conn.publish("t", b"x")
+    with pytest.raises(BrokenConnectionError, match="connection lost") as raised:
+        result.get(timeout=5)
+    assert isinstance(raised.value.__cause__, RemoteProtocolError)
+    assert isinstance(ended.get(timeout=5), RemoteProtocolError)
+    assert conn.join(1)
+
+
+def test_a_waiter_that_fails_in_the_hub_ends_the_connection_like_a_reader_bug(
+    scripted: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    def script(peer: Peer) -> None:
+        peer.handshake()
+        answer_all(peer)
+
+    class Failing:
+        def set(self, value: bytes) -> None:
+            raise RuntimeError("waiter bug")
+
+        def set_exception(self, exception: BaseException) -> None:
+            pass
+
+    ended: gevent.event.AsyncResult[Exception | None] = gevent.event.AsyncResult()
+    conn = Connection(scripted(script).address, on_close=lambda c, e: ended.set(e))
+    conn.connect()
+    conn.request(Failing(), conn.protocol.pub("t", b"x"))
+    later = conn.publish("t", b"y")
+    error = ended.get(timeout=5)
+    assert isinstance(error, BrokenConnectionError)
+    assert "reader failed" in str(error) and "waiter bug" in str(error)
+    assert "the reader failed" in caplog.text
+    with pytest.raises(BrokenConnectionError):
+        later.get(timeout=5)
+    assert conn.join(1)
+
+
+def test_close_while_a_publish_waits_for_the_hub_fails_it_and_stops_the_reads(
+    scripted: Any,
+) -> None:
+    received = gevent.event.Event()
+
+    def script(peer: Peer) -> None:
+        peer.handshake()
+        peer.read_command()  # never answered
+        received.set()
+        until_eof(peer)
+
+    conn = Connection(scripted(script).address)
+    conn.connect()
+    result = conn.publish("t", b"x")
+    assert received.wait(5)
+    assert conn._watch is not None and conn._watch.active  # the hub reads for the reader
+    conn.close()
+    with pytest.raises(ConnectionClosedError):
+        result.get(timeout=5)
+    assert not conn._watch.active
+    assert conn.join(1)
+
+
+def test_a_connection_with_on_message_never_parks_its_reader(scripted: Any) -> None:
+    def script(peer: Peer) -> None:
+        peer.handshake()
+        answer_all(peer)
+
+    conn = Connection(scripted(script).address, on_message=lambda c, m: None)
+    conn.connect()
+    try:
+        assert conn.publish("t", b"x").get(timeout=5) == b"OK"
+        assert conn._watch is None
+    finally:
+        conn.close()
