@@ -176,6 +176,7 @@ class Producer(Deadlines, PublishCounting):
             return
         self._started = True
         self._wheel = TimerWheel.for_hub()
+        self._loop = gevent.get_hub().loop  # wakes blocked callers (Deadlines._woken)
         attempts = [self._group.spawn(self._connect, address) for address in self.addresses]
         gevent.joinall(attempts, timeout=self.timeout if timeout is None else timeout)
 
@@ -489,9 +490,8 @@ class Producer(Deadlines, PublishCounting):
     def _done(self, attempt: Attempt, error: BaseException | None) -> None:
         """Count the end of one publish (the result was just set)."""
         self._in_flight -= 1
-        if attempt.blocked:  # its caller runs soon (see _send_now)
-            self._blocked -= 1
-            self._resuming += 1
+        if attempt.wake is not None:  # its caller runs soon (see _send_now)
+            self._woken(attempt)
         started = attempt.deadline - attempt.timeout  # the time.monotonic() of the call
         self.count_publish(
             attempt.topic, attempt.command.lower(), attempt.messages, started, error

@@ -18,13 +18,20 @@ import gevent
 import gevent.event
 import greenlet
 import pytest
-from test_conn_script import Peer, ScriptedNsqd, scripted_servers, until_eof
+from test_conn_script import (
+    Peer,
+    RecordingSends,
+    ScriptedNsqd,
+    scripted_servers,
+    until_eof,
+)
 
 from gnsqlite.conn import Connection
 from gnsqlite.errors import BrokenConnectionError, ConnectionClosedError, RemoteProtocolError
 from gnsqlite.producer import Producer
 from gnsqlite.protocol import FRAME_TYPE_RESPONSE
 from gnsqlite.protocol.frames import encode_frame
+from gnsqlite.testing.waiting import wait_until
 
 HEARTBEAT = encode_frame(FRAME_TYPE_RESPONSE, b"_heartbeat_")
 OK = encode_frame(FRAME_TYPE_RESPONSE, b"OK")
@@ -188,3 +195,36 @@ def test_a_connection_with_on_message_never_parks_its_reader(scripted: Any) -> N
         assert conn._watch is None
     finally:
         conn.close()
+
+
+def test_a_blocking_publish_cut_short_leaves_the_next_one_sent_at_once(scripted: Any) -> None:
+    # A caller blocked in publish() is interrupted (its own gevent.Timeout, a
+    # kill); the answer that comes later wakes nobody, and the next caller,
+    # alone again, still sends its PUB at once from its own greenlet.
+    release = gevent.event.Event()
+
+    def script(peer: Peer) -> None:
+        peer.handshake()
+        peer.read_command()
+        peer.read_command()
+        assert release.wait(5)
+        peer.respond()  # the two late answers
+        peer.respond()
+        answer_all(peer)
+
+    server = scripted(script)
+    producer = start_producer(server)
+    try:
+        with pytest.raises(gevent.Timeout), gevent.Timeout(0.1):
+            producer.publish("t", b"cut")
+        killed = gevent.spawn(producer.publish, "t", b"killed")
+        wait_until(lambda: len(server.peers[0].commands) == 3, timeout=5)  # IDENTIFY, 2 PUBs
+        killed.kill(block=True)
+        release.set()
+        wait_until(lambda: producer.stats()["in_flight"] == 0, timeout=5)
+        assert (producer._blocked, producer._resuming) == (0, 0)
+        with RecordingSends(producer.connections[0]) as recording:
+            producer.publish("t", b"next")
+        assert recording.sends == [(gevent.getcurrent(), b"PUB t\n\x00\x00\x00\x04next")]
+    finally:
+        producer.close()
