@@ -251,17 +251,24 @@ class Connection(Handshake, Reader, Writer):
         self.protocol.await_answer(waiter)
         self._queue(data)
 
-    def request_encoded(self, waiter: Waiter, command: str, data: bytes) -> None:
+    def request_encoded(
+        self, waiter: Waiter, command: str, data: bytes, now: bool = False
+    ) -> None:
         """Queue a ``PUB``/``MPUB``/``DPUB`` built once for any connection; does not block.
 
         ``data`` comes from :mod:`gnsqlite.protocol.commands` (``pub``,
         ``dpub``, ``mpub_encoded``) and ``command`` names it; nsqd's answer
-        goes to ``waiter`` as with :meth:`request`.
+        goes to ``waiter`` as with :meth:`request`. ``now``: send it (and
+        what is queued before it) at once, as :meth:`flush` does, rather than
+        with the hub's next flush.
         """
         if self._closed or self._draining or self._reader is None:
             self._check_open()  # raises the error that says why
         self._outbox.append(self.protocol.publish_encoded(command, data, waiter))
-        self._queued()  # _queue, inlined
+        if now and not self._tls:
+            self.flush()  # no flush scheduled for it only to be cancelled
+        else:
+            self._queued()  # _queue, inlined
 
     def publish(self, topic: str, body: bytes | str) -> gevent.event.AsyncResult[bytes]:
         """PUB; the result resolves to ``b"OK"`` or the server's error. Does not block."""

@@ -146,10 +146,11 @@ class Producer(Deadlines, PublishCounting):
         # Callers blocked in _wait on a publish not yet ended, and those whose
         # publish has ended who have not run since: while there are any, a
         # blocking publish leaves its send to the hub's flush, which batches
-        # it with theirs (see _send_now).
+        # it with theirs (see _submit).
         self._blocked = 0
         self._resuming = 0
         self._publish_timing: PublishTiming | None = None
+        self._loop: Any = None  # the hub's loop (start())
 
     def __repr__(self) -> str:
         return f"<Producer {list(self.addresses)} healthy={len(self._healthy)}>"
@@ -290,29 +291,13 @@ class Producer(Deadlines, PublishCounting):
         but nsqd did not answer in time. Invalid names, bodies and sizes
         raise before anything is sent.
         """
-        self._wait(self._send_now(self._publish(topic, body, defer, timeout)), timeout)
+        self._wait(self._publish(topic, body, defer, timeout, True), timeout)
 
     def multi_publish(
         self, topic: str, bodies: Iterable[bytes | str], timeout: float | None = None
     ) -> None:
         """MPUB ``bodies`` atomically; blocks until nsqd answers. Raises like :meth:`publish`."""
-        self._wait(self._send_now(self._multi_publish(topic, bodies, timeout)), timeout)
-
-    def _send_now(self, attempt: Attempt) -> Attempt:
-        """A blocking call's publish goes out at once when it is the only blocking caller.
-
-        A caller that publishes and waits, one at a time, gains a round
-        trip's worth of overlap: nsqd works on the command while the caller
-        sets up its wait. When other callers block on this producer (many
-        greenlets publishing through it), their publishes come in batches,
-        each woken by one batch of answers: this one leaves its send to the
-        hub's flush, which sends the batch together. Sending each at once
-        would split the batches, and once split they stay split.
-        """
-        conn = attempt.conn
-        if conn is not None and not self._blocked and not self._resuming:
-            conn.flush()
-        return attempt
+        self._wait(self._multi_publish(topic, bodies, timeout, True), timeout)
 
     def publish_async(
         self,
@@ -329,17 +314,18 @@ class Producer(Deadlines, PublishCounting):
         return self._publish(topic, body, defer, timeout).result
 
     def _publish(
-        self, topic: str, body: bytes | str, defer: float | None, timeout: float | None
-    ) -> Attempt:
+        self, topic: str, body: bytes | str, defer: float | None, timeout: float | None,
+        blocking: bool = False,
+    ) -> Attempt:  # fmt: skip
         topic = check_topic_name(topic)
         raw = body if type(body) is bytes else as_body(body)
         if not 0 < len(raw) <= self.max_message_size:
             self._check_message_size(len(raw))  # raises the error that says why
         # Built once, whatever connection takes it.
         if defer is None:
-            return self._submit("PUB", commands.pub(topic, raw), timeout, topic, 1)
+            return self._submit("PUB", commands.pub(topic, raw), timeout, topic, 1, blocking)
         to_milliseconds(defer, "defer")
-        return self._submit("DPUB", commands.dpub(topic, defer, raw), timeout, topic, 1)
+        return self._submit("DPUB", commands.dpub(topic, defer, raw), timeout, topic, 1, blocking)
 
     def multi_publish_async(
         self, topic: str, bodies: Iterable[bytes | str], timeout: float | None = None
@@ -348,8 +334,9 @@ class Producer(Deadlines, PublishCounting):
         return self._multi_publish(topic, bodies, timeout).result
 
     def _multi_publish(
-        self, topic: str, bodies: Iterable[bytes | str], timeout: float | None
-    ) -> Attempt:
+        self, topic: str, bodies: Iterable[bytes | str], timeout: float | None,
+        blocking: bool = False,
+    ) -> Attempt:  # fmt: skip
         topic = check_topic_name(topic)
         if isinstance(bodies, (bytes, str)):
             raise TypeError("multi_publish takes a list of bodies, not one bytes or str")
@@ -373,7 +360,8 @@ class Producer(Deadlines, PublishCounting):
             )
         # Encoded once, whatever connection takes it; equal sizes in one join.
         payload = mpub_body(raws, largest if smallest == largest else None)
-        return self._submit("MPUB", commands.mpub_encoded(topic, payload), timeout, topic, count)
+        data = commands.mpub_encoded(topic, payload)
+        return self._submit("MPUB", data, timeout, topic, count, blocking)
 
     def multi_publish_encoded(
         self, topic: str, payload: bytes | memoryview, timeout: float | None = None
@@ -393,8 +381,8 @@ class Producer(Deadlines, PublishCounting):
                 f"{self.max_body_size} (nsqd's --max-body-size); split the batch"
             )
         count = int.from_bytes(bytes(payload[:4]), "big")  # the body's message count
-        attempt = self._submit("MPUB", commands.mpub_encoded(topic, payload), timeout, topic, count)
-        self._wait(attempt, timeout)
+        data = commands.mpub_encoded(topic, payload)
+        self._wait(self._submit("MPUB", data, timeout, topic, count, True), timeout)
 
     def _check_message_size(self, size: int) -> None:
         if size == 0:
@@ -406,8 +394,19 @@ class Producer(Deadlines, PublishCounting):
             )
 
     def _submit(
-        self, command: str, data: bytes, timeout: float | None, topic: str, messages: int
-    ) -> Attempt:
+        self, command: str, data: bytes, timeout: float | None, topic: str, messages: int,
+        blocking: bool = False,
+    ) -> Attempt:  # fmt: skip
+        """Start one publish; a ``blocking`` call's goes out at once when it is the only one.
+
+        A caller that publishes and waits, one at a time, gains a round
+        trip's worth of overlap: nsqd works on the command while the caller
+        sets up its wait. When other callers block on this producer (many
+        greenlets publishing through it), their publishes come in batches,
+        each woken by one batch of answers: this one leaves its send to the
+        hub's flush, which sends the batch together. Sending each at once
+        would split the batches, and once split they stay split.
+        """
         if self._closed:
             raise ConnectionClosedError(",".join(self.addresses), "the producer is closed")
         if not self._started:
@@ -419,7 +418,7 @@ class Producer(Deadlines, PublishCounting):
             self, command, data, time.monotonic() + timeout, timeout, topic, messages
         )
         self._in_flight += 1
-        self._dispatch(attempt)
+        self._dispatch(attempt, blocking and not self._blocked and not self._resuming)
         return attempt
 
     def _pick(self, attempt: Attempt) -> Connection | None:
@@ -431,7 +430,8 @@ class Producer(Deadlines, PublishCounting):
                 return conn
         return None
 
-    def _dispatch(self, attempt: Attempt) -> None:
+    def _dispatch(self, attempt: Attempt, now: bool = False) -> None:
+        """Send ``attempt`` on the next healthy connection it has not tried (``now``: at once)."""
         if attempt.result.ready():
             return
         conn = self._pick(attempt)
@@ -441,10 +441,10 @@ class Producer(Deadlines, PublishCounting):
         attempt.tried.add(conn)
         attempt.conn = conn
         try:
-            conn.request_encoded(attempt, attempt.command, attempt.data)
+            conn.request_encoded(attempt, attempt.command, attempt.data, now)
         except (NSQConnectionError, LocalProtocolError) as exc:  # the connection just ended
             attempt.errors[conn.name] = exc
-            self._dispatch(attempt)
+            self._dispatch(attempt, now)
 
     def _answered_with_error(
         self, attempt: Attempt, conn: Connection, error: BaseException
@@ -490,7 +490,7 @@ class Producer(Deadlines, PublishCounting):
     def _done(self, attempt: Attempt, error: BaseException | None) -> None:
         """Count the end of one publish (the result was just set)."""
         self._in_flight -= 1
-        if attempt.wake is not None:  # its caller runs soon (see _send_now)
+        if attempt.wake is not None:  # its caller runs soon (see _submit)
             self._woken(attempt)
         started = attempt.deadline - attempt.timeout  # the time.monotonic() of the call
         self.count_publish(
