@@ -265,8 +265,11 @@ class Connection(Handshake, Reader, Writer):
         if self._closed or self._draining or self._reader is None:
             self._check_open()  # raises the error that says why
         self._outbox.append(self.protocol.publish_encoded(command, data, waiter))
-        if now and not self._tls:
-            self.flush()  # no flush scheduled for it only to be cancelled
+        if now and not self._tls:  # flush(), inlined: no hub flush scheduled to be cancelled
+            self._flush()
+            if self._flush_scheduled and not self._outbox:
+                self._flush_scheduled = False
+                self._flush_handle.stop()
         else:
             self._queued()  # _queue, inlined
 

@@ -112,8 +112,10 @@ class Writer:
         if self._writing or self._unsent or self._draining:
             self._wakeup.set()  # the writer is busy or finishing: order is its job
             return
+        data = outbox[0] if len(outbox) == 1 else b"".join(outbox)
         try:
-            data = self._encode(outbox[0] if len(outbox) == 1 else b"".join(outbox))
+            if self._codec is not None:  # _encode, inlined
+                data = self._codec.encode(data)
         except Exception:
             self._wakeup.set()  # the writer meets the same failure and ends the connection
             return

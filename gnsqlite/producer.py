@@ -421,24 +421,20 @@ class Producer(Deadlines, PublishCounting):
         self._dispatch(attempt, blocking and not self._blocked and not self._resuming)
         return attempt
 
-    def _pick(self, attempt: Attempt) -> Connection | None:
-        healthy = self._healthy
-        for _ in range(len(healthy)):
-            self._next = (self._next + 1) % len(healthy)
-            conn = healthy[self._next]
-            if conn not in attempt.tried:
-                return conn
-        return None
-
     def _dispatch(self, attempt: Attempt, now: bool = False) -> None:
         """Send ``attempt`` on the next healthy connection it has not tried (``now``: at once)."""
         if attempt.result.ready():
             return
-        conn = self._pick(attempt)
-        if conn is None:
+        healthy, tried = self._healthy, attempt.tried
+        for _ in range(len(healthy)):  # the next one in turn not tried yet
+            self._next = (self._next + 1) % len(healthy)
+            conn = healthy[self._next]
+            if conn not in tried:
+                break
+        else:
             self._park(attempt)
             return
-        attempt.tried.add(conn)
+        tried.add(conn)
         attempt.conn = conn
         try:
             conn.request_encoded(attempt, attempt.command, attempt.data, now)
