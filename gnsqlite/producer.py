@@ -423,7 +423,7 @@ class Producer(Deadlines, PublishCounting):
 
     def _dispatch(self, attempt: Attempt, now: bool = False) -> None:
         """Send ``attempt`` on the next healthy connection it has not tried (``now``: at once)."""
-        if attempt.result.ready():
+        if attempt.ended:
             return
         healthy, tried = self._healthy, attempt.tried
         for _ in range(len(healthy)):  # the next one in turn not tried yet
@@ -446,7 +446,7 @@ class Producer(Deadlines, PublishCounting):
         self, attempt: Attempt, conn: Connection, error: BaseException
     ) -> None:
         """Retry on another connection when that may help; runs in a reader greenlet."""
-        if attempt.result.ready():
+        if attempt.ended:
             return
         retry = not self._closed and time.monotonic() < attempt.deadline
         if isinstance(error, _RETRYABLE) and retry:
@@ -478,13 +478,13 @@ class Producer(Deadlines, PublishCounting):
         self._fail(attempt, NoConnectionsError(errors, "every nsqd failed or is unreachable"))
 
     def _fail(self, attempt: Attempt, error: BaseException | None) -> None:
-        if not attempt.result.ready():
+        if not attempt.ended:
             error = error or RuntimeError("publish failed")
-            attempt.result.set_exception(error)
+            attempt.failed(error)
             self._done(attempt, error)
 
     def _done(self, attempt: Attempt, error: BaseException | None) -> None:
-        """Count the end of one publish (the result was just set)."""
+        """Count the end of one publish (it has just ended)."""
         self._in_flight -= 1
         if attempt.wake is not None:  # its caller runs soon (see _submit)
             self._woken(attempt)

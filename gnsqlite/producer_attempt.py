@@ -50,8 +50,8 @@ class Attempt:
     """
 
     __slots__ = (
-        "command", "conn", "data", "deadline", "errors", "messages", "producer", "result",
-        "timeout", "topic", "tried", "wake",
+        "_result", "command", "conn", "data", "deadline", "ended", "error", "errors", "messages",
+        "producer", "timeout", "topic", "tried", "value", "wake",
     )  # fmt: skip
 
     def __init__(
@@ -63,7 +63,10 @@ class Attempt:
         self.topic = topic  # for the producer's counters
         self.messages = messages
         self.data = data  # the whole request, the same bytes for any connection
-        self.result: gevent.event.AsyncResult[bytes] = gevent.event.AsyncResult()
+        self.ended = False  # nsqd took it (value), or it failed for good (error)
+        self.error: BaseException | None = None
+        self.value: bytes  # nsqd's answer, once ended without error
+        self._result: gevent.event.AsyncResult[bytes] | None = None  # made by .result
         self.deadline = deadline  # time.monotonic() after which it is not retried
         self.timeout = timeout  # seconds: what the caller allowed
         self.errors: dict[str, BaseException] = {}
@@ -73,11 +76,38 @@ class Attempt:
         # (cheaper than a link on the result, which publish_async callers use).
         self.wake: Waiter[None] | None = None
 
+    @property
+    def result(self) -> gevent.event.AsyncResult[bytes]:
+        """The outcome as an ``AsyncResult`` (publish_async's), made on first use.
+
+        A blocking caller never asks for it: it waits on :attr:`wake` and
+        reads :attr:`ended`, :attr:`value` and :attr:`error`.
+        """
+        result = self._result
+        if result is None:
+            result = self._result = gevent.event.AsyncResult()
+            if self.ended:
+                if self.error is None:
+                    result.set(self.value)
+                else:
+                    result.set_exception(self.error)
+        return result
+
     def set(self, value: bytes) -> None:
         """nsqd answered on :attr:`conn`."""
-        if not self.result.ready():
-            self.result.set(value)
+        if not self.ended:
+            self.ended = True
+            self.value = value
+            if self._result is not None:
+                self._result.set(value)
             self.producer._done(self, None)
+
+    def failed(self, error: BaseException) -> None:
+        """The producer gave up on it; ``error`` is what its caller gets. Not twice."""
+        self.ended = True
+        self.error = error
+        if self._result is not None:
+            self._result.set_exception(error)
 
     def set_exception(self, exception: BaseException) -> None:
         """:attr:`conn` refused it or ended before answering."""
@@ -110,17 +140,16 @@ class Deadlines:
 
         ``timeout`` is what the call was given (already in the attempt's deadline).
         """
-        result = attempt.result
-        if not result.ready():
+        if not attempt.ended:
             timed = self._timed
             if timed and not self._closed and attempt.deadline + _GRACE >= self._deadline_at:
                 # _watch's common case, inlined: the timer is armed early enough.
-                while timed and timed[0].result.ready():
+                while timed and timed[0].ended:
                     timed.popleft()
                 timed.append(attempt)
             else:
                 self._watch(attempt)
-        if not result.ready():
+        if not attempt.ended:
             wake: Waiter[None] = Waiter()
             attempt.wake = wake
             self._blocked += 1
@@ -128,11 +157,12 @@ class Deadlines:
                 wake.get()  # switched to by the hub after _done() (see _woken)
             finally:
                 attempt.wake = None
-                if result.ready():
+                if attempt.ended:
                     self._resuming -= 1  # moved from _blocked by _done()
                 else:  # the wait was cut short (a Timeout, a kill)
                     self._blocked -= 1
-        result.get(block=False)
+        if attempt.error is not None:
+            raise attempt.error
 
     def _woken(self, attempt: Attempt) -> None:
         """``attempt`` ended (its result was just set): wake its blocked caller, if any.
@@ -154,7 +184,7 @@ class Deadlines:
             self._fail(attempt, ConnectionClosedError(",".join(self.addresses), "producer closed"))
             return
         timed = self._timed
-        while timed and timed[0].result.ready():  # answered ones leave, in order
+        while timed and timed[0].ended:  # answered ones leave, in order
             timed.popleft()
         timed.append(attempt)
         due = attempt.deadline + _GRACE
@@ -181,7 +211,7 @@ class Deadlines:
         late: list[Attempt] = []
         next_due = math.inf
         for attempt in self._timed:
-            if attempt.result.ready():
+            if attempt.ended:
                 continue
             due = attempt.deadline + _GRACE
             if due <= now:

@@ -337,3 +337,27 @@ def test_publishers_woken_together_send_their_next_publishes_in_one_batch(
         pubs_per_send = [data.count(b"PUB t\n") for _, data in recording.sends]
         # the first round: the first alone, the 9 that follow it together
         assert pubs_per_send == [1, 9, 10, 10, 10]
+
+
+def test_an_async_publish_that_failed_before_its_result_was_asked_for_holds_the_error() -> None:
+    # A blocking caller never makes the AsyncResult; publish_async makes it
+    # after the attempt may already have ended (here: no nsqd, no time left).
+    producer = Producer(free_address(), reconnect_interval=5.0)
+    producer.start(timeout=1)
+    try:
+        result = producer.publish_async("t", b"x", timeout=0)
+        assert result.ready()
+        with pytest.raises(NoConnectionsError):
+            result.get(block=False)
+        with pytest.raises(NoConnectionsError):
+            producer.publish("t", b"x", timeout=0)
+        assert producer.stats()["in_flight"] == 0
+    finally:
+        producer.close()
+
+
+def test_an_async_publish_resolves_to_ok_when_answered(scripted: Start) -> None:
+    with Producer(scripted(answer_all).address) as producer:
+        results = [producer.publish_async("t", b"%d" % i) for i in range(5)]
+        assert [r.get(timeout=5) for r in results] == [b"OK"] * 5
+        producer.publish("t", b"sync")  # the attempt that made no AsyncResult
