@@ -51,6 +51,8 @@ MESSAGE_HEADER_SIZE = 26
 
 _HEADER = struct.Struct(">ii")
 _MESSAGE = struct.Struct(">qH16s")
+#: A message frame's frame header and message header, read in one call.
+_MESSAGE_FRAME = struct.Struct(">iiqH16s")
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,10 +176,18 @@ class FrameDecoder:
         pos = self._pos
         n = len(buf)
         unpack = _HEADER.unpack_from
+        unpack_message = _MESSAGE_FRAME.unpack_from
         check = self._check
         largest = self.max_frame_size
+        whole = _SMALLEST_MESSAGE + 4  # the shortest whole message frame, in bytes
         while n - pos >= 8:
-            size, frame_type = unpack(buf, pos)
+            if decode and n - pos >= whole:
+                # Both headers in one call; for another frame the message
+                # fields are bytes after it, never used. With fewer bytes
+                # buffered, a message frame is incomplete (it breaks below).
+                size, frame_type, timestamp, attempts, message_id = unpack_message(buf, pos)
+            else:
+                size, frame_type = unpack(buf, pos)
             # A message or an answer of a sane size needs no other check.
             if frame_type == FRAME_TYPE_MESSAGE:
                 if not _SMALLEST_MESSAGE <= size <= largest:
@@ -188,7 +198,6 @@ class FrameDecoder:
             if n < end:
                 break
             if decode and frame_type == FRAME_TYPE_MESSAGE:
-                timestamp, attempts, message_id = _MESSAGE.unpack_from(buf, pos + 8)
                 message = object.__new__(Message)
                 _set_id(message, message_id)
                 _set_body(message, bytes(buf[pos + 8 + MESSAGE_HEADER_SIZE : end]))
