@@ -108,10 +108,10 @@ class Settler:
             return
         timing = self.timing
         if timing is None:
-            self._run((message,), handler, message)
+            self._run(None, handler, message)
             return
         started = perf_counter()
-        self._run((message,), handler, message)
+        self._run(None, handler, message)
         timing(perf_counter() - started)
 
     def settle_batch(
@@ -140,16 +140,25 @@ class Settler:
         if timing is not None:
             timing(perf_counter() - started)
 
-    def _run(self, messages: Sequence[Message], handler: Callable[[Any], Any], arg: Any) -> None:
+    def _run(
+        self, messages: Sequence[Message] | None, handler: Callable[[Any], Any], arg: Any
+    ) -> None:
+        """``handler(arg)``, then the answers; ``messages`` ``None``: ``arg`` is one message.
+
+        (No tuple is built for a single message when its handler succeeds.)
+        """
         try:
             handler(arg)
         except RequeueMessage as request:
+            if messages is None:
+                messages = (arg,)
             for message in messages:
                 message.requeue(request.delay, request.backoff)
         except (Exception, gevent.Timeout) as exc:
             # A gevent.Timeout escaping the handler is the handler's own (it
             # ran out of time): a failure like any other.
-            if arg is messages[0]:
+            if messages is None:
+                messages = (arg,)
                 log.exception("%s: handler failed on %s; requeueing it", self._name, arg)
             else:
                 log.exception("batch handler failed on %d messages; requeueing them", len(messages))
@@ -160,12 +169,16 @@ class Settler:
                     dead_letters.handler_failed(message, exc)
                 message.requeue(None, True)
         except BaseException:  # GreenletExit, KeyboardInterrupt: answer, then unwind
-            for message in messages:
+            for message in (arg,) if messages is None else messages:
                 message.requeue(0.0, False)
             raise
         else:
+            if messages is None:
+                if not arg._async:  # is_async, inlined on the hot path
+                    arg.finish()
+                return
             for message in messages:
-                if not message._async:  # is_async, inlined on the hot path
+                if not message._async:
                     message.finish()
 
     # -- giving up ---------------------------------------------------------------
