@@ -49,18 +49,16 @@ def test_frame_layout_size_counts_the_frame_type() -> None:
 
 @pytest.mark.parametrize("split", range(len(STREAM) + 1))
 def test_decoding_messages_in_the_decoder_gives_what_decode_message_gives(split: int) -> None:
-    # The consumer's fast path: message frames come out as equal, frozen,
-    # hashable Message values; other frames as bytes, as frames() gives them.
+    # The consumer's fast path: message frames come out as bare, equal, frozen,
+    # hashable Message values; other frames as (type, bytes), as frames() gives them.
     decoder = FrameDecoder()
     decoder.feed(STREAM[:split])
     got = decoder.frames_decoding_messages()
     decoder.feed(STREAM[split:])
     got += decoder.frames_decoding_messages()
-    want = [
-        (t, decode_message(d) if t == FRAME_TYPE_MESSAGE else d) for t, d in STREAM_FRAMES
-    ]
+    want = [decode_message(d) if t == FRAME_TYPE_MESSAGE else (t, d) for t, d in STREAM_FRAMES]
     assert got == want
-    message = got[2][1]
+    message = got[2]
     assert isinstance(message, Message) and hash(message) == hash(MSG)
     with pytest.raises(AttributeError):
         message.body = b"changed"  # type: ignore[misc]
