@@ -79,7 +79,9 @@ class Dispatcher:
         """Queue a message or a batch for a worker, spawning one if needed. Never blocks."""
         queue = self._queue
         queue.put(item)
-        if self._idle < queue.qsize() and len(self._workers.greenlets) < self.concurrency:
+        if self._idle < queue.qsize() and len(self._workers.greenlets) < (
+            self._concurrency or max(1, self._flow.planner.max_in_flight)  # concurrency, inlined
+        ):
             self._workers.spawn(self._work)
 
     def drop(self, connection: object) -> None:
