@@ -5,7 +5,7 @@ from __future__ import annotations
 import struct
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gnsqlite.errors import RemoteProtocolError
@@ -164,3 +164,33 @@ def test_decode_message_refuses_short_data() -> None:
 def test_max_frame_size_must_hold_a_message_header() -> None:
     with pytest.raises(ValueError, match="at least 30"):
         FrameDecoder(max_frame_size=10)
+
+
+@settings(deadline=None, max_examples=60)
+@given(
+    st.lists(st.sampled_from([0, 10, 5000, 70_000]), min_size=1, max_size=6),
+    st.lists(st.integers(min_value=300, max_value=40_000), min_size=1, max_size=8),
+    st.sampled_from([bytes, bytearray, memoryview]),
+)
+def test_large_frames_in_pieces_decode_whole(
+    sizes: list[int], chunks: list[int], kind: type
+) -> None:
+    # A rest above a few KiB (a large frame arriving in pieces) grows in
+    # place; a short one is copied with the new bytes: both give the frames.
+    messages = [Message(b"%016d" % i, bytes([i % 251]) * n, i, 1) for i, n in enumerate(sizes)]
+    frames = [(FRAME_TYPE_MESSAGE, encode_message(m)) for m in messages]
+    frames.insert(len(frames) // 2, (FRAME_TYPE_RESPONSE, b"_heartbeat_"))
+    stream = b"".join(encode_frame(t, d) for t, d in frames)
+    decoder = FrameDecoder()
+    got: list[object] = []
+    pos = i = 0
+    while pos < len(stream):
+        step = chunks[i % len(chunks)]
+        decoder.feed(kind(stream[pos : pos + step]))
+        got += decoder.frames_decoding_messages()
+        pos += step
+        i += 1
+    want = [decode_message(d) if t == FRAME_TYPE_MESSAGE else (t, d) for t, d in frames]
+    assert got == want
+    assert all(type(m.body) is bytes for m in got if isinstance(m, Message))
+    assert decoder.buffered == 0
