@@ -65,7 +65,7 @@ class Reader:
     on_heartbeat: Callable[..., None] | None
     _sock: Any
     _codec: Codec | None
-    _closed: bool
+    closed: bool
     _tls: bool
     _in_recv: bool
     _silence: Timer | None
@@ -135,7 +135,7 @@ class Reader:
         """Runs in a timer greenlet of the wheel when the silence timer fires."""
         self._silence = None
         reader = self._reader
-        if self._closed or reader is None or reader.dead:
+        if self.closed or reader is None or reader.dead:
             return
         if time.monotonic() - self.last_received < limit:
             self._start_silence_timer(limit)  # bytes came since it was armed
@@ -212,7 +212,7 @@ class Reader:
         finally:
             self._in_recv = False
             self._stop_silence_timer()
-        if not self._closed:
+        if not self.closed:
             self._end(error)
 
     def _call(self, callback: Callable[..., None], *args: Any) -> None:
