@@ -96,7 +96,11 @@ def main() -> int:
             args.nsqd,
             "--child",
         ]
-        env = {**os.environ, "GNSQLITE_CALLGRIND": "1"}
+        # The checkout's gnsqlite, not an installed one: the child's sys.path
+        # starts with benchmarks/, so the repository root goes on PYTHONPATH.
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+        env = {**os.environ, "GNSQLITE_CALLGRIND": "1", "PYTHONPATH": path}
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
         found = re.search(r"Collected : (\d+)", proc.stderr)
         if proc.returncode != 0 or not found:

@@ -144,7 +144,9 @@ class Connection(Handshake, Reader, Writer):
         self._parked: Any = None  # the parked reader's gevent Waiter
         self._tls = False
         self._draining = False  # close() asked the writer to flush and stop
-        self._closed = False
+        #: True once the connection has ended, by :meth:`close` or by an error.
+        #: Read it; only the connection sets it (a plain attribute: read per message).
+        self.closed = False
         self._error: Exception | None = None
 
     def __repr__(self) -> str:
@@ -155,12 +157,7 @@ class Connection(Handshake, Reader, Writer):
     @property
     def is_connected(self) -> bool:
         """True between a successful :meth:`connect` and the end of the connection."""
-        return self._reader is not None and not self._closed
-
-    @property
-    def closed(self) -> bool:
-        """True once the connection has ended, by :meth:`close` or by an error."""
-        return self._closed
+        return self._reader is not None and not self.closed
 
     @property
     def error(self) -> Exception | None:
@@ -216,7 +213,7 @@ class Connection(Handshake, Reader, Writer):
     # -- commands ----------------------------------------------------------
 
     def _check_open(self) -> None:
-        if self._closed:
+        if self.closed:
             if self._error is not None:
                 raise self._lost(self._error)
             raise ConnectionClosedError(self.name, "the connection is closed")
@@ -246,7 +243,7 @@ class Connection(Handshake, Reader, Writer):
         and friends are this with an ``AsyncResult``; a producer passes its
         own waiter to skip a hop.
         """
-        if self._closed or self._draining or self._reader is None:
+        if self.closed or self._draining or self._reader is None:
             self._check_open()  # raises the error that says why
         self.protocol.await_answer(waiter)
         self._queue(data)
@@ -262,7 +259,7 @@ class Connection(Handshake, Reader, Writer):
         what is queued before it) at once, as :meth:`flush` does, rather than
         with the hub's next flush.
         """
-        if self._closed or self._draining or self._reader is None:
+        if self.closed or self._draining or self._reader is None:
             self._check_open()  # raises the error that says why
         self._outbox.append(self.protocol.publish_encoded(command, data, waiter))
         if now and not self._tls:  # flush(), inlined: no hub flush scheduled to be cancelled
@@ -312,13 +309,13 @@ class Connection(Handshake, Reader, Writer):
 
     def ready(self, count: int) -> None:
         """RDY ``count``. Does not block."""
-        if self._closed or self._draining or self._reader is None:
+        if self.closed or self._draining or self._reader is None:
             self._check_open()  # raises the error that says why, before the protocol would
         self._queue(self.protocol.rdy(count))
 
     def finish(self, message_id: bytes | str) -> None:
         """FIN a message. Does not block."""
-        if self._closed or self._draining or self._reader is None:
+        if self.closed or self._draining or self._reader is None:
             self._check_open()  # raises the error that says why
         outbox = self._outbox
         outbox.append(self.protocol.fin(message_id))  # _queue, inlined: a flush is usually due
@@ -364,7 +361,7 @@ class Connection(Handshake, Reader, Writer):
         :class:`~gnsqlite.errors.ConnectionClosedError`. Afterwards no
         greenlet of this connection remains. Safe to call twice.
         """
-        if self._closed:
+        if self.closed:
             self._join_greenlets(timeout)
             return
         timeout = self.config.close_timeout if timeout is None else timeout
@@ -376,7 +373,7 @@ class Connection(Handshake, Reader, Writer):
             if self.protocol.state is ClientState.CLOSING:
                 self._close_wait.wait(max(0.0, deadline - time.monotonic()))
         writer = self._writer
-        if writer is not None and current is not writer and not self._closed:
+        if writer is not None and current is not writer and not self.closed:
             self._draining = True
             self._wakeup.set()
             writer.join(max(0.0, deadline - time.monotonic()))
@@ -390,9 +387,9 @@ class Connection(Handshake, Reader, Writer):
             gevent.joinall(others, timeout=timeout)
 
     def _end(self, error: Exception | None) -> None:
-        if self._closed:
+        if self.closed:
             return
-        self._closed = True
+        self.closed = True
         self._error = error
         self._stop_watch()  # the hub reads no more, before anything else runs
         waiters = self.protocol.connection_lost()

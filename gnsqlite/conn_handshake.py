@@ -65,7 +65,7 @@ class Handshake:
     last_received: float
     _sock: Any
     _codec: Codec | None
-    _closed: bool
+    closed: bool
     _tls: bool
     _loop: Any
     _reader: gevent.Greenlet[[], None] | None
@@ -95,7 +95,7 @@ class Handshake:
         server's error (``AuthFailedError``, ``UnauthorizedError``,
         ``BadBodyError`` ...) for a refused IDENTIFY or AUTH.
         """
-        if self._closed or self._reader is not None:
+        if self.closed or self._reader is not None:
             raise ConnectionClosedError(self.name, "a Connection object connects only once")
         timeout = self.config.connect_timeout
         deadline = gevent.Timeout(timeout)

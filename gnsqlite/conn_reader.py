@@ -77,7 +77,7 @@ class Reader:
     on_heartbeat: Callable[..., None] | None
     _sock: Any
     _codec: Codec | None
-    _closed: bool
+    closed: bool
     _tls: bool
     _in_recv: bool
     _silence: Timer | None
@@ -150,7 +150,7 @@ class Reader:
         """Runs in a timer greenlet of the wheel when the silence timer fires."""
         self._silence = None
         reader = self._reader
-        if self._closed or reader is None or reader.dead:
+        if self.closed or reader is None or reader.dead:
             return
         if time.monotonic() - self.last_received < limit:
             self._start_silence_timer(limit)  # bytes came since it was armed
@@ -238,7 +238,7 @@ class Reader:
             self._in_recv = False
             self._stop_watch()
             self._stop_silence_timer()
-        if not self._closed:
+        if not self.closed:
             self._end(error)
 
     # -- a publisher's answers, read by the hub (see the module docstring) -------

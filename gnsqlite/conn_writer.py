@@ -42,7 +42,7 @@ class Writer:
     name: str
     _sock: Any
     _codec: Codec | None
-    _closed: bool
+    closed: bool
     _tls: bool
     _loop: Any
     _outbox: list[bytes]
@@ -107,7 +107,7 @@ class Writer:
         for its own writes).
         """
         outbox = self._outbox
-        if not outbox or self._closed:
+        if not outbox or self.closed:
             return
         if self._writing or self._unsent or self._draining:
             self._wakeup.set()  # the writer is busy or finishing: order is its job
@@ -158,7 +158,7 @@ class Writer:
                     if self._draining and not outbox and not self._unsent:
                         return
         except NSQError as exc:  # a network failure, mapped at the edge, or an encoding one
-            if not self._closed:
+            if not self.closed:
                 self._end(exc)
         except gevent.GreenletExit:
             return

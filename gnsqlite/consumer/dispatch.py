@@ -2,22 +2,34 @@
 
 A reader greenlet (through its link) or the batcher hands a message or a
 batch to :meth:`Dispatcher.enqueue`, which never blocks: the item is queued
-and a worker greenlet is spawned when none is idle and fewer than
-``concurrency`` run (workers are reused, not spawned per message). A worker
-takes items until told to stop and hands each to the settler, which runs
-the handler and answers. The dispatcher owns the worker greenlets:
-:meth:`drain` ends them.
+and an idle worker is woken, or, when none is idle and fewer than
+``concurrency`` run, a worker greenlet is spawned (workers are reused, not
+spawned per message). A worker takes items until told to stop and hands
+each to the settler, which runs the handler and answers. The dispatcher
+owns the worker greenlets: :meth:`drain` ends them.
+
+The queue is a plain deque and an idle worker waits on a
+:class:`gevent.hub.Waiter` of its own. One hub callback (:meth:`_wake`,
+scheduled by the first item while workers are idle) switches to idle
+workers in turn while items are left: a worker takes items until the queue
+is empty, so a read's worth of messages wakes one worker, not one each, and
+the next wakes only if the first blocks with items left. A blocking
+``gevent.queue.Queue.get`` ends by removing its waiter from the queue's
+getters, which ``Queue._unlock`` already took, so it raised and swallowed a
+``ValueError`` (with the waiter's repr formatted) per wait, once per
+message at ``max_in_flight=1``.
 """
 
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 import gevent
 import gevent.pool
-import gevent.queue
+from gevent.hub import Waiter, get_hub
 
 from ..batch import Batch, Batcher, messages_of
 from ..message import Message
@@ -59,9 +71,10 @@ class Dispatcher:
         self._concurrency = concurrency
         self.batcher = batcher
         self.handler: Callable[[Message], Any] | None = None
-        self._queue: gevent.queue.Queue[Item | None] = gevent.queue.Queue()
+        self._queue: deque[Item | None] = deque()  # None: a worker's cue to end
+        self._sleepers: deque[Waiter[Any]] = deque()  # idle workers, longest idle first
+        self._wake_due = False  # _wake is scheduled on the hub
         self._workers = gevent.pool.Pool()
-        self._idle = 0
         #: worker greenlet -> what it handles now
         self.running: dict[Any, Item] = {}
 
@@ -73,18 +86,23 @@ class Dispatcher:
     @property
     def queued(self) -> int:
         """Items waiting for a worker."""
-        return self._queue.qsize()
+        return len(self._queue)
 
     def enqueue(self, item: Item) -> None:
-        """Queue a message or a batch for a worker, spawning one if needed. Never blocks."""
-        queue = self._queue
-        queue.put(item)
-        if self._idle < queue.qsize() and len(self._workers.greenlets) < self.concurrency:
+        """Queue a message or a batch: wake an idle worker, or spawn one if needed. Never blocks."""
+        self._queue.append(item)
+        if self._sleepers:
+            if not self._wake_due:
+                self._wake_due = True
+                get_hub().loop.run_callback(self._wake)
+        elif len(self._workers.greenlets) < (
+            self._concurrency or max(1, self._flow.planner.max_in_flight)  # concurrency, inlined
+        ):
             self._workers.spawn(self._work)
 
     def drop(self, connection: object) -> None:
         """Remove ``connection``'s single messages from the queue (it died: nsqd redelivers)."""
-        waiting = self._queue.queue  # the Queue's deque; removing items wakes nobody
+        waiting = self._queue  # removing items wakes nobody
         # A batch keeps its messages of ``connection``: settle_batch skips them.
         if any(isinstance(m, Message) and m.connection is connection for m in waiting):
             kept = [
@@ -95,12 +113,9 @@ class Dispatcher:
 
     def requeue_queued(self) -> None:
         """Requeue everything still queued (closing). Never blocks."""
-        while True:
-            try:
-                item = self._queue.get_nowait()
-            except gevent.queue.Empty:
-                return
-            requeue_now(item)
+        queue = self._queue
+        while queue:
+            requeue_now(queue.popleft())
 
     def drain(self, timeout: float) -> None:
         """Let the workers finish what they run, then end them; blocks up to ``timeout`` s.
@@ -111,7 +126,10 @@ class Dispatcher:
         current = gevent.getcurrent()
         workers = [g for g in self._workers if g is not current]
         for _ in workers:
-            self._queue.put(None)
+            self._queue.append(None)
+        if self._sleepers and not self._wake_due:
+            self._wake_due = True
+            get_hub().loop.run_callback(self._wake)
         gevent.joinall(workers, timeout=max(0.0, timeout))
 
     def kill(self) -> None:
@@ -119,17 +137,35 @@ class Dispatcher:
         current = gevent.getcurrent()
         gevent.killall([g for g in self._workers if g is not current], block=True)
 
+    def _wake(self) -> None:
+        """In the hub: switch to idle workers in turn while items are left."""
+        self._wake_due = False
+        queue = self._queue
+        sleepers = self._sleepers
+        while queue and sleepers:
+            # Returns when the worker waits again: idle (the queue is empty)
+            # or blocked in its handler (the next idle worker takes over).
+            sleepers.popleft().switch(None)
+
     def _work(self) -> None:
         queue = self._queue
+        sleepers = self._sleepers
         flow = self._flow
         settler = self._settler
         me = gevent.getcurrent()
         while True:
-            self._idle += 1
-            try:
-                item = queue.get()
-            finally:
-                self._idle -= 1
+            if not queue:
+                # Idle: wait for _wake, then look again.
+                waiter: Waiter[Any] = Waiter()
+                sleepers.append(waiter)
+                try:
+                    waiter.get()
+                except BaseException:  # killed while idle
+                    if waiter in sleepers:
+                        sleepers.remove(waiter)
+                    raise
+                continue
+            item = queue.popleft()
             if item is None:
                 return
             if flow.closing:

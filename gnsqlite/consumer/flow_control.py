@@ -8,9 +8,10 @@ backoff windows and the RDY redistribution on the hub's
 ``starved`` Event. It also holds the consumer's ``closing`` flag and the
 ``drained`` Event (set when nothing is in flight while closing).
 
-In-flight counts per connection are the planner's
-(:attr:`ConnFlow.in_flight <gnsqlite.flow.ConnFlow.in_flight>`).
-Nothing here blocks.
+In-flight counts per connection are the sizes of the links' ``unanswered``
+sets, handed to the planner in :meth:`FlowControl.add` and read through
+:attr:`ConnFlow.in_flight <gnsqlite.flow.ConnFlow.in_flight>`: nothing here
+counts them. Nothing here blocks.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sized
 from typing import Protocol
 
 import gevent.event
@@ -132,9 +133,13 @@ class FlowControl:
 
     # -- connections -----------------------------------------------------------------
 
-    def add(self, name: str, max_rdy_count: int) -> None:
-        """``name`` subscribed; it gets its share of the budget."""
-        self.send(self.planner.add(name, max_rdy_count, time.monotonic()))
+    def add(self, name: str, max_rdy_count: int, held: Sized) -> None:
+        """``name`` subscribed; it gets its share of the budget.
+
+        ``held`` is its link's live set of unanswered messages: the size is
+        its in-flight count, changed by the link before each call here.
+        """
+        self.send(self.planner.add(name, max_rdy_count, time.monotonic(), held))
 
     def remove(self, name: str) -> None:
         """``name`` is gone; its budget goes to the others."""

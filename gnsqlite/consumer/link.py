@@ -11,10 +11,13 @@ The link is both ends of a message's trip through the consumer:
   which writes FIN on its own connection and tells flow control. No lookup
   by connection name on the way back.
 
-Its flow (RDY, in-flight count, when the last message came) is the
-planner's :class:`~gnsqlite.flow.ConnFlow` of the same name;
-``unanswered`` holds the messages behind that count, so that close() can
-requeue them (async ones too). A link that left (its connection ended) is
+``unanswered`` is the one record of its messages received and not yet
+answered: close() requeues them (async ones too), and the planner's
+:class:`~gnsqlite.flow.ConnFlow` of the same name reads its in-flight count
+as the set's size (flow control hands the set to the planner when the link
+subscribes). So the set changes before flow control hears of a message or
+an answer. The rest of its flow (RDY, when the last message came) is the
+planner's. A link that left (its connection ended) is
 ``active`` no more: answers on it are still written when the connection
 can take them, and counted nowhere.
 """
@@ -127,12 +130,12 @@ class Link:
             name, self, self.msg_timeout, conn, now,
         )  # fmt: skip
         self.received += 1
+        self.unanswered.add(message)  # first: the planner reads its size
         flow = self.flow
         flow.received(self, now)
         if flow.closing:
-            message.requeue(0.0, backoff=False)
+            message.requeue(0.0, backoff=False)  # takes it out of unanswered again
             return
-        self.unanswered.add(message)
         if self.observers:
             self._observe(message)
         self.intake(message)

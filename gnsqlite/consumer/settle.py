@@ -1,7 +1,8 @@
 """Settling: the one rule from a handler's result to nsqd's answer.
 
 For a single message and for a batch alike (:meth:`Settler.settle` and
-:meth:`Settler.settle_batch` share :meth:`Settler._run`):
+:meth:`Settler.settle_batch` share the success step and
+:meth:`Settler._failed`, the rule for a handler that raised):
 
 * the handler returns: FIN every message it did not answer itself (an async
   one, :meth:`~gnsqlite.message.Message.enable_async`, is left to its owner);
@@ -107,12 +108,16 @@ class Settler:
             self.give_up(message)
             return
         timing = self.timing
-        if timing is None:
-            self._run((message,), handler, message)
-            return
-        started = perf_counter()
-        self._run((message,), handler, message)
-        timing(perf_counter() - started)
+        started = perf_counter() if timing is not None else 0.0
+        try:
+            handler(message)
+        except BaseException:
+            self._failed(None, message)  # re-raises GreenletExit and the like
+        else:
+            if not message._async:  # is_async, inlined on the hot path
+                message.finish()
+        if timing is not None:
+            timing(perf_counter() - started)
 
     def settle_batch(
         self, messages: Sequence[Message], handler: Callable[[list[Message]], Any]
@@ -141,15 +146,38 @@ class Settler:
             timing(perf_counter() - started)
 
     def _run(self, messages: Sequence[Message], handler: Callable[[Any], Any], arg: Any) -> None:
+        """``handler(arg)`` for a batch (``arg``: the list of ``messages``), then the answers."""
         try:
             handler(arg)
+        except BaseException:
+            self._failed(messages, arg)
+        else:
+            for message in messages:
+                if not message._async:
+                    message.finish()
+
+    def _failed(self, messages: Sequence[Message] | None, arg: Any) -> None:
+        """Answer the messages of ``handler(arg)``, which raised; call it in the ``except`` block.
+
+        The rule: :class:`RequeueMessage` requeues as asked; another
+        exception (or the handler's own ``gevent.Timeout``) is logged and
+        requeues with backoff (dead-lettering a last attempt); what must
+        unwind (``GreenletExit``, ``KeyboardInterrupt``) requeues at once and
+        is re-raised. ``messages`` ``None``: ``arg`` is one message (no tuple
+        is built on the success path).
+        """
+        try:
+            raise  # the exception being handled by the caller
         except RequeueMessage as request:
+            if messages is None:
+                messages = (arg,)
             for message in messages:
                 message.requeue(request.delay, request.backoff)
         except (Exception, gevent.Timeout) as exc:
             # A gevent.Timeout escaping the handler is the handler's own (it
             # ran out of time): a failure like any other.
-            if arg is messages[0]:
+            if messages is None:
+                messages = (arg,)
                 log.exception("%s: handler failed on %s; requeueing it", self._name, arg)
             else:
                 log.exception("batch handler failed on %d messages; requeueing them", len(messages))
@@ -160,13 +188,9 @@ class Settler:
                     dead_letters.handler_failed(message, exc)
                 message.requeue(None, True)
         except BaseException:  # GreenletExit, KeyboardInterrupt: answer, then unwind
-            for message in messages:
+            for message in (arg,) if messages is None else messages:
                 message.requeue(0.0, False)
             raise
-        else:
-            for message in messages:
-                if not message._async:  # is_async, inlined on the hot path
-                    message.finish()
 
     # -- giving up ---------------------------------------------------------------
 

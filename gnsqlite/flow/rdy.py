@@ -69,7 +69,11 @@ about connections, messages and answers in between. The rules:
   connection below its target (in full flow), never the same count again.
 
 Each connection's :attr:`ConnFlow.reason` says why it holds its count (see
-:data:`REASONS`). Every method returns the RDY commands to send as
+:data:`REASONS`). Its in-flight count is the size of a collection the caller
+owns and passes to :meth:`RdyPlanner.add` (the consumer's link's unanswered
+messages): the planner reads it and never counts, so the count is kept once;
+``message_received`` and ``message_done`` are called after the caller added
+the message to it or took it out. Every method returns the RDY commands to send as
 ``(connection name, count)`` pairs, in order. Nothing here does I/O or reads a
 clock: times are float seconds passed in as ``now``.
 """
@@ -78,6 +82,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Sized
 
 from .rdy_conn import (
     DEMAND_HEADROOM,
@@ -339,12 +344,17 @@ class RdyPlanner:
 
     # -- events ------------------------------------------------------------
 
-    def add(self, name: str, max_rdy_count: int, now: float) -> list[Command]:
-        """A connection subscribed: it starts at RDY 1 (when the budget allows)."""
+    def add(self, name: str, max_rdy_count: int, now: float, held: Sized) -> list[Command]:
+        """A connection subscribed: it starts at RDY 1 (when the budget allows).
+
+        ``held`` is the caller's live collection of the connection's messages
+        received and not yet answered: its size is the in-flight count
+        (:attr:`ConnFlow.in_flight`); the planner only reads it.
+        """
         if self._last_evaluation is None:
             self._last_evaluation = now  # the first window starts with the first connection
         self.conns[name] = ConnFlow(
-            name, max(1, max_rdy_count), connected_at=now, waiting_since=now
+            name, max(1, max_rdy_count), connected_at=now, held=held, waiting_since=now
         )
         return self._rebalance(now)
 
@@ -367,7 +377,7 @@ class RdyPlanner:
         return self._rebalance(now)
 
     def message_received(self, name: str, now: float) -> list[Command]:
-        """A message arrived on ``name``: count it; its first message opens its share.
+        """A message arrived on ``name`` (already in its ``held``); the first opens its share.
 
         The per-message path: O(1), and it returns commands only for a
         connection's first message (in full flow).
@@ -375,7 +385,7 @@ class RdyPlanner:
         flow = self.conns.get(name)
         if flow is None:
             return []
-        in_flight = flow.in_flight = flow.in_flight + 1
+        in_flight = len(flow.held)
         flow.last_message_at = now
         # In-flight only grew: a starved connection stays starved, so only
         # the other way needs a check (_check_starved, inlined).
@@ -396,7 +406,7 @@ class RdyPlanner:
         return []
 
     def message_done(self, name: str, now: float | None = None) -> list[Command]:
-        """A message from ``name`` was answered (FIN or REQ): its in-flight slot frees.
+        """A message from ``name`` was answered (FIN or REQ) and left its ``held``: its slot frees.
 
         nsqd's window reopens by itself, so the count is not sent again. In
         full flow the answer may free budget a connection below its target
@@ -406,14 +416,12 @@ class RdyPlanner:
         flow = self.conns.get(name)
         if flow is None:
             return []
-        in_flight = flow.in_flight
+        in_flight = len(flow.held)  # after the answer; one more before it
         last_rdy = flow.last_rdy
         reserve = flow.reserve
         # Only a connection holding more than its RDY frees budget by answering.
-        holding_more = reserve > 0 or in_flight > last_rdy
-        before = flow.committed if holding_more else 0
-        if in_flight > 0:
-            in_flight = flow.in_flight = in_flight - 1
+        holding_more = reserve > 0 or in_flight >= last_rdy
+        before = max(last_rdy, in_flight + 1, reserve) if holding_more else 0
         if reserve > 0:
             flow.reserve = reserve - 1  # the RDY went out before this answer: nsqd sends no more
         # In-flight only shrank: a connection not starved stays so (_check_starved, inlined).

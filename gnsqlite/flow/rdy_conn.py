@@ -9,6 +9,7 @@ guide's constants, :class:`ConnFlow`, :data:`REASONS`, the rotation bounds
 from __future__ import annotations
 
 import math
+from collections.abc import Sized
 from dataclasses import dataclass
 
 __all__ = [
@@ -91,13 +92,21 @@ def turn_length(low_rdy_timeout: float, interval: float, short: bool = True) -> 
 
 @dataclass
 class ConnFlow:
-    """The flow state of one connection, as the consumer tracks it."""
+    """The flow state of one connection, as the consumer tracks it.
+
+    Its in-flight count is not kept here: it is the size of ``held``, the
+    caller's live collection of the connection's received and unanswered
+    messages (the consumer's :attr:`Link.unanswered
+    <gnsqlite.consumer.link.Link.unanswered>`), the one record of them.
+    """
 
     name: str
     max_rdy_count: int
     connected_at: float
+    #: The caller's collection of messages received and not yet answered:
+    #: read (``len``), never changed, here.
+    held: Sized = ()
     last_rdy: int = 0  # the RDY count last sent
-    in_flight: int = 0
     warmed: bool = False  # received a message since it connected
     last_message_at: float | None = None  # when the last message arrived
     rdy_handed_at: float | None = None  # when it last went from RDY 0 to more
@@ -116,18 +125,24 @@ class ConnFlow:
     eager: bool = True
 
     @property
+    def in_flight(self) -> int:
+        """Messages received and not yet answered: the size of ``held``."""
+        return len(self.held)
+
+    @property
     def rdy(self) -> int:
         """What its RDY still allows: nsqd's window, the last RDY less the in-flight count.
 
         Below 0 while it holds more than a lowered RDY (messages sent before
         the change arrived).
         """
-        return self.last_rdy - self.in_flight
+        return self.last_rdy - len(self.held)
 
     @property
     def starved(self) -> bool:
         """The guide's ``is_starved`` test for this connection."""
-        return self.in_flight > 0 and self.in_flight >= self.last_rdy * STARVATION_RATIO
+        in_flight = len(self.held)
+        return in_flight > 0 and in_flight >= self.last_rdy * STARVATION_RATIO
 
     @property
     def committed(self) -> int:
@@ -137,7 +152,7 @@ class ConnFlow:
         lowered, the old count less the answers sent since (nsqd may have sent
         messages not received yet), until the next evaluation.
         """
-        return max(self.last_rdy, self.in_flight, self.reserve)
+        return max(self.last_rdy, len(self.held), self.reserve)
 
     @property
     def turn_start(self) -> float:

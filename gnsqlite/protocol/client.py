@@ -344,13 +344,13 @@ class ClientConnection:
             # The hot path: messages, heartbeats and the odd error.
             received = _new
             set_message = _set_message
-            for frame_type, data in self._decoder.frames_decoding_messages():
-                if type(data) is Message:
+            for item in self._decoder.frames_decoding_messages():
+                if type(item) is Message:  # a message frame, decoded
                     event = received(MessageReceived)
-                    set_message(event, data)
+                    set_message(event, item)
                     out.append(event)
                 else:
-                    out.append(self._frame_event(frame_type, data))  # type: ignore[arg-type]
+                    out.append(self._frame_event(*item))  # type: ignore[misc]
             return out
         if self.state is ClientState.READY:
             # A publisher's answers: no upgrade can follow, so every frame at once.

@@ -51,6 +51,8 @@ MESSAGE_HEADER_SIZE = 26
 
 _HEADER = struct.Struct(">ii")
 _MESSAGE = struct.Struct(">qH16s")
+#: A message frame's frame header and message header, read in one call.
+_MESSAGE_FRAME = struct.Struct(">iiqH16s")
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +98,9 @@ def encode_frame(frame_type: int, data: bytes) -> bytes:
     return _HEADER.pack(len(data) + 4, frame_type) + data
 
 
+#: Bytes left undecoded below which :meth:`FrameDecoder.feed` copies them with
+#: the new bytes into one ``bytes`` (above: they grow in a ``bytearray``).
+_SHORT_REST = 4 * 1024
 #: The smallest size prefix of a message frame: the frame type and the message header.
 _SMALLEST_MESSAGE = 4 + MESSAGE_HEADER_SIZE
 
@@ -116,15 +121,34 @@ class FrameDecoder:
         if max_frame_size < MESSAGE_HEADER_SIZE + 4:
             raise ValueError(f"max_frame_size must be at least 30 bytes, not {max_frame_size}")
         self.max_frame_size = max_frame_size
-        self._buf = bytearray()
+        # Bytes, so a frame's data is one slice (one copy); a bytearray only
+        # while a long rest (a large frame arriving in pieces) accumulates.
+        self._buf: bytes | bytearray = b""
         self._pos = 0
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
-        """Append received bytes to the buffer."""
-        if self._pos:
-            del self._buf[: self._pos]
-            self._pos = 0
-        self._buf += data
+        """Append received bytes to the buffer.
+
+        Amortized O(len(data)): what is left undecoded is copied again only
+        while it is short (below :data:`_SHORT_REST` bytes); a longer rest
+        grows in place.
+        """
+        buf = self._buf
+        pos = self._pos
+        rest = len(buf) - pos
+        self._pos = 0
+        if rest <= 0:  # everything decoded: the received bytes are the buffer
+            self._buf = data if type(data) is bytes else bytes(data)
+        elif rest < _SHORT_REST:
+            self._buf = bytes(buf[pos:]) + data  # bytes(): no copy of a bytes slice
+        elif type(buf) is bytearray:
+            if pos:
+                del buf[:pos]
+            buf += data
+        else:
+            grown = bytearray(buf[pos:])
+            grown += data
+            self._buf = grown
 
     @property
     def buffered(self) -> int:
@@ -138,7 +162,7 @@ class FrameDecoder:
         read belong to the upgraded stream and must be decoded by it.
         """
         rest = bytes(self._buf[self._pos :])
-        self._buf = bytearray()
+        self._buf = b""
         self._pos = 0
         return rest
 
@@ -154,30 +178,43 @@ class FrameDecoder:
         if len(buf) < end:
             return None
         self._pos = end
-        return frame_type, bytes(buf[pos + 8 : end])
+        data = buf[pos + 8 : end]
+        return frame_type, data if type(data) is bytes else bytes(data)
 
     def frames(self) -> list[tuple[int, bytes]]:
         """Return every complete frame buffered so far, in order."""
         return self._drain(decode=False)  # type: ignore[return-value]
 
-    def frames_decoding_messages(self) -> list[tuple[int, bytes | Message]]:
-        """Like :meth:`frames`, with message frames decoded into :class:`Message`.
+    def frames_decoding_messages(self) -> list[tuple[int, bytes] | Message]:
+        """Like :meth:`frames`, with each message frame decoded into a bare :class:`Message`.
 
-        The message is read straight from the buffer (its body copied once),
-        which saves a copy and a call per message on the consumer's hot path.
+        The message is read straight from the buffer (its body copied once)
+        and stands alone in the list (no ``(frame_type, data)`` pair: its
+        type says it is a message frame), which saves a copy, a call and a
+        tuple per message on the consumer's hot path. Other frames come as
+        :meth:`frames` gives them.
         """
         return self._drain(decode=True)
 
-    def _drain(self, decode: bool) -> list[tuple[int, bytes | Message]]:
-        out: list[tuple[int, bytes | Message]] = []
+    def _drain(self, decode: bool) -> list[tuple[int, bytes] | Message]:
+        out: list[tuple[int, bytes] | Message] = []
         buf = self._buf
         pos = self._pos
         n = len(buf)
         unpack = _HEADER.unpack_from
+        unpack_message = _MESSAGE_FRAME.unpack_from
         check = self._check
         largest = self.max_frame_size
+        whole = _SMALLEST_MESSAGE + 4  # the shortest whole message frame, in bytes
+        copy = type(buf) is not bytes  # a slice of a bytearray is a bytearray
         while n - pos >= 8:
-            size, frame_type = unpack(buf, pos)
+            if decode and n - pos >= whole:
+                # Both headers in one call; for another frame the message
+                # fields are bytes after it, never used. With fewer bytes
+                # buffered, a message frame is incomplete (it breaks below).
+                size, frame_type, timestamp, attempts, message_id = unpack_message(buf, pos)
+            else:
+                size, frame_type = unpack(buf, pos)
             # A message or an answer of a sane size needs no other check.
             if frame_type == FRAME_TYPE_MESSAGE:
                 if not _SMALLEST_MESSAGE <= size <= largest:
@@ -188,15 +225,16 @@ class FrameDecoder:
             if n < end:
                 break
             if decode and frame_type == FRAME_TYPE_MESSAGE:
-                timestamp, attempts, message_id = _MESSAGE.unpack_from(buf, pos + 8)
                 message = object.__new__(Message)
                 _set_id(message, message_id)
-                _set_body(message, bytes(buf[pos + 8 + MESSAGE_HEADER_SIZE : end]))
+                body = buf[pos + 8 + MESSAGE_HEADER_SIZE : end]
+                _set_body(message, bytes(body) if copy else body)
                 _set_timestamp(message, timestamp)
                 _set_attempts(message, attempts)
-                out.append((frame_type, message))
+                out.append(message)
             else:
-                out.append((frame_type, bytes(buf[pos + 8 : end])))
+                data = buf[pos + 8 : end]
+                out.append((frame_type, bytes(data) if copy else data))  # type: ignore[arg-type]
             pos = end
         self._pos = pos
         return out

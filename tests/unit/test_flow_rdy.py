@@ -3,18 +3,45 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Sized
 
 import pytest
 
 from gnsqlite.config import ConsumerConfig
 from gnsqlite.flow import RdyPlanner
 from gnsqlite.flow.rdy import rotation_bound
+from gnsqlite.flow.rdy_conn import Command
 
 pytestmark = pytest.mark.no_server
 
 
-def planner(max_in_flight: int, idle: float = 10.0, busy: float = 30.0) -> RdyPlanner:
-    return RdyPlanner(
+class Planner(RdyPlanner):
+    """The planner as a consumer's links drive it: each connection's in-flight
+    count is the size of a list owned here (a link's ``unanswered`` set), which
+    gets a message before ``message_received`` and loses one before ``message_done``.
+    The planner itself only reads the lists."""
+
+    held: dict[str, list[object]]
+
+    def add(self, name: str, max_rdy_count: int, now: float, held: Sized = ()) -> list[Command]:
+        self.held = getattr(self, "held", {})
+        self.held[name] = []
+        return super().add(name, max_rdy_count, now, self.held[name])
+
+    def message_received(self, name: str, now: float) -> list[Command]:
+        if name in self.conns:
+            self.held[name].append(object())
+        return super().message_received(name, now)
+
+    def message_done(self, name: str, now: float | None = None) -> list[Command]:
+        if not (name in self.conns and self.held[name]):
+            return []  # nothing in flight: nothing to answer
+        self.held[name].pop()
+        return super().message_done(name, now)
+
+
+def planner(max_in_flight: int, idle: float = 10.0, busy: float = 30.0) -> Planner:
+    return Planner(
         max_in_flight, low_rdy_idle_timeout=idle, rng=random.Random(7), low_rdy_timeout=busy
     )
 
@@ -206,7 +233,7 @@ def test_starvation_is_85_percent_of_last_rdy(in_flight: int, starved: bool) -> 
 
 def test_random_walk_keeps_the_invariants() -> None:
     rng = random.Random(1)
-    p = RdyPlanner(rng.randint(1, 50), low_rdy_idle_timeout=1.0, rng=random.Random(2))
+    p = Planner(rng.randint(1, 50), low_rdy_idle_timeout=1.0, rng=random.Random(2))
     names: list[str] = []
     now = 0.0
     for step in range(2000):

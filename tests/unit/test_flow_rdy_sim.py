@@ -32,9 +32,17 @@ class Nsqd:
     rate: float  # messages per second published into it
     backlog: float = 0.0
     rdy: int = 0  # what the planner last sent
-    in_flight: int = 0
+    #: Its messages delivered and not yet answered (a send time each): the one
+    #: record of them, which the planner reads (as a consumer's link's
+    #: unanswered set): added to before message_received, taken from before
+    #: message_done.
+    held: list[float] = field(default_factory=list)
     delivered: int = 0
     waiting_from: float | None = None  # has messages, none delivered since
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.held)
 
 
 @dataclass
@@ -59,8 +67,8 @@ class Sim:
     def join(self, rate: float, max_rdy_count: int = 2500) -> str:
         name = f"n{self.joined}"
         self.joined += 1
-        self.nsqd[name] = Nsqd(rate)
-        self.send(self.planner.add(name, max_rdy_count, self.now))
+        server = self.nsqd[name] = Nsqd(rate)
+        self.send(self.planner.add(name, max_rdy_count, self.now, server.held))
         return name
 
     def leave(self, name: str) -> None:
@@ -79,7 +87,7 @@ class Sim:
         due = [a for a in self.answers if a[0] <= self.now]
         self.answers = [a for a in self.answers if a[0] > self.now]
         for _, name in due:
-            self.nsqd[name].in_flight -= 1
+            self.nsqd[name].held.pop(0)
             self.send(self.planner.message_done(name, self.now))
         if self.now >= self.next_eval - 1e-9:
             self.next_eval += self.interval  # periodic, as the timer wheel's call_every
@@ -89,7 +97,7 @@ class Sim:
             sent = False
             while server.backlog >= 1 and server.in_flight < server.rdy:
                 server.backlog -= 1
-                server.in_flight += 1
+                server.held.append(self.now)
                 server.delivered += 1
                 sent = True
                 self.answers.append((self.now + self.service, name))
@@ -109,7 +117,7 @@ class Sim:
         for name, flow in p.conns.items():
             assert 0 <= flow.last_rdy <= flow.max_rdy_count
             assert flow.last_rdy == self.nsqd[name].rdy
-            assert flow.in_flight == self.nsqd[name].in_flight
+            assert flow.held is self.nsqd[name].held  # one record, read by the planner
             assert flow.reason in REASONS
         held = sum(s.in_flight for s in self.nsqd.values())
         committed = sum(f.committed for f in p.conns.values())

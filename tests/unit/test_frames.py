@@ -5,7 +5,7 @@ from __future__ import annotations
 import struct
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gnsqlite.errors import RemoteProtocolError
@@ -49,18 +49,16 @@ def test_frame_layout_size_counts_the_frame_type() -> None:
 
 @pytest.mark.parametrize("split", range(len(STREAM) + 1))
 def test_decoding_messages_in_the_decoder_gives_what_decode_message_gives(split: int) -> None:
-    # The consumer's fast path: message frames come out as equal, frozen,
-    # hashable Message values; other frames as bytes, as frames() gives them.
+    # The consumer's fast path: message frames come out as bare, equal, frozen,
+    # hashable Message values; other frames as (type, bytes), as frames() gives them.
     decoder = FrameDecoder()
     decoder.feed(STREAM[:split])
     got = decoder.frames_decoding_messages()
     decoder.feed(STREAM[split:])
     got += decoder.frames_decoding_messages()
-    want = [
-        (t, decode_message(d) if t == FRAME_TYPE_MESSAGE else d) for t, d in STREAM_FRAMES
-    ]
+    want = [decode_message(d) if t == FRAME_TYPE_MESSAGE else (t, d) for t, d in STREAM_FRAMES]
     assert got == want
-    message = got[2][1]
+    message = got[2]
     assert isinstance(message, Message) and hash(message) == hash(MSG)
     with pytest.raises(AttributeError):
         message.body = b"changed"  # type: ignore[misc]
@@ -166,3 +164,33 @@ def test_decode_message_refuses_short_data() -> None:
 def test_max_frame_size_must_hold_a_message_header() -> None:
     with pytest.raises(ValueError, match="at least 30"):
         FrameDecoder(max_frame_size=10)
+
+
+@settings(deadline=None, max_examples=60)
+@given(
+    st.lists(st.sampled_from([0, 10, 5000, 70_000]), min_size=1, max_size=6),
+    st.lists(st.integers(min_value=300, max_value=40_000), min_size=1, max_size=8),
+    st.sampled_from([bytes, bytearray, memoryview]),
+)
+def test_large_frames_in_pieces_decode_whole(
+    sizes: list[int], chunks: list[int], kind: type
+) -> None:
+    # A rest above a few KiB (a large frame arriving in pieces) grows in
+    # place; a short one is copied with the new bytes: both give the frames.
+    messages = [Message(b"%016d" % i, bytes([i % 251]) * n, i, 1) for i, n in enumerate(sizes)]
+    frames = [(FRAME_TYPE_MESSAGE, encode_message(m)) for m in messages]
+    frames.insert(len(frames) // 2, (FRAME_TYPE_RESPONSE, b"_heartbeat_"))
+    stream = b"".join(encode_frame(t, d) for t, d in frames)
+    decoder = FrameDecoder()
+    got: list[object] = []
+    pos = i = 0
+    while pos < len(stream):
+        step = chunks[i % len(chunks)]
+        decoder.feed(kind(stream[pos : pos + step]))
+        got += decoder.frames_decoding_messages()
+        pos += step
+        i += 1
+    want = [decode_message(d) if t == FRAME_TYPE_MESSAGE else (t, d) for t, d in frames]
+    assert got == want
+    assert all(type(m.body) is bytes for m in got if isinstance(m, Message))
+    assert decoder.buffered == 0
