@@ -272,7 +272,7 @@ class Reader:
     def _on_readable(self, raw: Any) -> None:
         """Runs in the hub when a parked reader's socket is readable; never blocks or raises."""
         waiter = self._parked
-        if waiter is None or self._closed:  # pragma: no cover - the watch stops before either
+        if waiter is None or self.closed:  # pragma: no cover - the watch stops before either
             return
         handed: list[Event] | BaseException
         try:
