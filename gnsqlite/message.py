@@ -235,6 +235,9 @@ def delivered(
     return message
 
 
+_NO_CONNECTION = object()
+
+
 def finish_all(messages: Iterable[Message]) -> int:
     """FIN every one of ``messages`` not yet answered, as :meth:`Message.finish` would.
 
@@ -249,11 +252,16 @@ def finish_all(messages: Iterable[Message]) -> int:
     last: Any = None
     batch: list[Message] = []
     count = 0
+    connection: Any = _NO_CONNECTION
+    lost = False
     for message in messages:
         if message._responded:
             continue
         message._responded = True
-        if getattr(message.connection, "closed", False):  # connection_lost, inlined
+        if message.connection is not connection:  # connection_lost, once per connection
+            connection = message.connection
+            lost = bool(getattr(connection, "closed", False))
+        if lost:
             continue
         responder = message._responder
         if responder is not last:
