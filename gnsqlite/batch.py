@@ -258,8 +258,14 @@ class Batcher:
         """Make sure the touch timer runs before ``message`` needs a touch."""
         if self._wheel is None:
             return
-        delay = _touch_delay(message)
         timer = self._touch_timer
+        if (
+            timer is not None
+            and timer.active
+            and timer.deadline <= message._deadline - message.msg_timeout * TOUCH_RATIO
+        ):
+            return  # the common case, decided without reading the clock
+        delay = _touch_delay(message)
         if timer is not None and timer.active and timer.deadline <= time.monotonic() + delay:
             return
         if timer is not None:

@@ -39,7 +39,7 @@ import contextlib
 import logging
 import socket as _stdlib_socket
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 import gevent
@@ -59,7 +59,7 @@ from .errors import (
     map_io_errors,
 )
 from .net import format_address, parse_address
-from .protocol import ClientConnection, ClientState, Message
+from .protocol import ClientConnection, ClientState, Message, commands
 from .timers import Timer
 
 __all__ = ["Connection", "Waiter", "format_address", "map_io_errors", "parse_address"]
@@ -321,6 +321,19 @@ class Connection(Handshake, Reader, Writer):
         outbox.append(self.protocol.fin(message_id))  # _queue, inlined: a flush is usually due
         if self._tls or not self._flush_scheduled or len(outbox) >= FLUSH_AT:
             self._queued()
+
+    def finish_many(self, message_ids: Sequence[bytes | str]) -> None:
+        """FIN every one of ``message_ids``, queued as one command: one write. Does not block.
+
+        The first id goes through the protocol's state check; the rest are
+        joined without a Python step per id (:func:`~gnsqlite.protocol.commands.fin_many`).
+        """
+        if not message_ids:
+            return
+        if self._closed or self._draining or self._reader is None:
+            self._check_open()  # raises the error that says why
+        first = self.protocol.fin(message_ids[0])
+        self._queue(first + commands.fin_many(message_ids[1:]))
 
     def requeue(self, message_id: bytes | str, delay: float = 0.0) -> None:
         """REQ a message, redelivered after ``delay`` seconds. Does not block."""

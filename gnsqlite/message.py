@@ -16,9 +16,10 @@ handler's messages are touched for it: :mod:`gnsqlite.batch`).
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from typing import Any, Protocol
 
-__all__ = ["Message", "RequeueMessage", "Responder", "delivered"]
+__all__ = ["Message", "RequeueMessage", "Responder", "delivered", "finish_all"]
 
 
 class Responder(Protocol):
@@ -232,3 +233,47 @@ def delivered(
     message._async = False
     message._deadline = now + msg_timeout
     return message
+
+
+_NO_CONNECTION = object()
+
+
+def finish_all(messages: Iterable[Message]) -> int:
+    """FIN every one of ``messages`` not yet answered, as :meth:`Message.finish` would.
+
+    A responder with an ``on_finish_many(messages)`` method (the Consumer's
+    :class:`~gnsqlite.consumer.link.Link`) gets its messages in one call,
+    so the FINs of one connection go out in one write; others get
+    ``on_finish`` per message. Messages already answered, or whose
+    connection ended, are skipped. Returns how many FINs were handed over.
+    Does not block.
+    """
+    groups: dict[int, tuple[Any, list[Message]]] = {}
+    last: Any = None
+    batch: list[Message] = []
+    count = 0
+    connection: Any = _NO_CONNECTION
+    lost = False
+    for message in messages:
+        if message._responded:
+            continue
+        message._responded = True
+        if message.connection is not connection:  # connection_lost, once per connection
+            connection = message.connection
+            lost = bool(getattr(connection, "closed", False))
+        if lost:
+            continue
+        responder = message._responder
+        if responder is not last:
+            last = responder
+            batch = groups.setdefault(id(responder), (responder, []))[1]
+        batch.append(message)
+        count += 1
+    for responder, group in groups.values():
+        many = getattr(responder, "on_finish_many", None)
+        if many is not None:
+            many(group)
+        else:
+            for message in group:
+                responder.on_finish(message)
+    return count

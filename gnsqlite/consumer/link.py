@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..conn import Connection
@@ -159,6 +159,22 @@ class Link:
             self.unanswered.discard(message)
             self.finished += 1
             self.flow.finished(self)
+
+    def on_finish_many(self, messages: Sequence[Message]) -> None:
+        """FIN ``messages`` (all received on this link) in one write and count them.
+
+        :func:`~gnsqlite.message.finish_all` calls it. Never blocks.
+        """
+        try:
+            self.conn.finish_many([message.wire_id for message in messages])
+        except NSQConnectionError as exc:
+            log.debug("%s: not sent (%s); nsqd redelivers what is unanswered", self, exc)
+        if self.active:
+            self.unanswered.difference_update(messages)
+            self.finished += len(messages)
+            finished = self.flow.finished
+            for _ in messages:
+                finished(self)
 
     def on_requeue(self, message: Message, delay: float | None, backoff: bool) -> None:
         """REQ ``message`` after ``delay`` seconds (``None``: the settler's delay).

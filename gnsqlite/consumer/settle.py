@@ -130,13 +130,14 @@ class Settler:
         timing = self.timing
         started = perf_counter() if timing is not None else 0.0
         live: list[Message] = []
-        for message in messages:
-            if message.has_responded:
+        max_attempts = self.max_attempts
+        for message in messages:  # the checks inlined: once per message of every batch
+            if message._responded:  # has_responded
                 continue
-            if message.connection_lost:
+            if getattr(message.connection, "closed", False):  # connection_lost
                 log.debug("skipping %s: its connection closed; nsqd redelivers it", message)
                 continue
-            if self.gives_up(message.attempts):
+            if max_attempts and message.attempts > max_attempts:  # gives_up
                 self.give_up(message)
                 continue
             live.append(message)

@@ -31,6 +31,7 @@ __all__ = [
     "dpub",
     "rdy",
     "fin",
+    "fin_many",
     "req",
     "touch",
     "cls",
@@ -178,6 +179,19 @@ def fin(message_id: bytes | str) -> bytes:
     if type(message_id) is bytes and len(message_id) == MESSAGE_ID_LENGTH:
         return b"FIN %s\n" % message_id  # the consumer's case, checked in one step
     return b"FIN " + check_message_id(message_id) + b"\n"
+
+
+def fin_many(message_ids: Sequence[bytes | str]) -> bytes:
+    """``FIN <id>`` for each of ``message_ids``, concatenated: many answers for one write.
+
+    Every id is checked as by :func:`fin`; the consumer's case (16-byte
+    ``bytes`` ids) is checked and joined without a Python step per id.
+    """
+    if not message_ids:
+        return b""
+    if set(map(type, message_ids)) == {bytes} and set(map(len, message_ids)) == {MESSAGE_ID_LENGTH}:
+        return b"FIN " + b"\nFIN ".join(message_ids) + b"\n"  # type: ignore[arg-type]
+    return b"".join(map(fin, message_ids))
 
 
 def req(message_id: bytes | str, delay: float = 0.0) -> bytes:

@@ -97,12 +97,19 @@ class NSQPartition(InputPartition):
         return f"<NSQPartition {self.index} of {self.topic}: {len(self.rows)} messages>"
 
 
-def source_consumer(options: SourceOptions, on_message: Callable[[Message], None],
-                    max_in_flight: int | None = None) -> Consumer:
+def source_consumer(options: SourceOptions, on_message: Callable[[Message], None] | None,
+                    max_in_flight: int | None = None, *,
+                    on_batch: Callable[[list[Message]], None] | None = None,
+                    batch_size: int | None = None,
+                    batch_timeout: float | None = None) -> Consumer:
     """The Consumer a streaming source runs (in its hub thread): the source's options, no backoff.
 
-    ``max_in_flight`` overrides the option's (one consumer's share of it).
-    Constructing it opens nothing; the caller starts it.
+    ``on_message`` handles one message at a time; or, with ``on_message``
+    ``None``, ``on_batch`` gets lists of at most ``batch_size`` messages
+    (the library's batch path, :mod:`gnsqlite.batch`: no handler greenlet
+    switch per message; a batch goes out after ``batch_timeout`` seconds at
+    the latest). ``max_in_flight`` overrides the option's (one consumer's
+    share of it). Constructing it opens nothing; the caller starts it.
     """
     return Consumer(
         options.topic,
@@ -114,7 +121,10 @@ def source_consumer(options: SourceOptions, on_message: Callable[[Message], None
         backoff=None,
         max_in_flight=options.max_in_flight if max_in_flight is None else max_in_flight,
         max_attempts=options.max_attempts,
-        concurrency=4,
+        concurrency=4 if on_batch is None else 1,
+        batch_handler=on_batch,
+        batch_size=batch_size,
+        batch_timeout=batch_timeout,
         **options.consumer,
     )
 

@@ -1,5 +1,8 @@
 """WAL rows as Arrow, both ways: received messages into a segment, segment slices into rows.
 
+:class:`Dedup` remembers the ids of the newest rows, so a redelivery of a
+message already written is finished instead of written again.
+
 :func:`segment_batch` is what the driver writes (one record batch of
 :data:`~gnsqlite.spark.wal.ROW_SCHEMA` per segment); an
 :class:`NSQWalPartition` is pickled to an executor, whose
@@ -8,18 +11,19 @@
 
 from __future__ import annotations
 
+import collections
 import operator
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import InputPartition
 
-from ..message import Message
+from ..message import Message, finish_all
 from .segments import Slice
 from .wal import ROW_SCHEMA, WalStore
 
-__all__ = ["WIRE_ID", "NSQWalPartition", "read_partition", "segment_batch"]
+__all__ = ["WIRE_ID", "Dedup", "NSQWalPartition", "read_partition", "segment_batch"]
 
 
 class NSQWalPartition(InputPartition):
@@ -52,6 +56,44 @@ def read_partition(partition: NSQWalPartition,
                  batch.column(4)],
                 names=["id", "body", "timestamp", "attempts", "topic", "nsqd"],
             )
+
+
+class Dedup:
+    """The ids of the newest WAL rows, bounded: a redelivery of one is finished, not written.
+
+    Ids are kept as the 16 wire bytes, one set per segment, so adding a
+    segment and forgetting the oldest cost no Python step per id.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = max(1, capacity)
+        self._sets: collections.deque[frozenset[bytes]] = collections.deque()
+        self._size = 0
+
+    def __contains__(self, mid: bytes) -> bool:
+        return any(mid in ids for ids in self._sets)
+
+    def add(self, ids: Iterable[bytes]) -> None:
+        """Remember ``ids`` (one segment's); forget the oldest beyond the capacity."""
+        new = frozenset(ids)
+        self._sets.append(new)
+        self._size += len(new)
+        while len(self._sets) > 1 and self._size - len(self._sets[0]) >= self.capacity:
+            self._size -= len(self._sets.popleft())
+
+    def unwritten(self, messages: list[Message]) -> list[Message]:
+        """``messages`` less those already in the WAL, which are finished (nsqd lost our FIN).
+
+        Only a redelivery (``attempts`` other than 1) can be in the WAL, so
+        only those are looked up. Never blocks.
+        """
+        redelivered = [m for m in messages if m.attempts != 1]
+        written = [m for m in redelivered if m.wire_id in self] if redelivered else []
+        if not written:
+            return messages
+        finish_all(written)
+        gone = set(written)
+        return [m for m in messages if m not in gone]
 
 
 #: A message's 16 id bytes (the dedup key of a WAL row).

@@ -6,13 +6,16 @@ query's source; its :class:`~gnsqlite.consumer.Consumer` runs in a
 :class:`~gnsqlite.spark._hub.HubThread` and consumes continuously, between
 batches too:
 
-1. received messages are buffered (at most ``maxInFlight``, nsqd's RDY);
+1. received messages are buffered (at most ``maxInFlight``, nsqd's RDY); they
+   arrive through the consumer's batch path (:mod:`gnsqlite.batch`), in lists,
+   with no handler greenlet switch per message;
 2. a *segment* is cut when ``walSegmentMessages`` messages are buffered or
    ``walFlushInterval`` seconds after its first message; a worker thread
    writes it as an Arrow IPC file under ``walLocation`` and makes it
    durable (:mod:`gnsqlite.spark.wal`) while the hub keeps receiving;
-3. only then are its messages FINished at nsqd, and the segment becomes
-   visible to Spark's planning.
+3. only then are its messages FINished at nsqd, all in one write per
+   connection (:func:`~gnsqlite.message.finish_all`), and the segment
+   becomes visible to Spark's planning.
 
 Offsets are positions in the WAL (:mod:`gnsqlite.spark.segments`);
 :meth:`partitions` hands out file names and row ranges, and executors read
@@ -40,11 +43,10 @@ a redelivery without writing it again.
 
 from __future__ import annotations
 
-import collections
 import logging
 import os
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import gevent
@@ -54,7 +56,7 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
 from ..consumer import Consumer
 from ..errors import NSQConnectionError
-from ..message import Message
+from ..message import Message, finish_all
 from ._hub import HubThread
 from ._shutdown import started, stopping
 from .options import SourceOptions
@@ -67,35 +69,15 @@ from .source import (
     stop_in_hub,
 )
 from .wal import WalStorageError, WalStore
-from .wal_rows import WIRE_ID, NSQWalPartition, read_partition, segment_batch
+from .wal_rows import WIRE_ID, Dedup, NSQWalPartition, read_partition, segment_batch
 
 __all__ = ["NSQWalPartition", "NSQWalStreamReader", "read_partition"]
 
 log = logging.getLogger(__name__)
 
-
-class _Dedup:
-    """The ids of the newest WAL rows, bounded: a redelivery of one is finished, not written.
-
-    Ids are kept as the 16 wire bytes, one set per segment, so adding a
-    segment and forgetting the oldest cost no Python step per id.
-    """
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = max(1, capacity)
-        self._sets: collections.deque[frozenset[bytes]] = collections.deque()
-        self._size = 0
-
-    def __contains__(self, mid: bytes) -> bool:
-        return any(mid in ids for ids in self._sets)
-
-    def add(self, ids: Iterable[bytes]) -> None:
-        """Remember ``ids`` (one segment's); forget the oldest beyond the capacity."""
-        new = frozenset(ids)
-        self._sets.append(new)
-        self._size += len(new)
-        while len(self._sets) > 1 and self._size - len(self._sets[0]) >= self.capacity:
-            self._size -= len(self._sets.popleft())
+#: Received messages reach the source at the latest this long after arriving, in seconds
+#: (the consumer's ``batch_timeout``; bursts reach it at once, as starvation or a full batch).
+INTAKE_DELAY = 0.005
 
 
 class NSQWalStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
@@ -127,7 +109,7 @@ class NSQWalStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
         self._writing = 0  # messages in the segment being written
         self._failure: WalStorageError | None = None
         self._paused = False
-        self._dedup = _Dedup(2 * options.max_in_flight)
+        self._dedup = Dedup(2 * options.max_in_flight)
         self._available_now = False
         self._available_now_end: Position | None = None
         self._pid = 0
@@ -183,7 +165,11 @@ class NSQWalStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
         o = self.options
         self._wake = gevent.event.Event()
         self._started_at = time.monotonic()
-        consumer = source_consumer(o, self._on_message)
+        consumer = source_consumer(
+            o, None, on_batch=self._on_batch,
+            batch_size=min(o.wal_segment_messages, o.max_in_flight),
+            batch_timeout=min(INTAKE_DELAY, o.wal_flush_interval),
+        )
         self._consumer = consumer
         self._writer = gevent.spawn(self._write_loop)
         self._update_flow()
@@ -229,20 +215,30 @@ class NSQWalStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
 
     # -- hub-thread side ---------------------------------------------------------
 
-    def _on_message(self, message: Message) -> None:
-        message.enable_async()
+    def _on_batch(self, messages: list[Message]) -> None:
+        """Take what the consumer received (its worker greenlet, in the hub); never blocks.
+
+        The source answers every message itself: FIN once its segment is
+        durable, ``REQ 0`` when it gives it back; a redelivery of a message
+        already in the WAL is finished, not buffered (:meth:`Dedup.unwritten`).
+        """
+        for message in messages:
+            message.enable_async()
         now = time.monotonic()
         self._last_arrival = now
         if self._stopped or self._failure is not None:
-            message.requeue(0.0, backoff=False)
+            for message in messages:
+                message.requeue(0.0, backoff=False)
             return
-        if message.wire_id in self._dedup:  # already in the WAL: nsqd lost our FIN
-            message.finish()
+        messages = self._dedup.unwritten(messages)
+        if not messages:
             return
-        if not self._buffer:
+        buffer = self._buffer
+        was = len(buffer)
+        if not was:
             self._first_arrival = now
-        self._buffer.append(message)
-        if len(self._buffer) == 1 or len(self._buffer) >= self.options.wal_segment_messages:
+        buffer.extend(messages)
+        if not was or len(buffer) >= self.options.wal_segment_messages:
             assert self._wake is not None
             self._wake.set()
 
@@ -286,8 +282,7 @@ class NSQWalStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
                 self._writing = 0
             assert segment is not None
             self._next = number + 1
-            for message in messages:
-                message.finish()
+            finish_all(messages)  # one FIN write per connection, not a call per message
             self._dedup.add(map(WIRE_ID, messages))
             self._index.add(segment)
             self._durable_at[number] = time.monotonic()

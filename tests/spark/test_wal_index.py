@@ -52,3 +52,33 @@ def test_an_offset_of_the_other_mode_is_refused_with_advice() -> None:
     assert position({"segment": 3, "row": 1}) == (3, 1)
     with pytest.raises(ValueError, match="new checkpointLocation"):
         position({"session": "ab", "seq": 3, "tick": 1})
+
+
+class _Responder:
+    def __init__(self) -> None:
+        self.finished: list[bytes] = []
+
+    def on_finish(self, message: object) -> None:
+        self.finished.append(message.wire_id)  # type: ignore[attr-defined]
+
+
+def test_dedup_finishes_redeliveries_of_written_rows_and_looks_up_only_redeliveries() -> None:
+    from gnsqlite.message import Message
+    from gnsqlite.spark.wal_rows import Dedup
+
+    responder = _Responder()
+
+    def msg(n: int, attempts: int) -> Message:
+        return Message(b"%016d" % n, b"x", 0, attempts, "nsqd:4150", responder, 60.0)
+
+    dedup = Dedup(capacity=4)
+    dedup.add([b"%016d" % n for n in (1, 2)])
+    dedup.add([b"%016d" % n for n in (3, 4)])
+    first, again, new_again, fresh = msg(1, 1), msg(2, 2), msg(9, 3), msg(5, 1)
+    # A first delivery (attempts 1) was never written, whatever its id: not looked up.
+    assert dedup.unwritten([first, again, new_again, fresh]) == [first, new_again, fresh]
+    assert responder.finished == [b"%016d" % 2] and again.has_responded
+    batch = [msg(6, 1), msg(7, 1)]
+    assert dedup.unwritten(batch) is batch  # nothing redelivered: the same list back
+    dedup.add([b"%016d" % n for n in (5, 6)])  # beyond the capacity: 1 and 2 are forgotten
+    assert b"%016d" % 1 not in dedup and b"%016d" % 3 in dedup

@@ -101,6 +101,18 @@ def test_rdy_fin_req_touch_cls_nop() -> None:
     assert p.nop() == b"NOP\n"
 
 
+def test_fin_many_is_the_fins_of_every_id_in_one_bytes() -> None:
+    from gnsqlite.protocol.commands import fin_many
+
+    ids = [b"%016d" % n for n in range(3)]
+    assert fin_many(ids) == b"".join(p.fin(i) for i in ids)
+    assert fin_many([ids[0].decode(), ids[1]]) == p.fin(ids[0]) + p.fin(ids[1])  # str ids too
+    assert fin_many([]) == b""
+    for bad in ([ids[0], b"short"], [b"0123456789abcde", b"0123456789abcdef0"]):
+        with pytest.raises(LocalProtocolError, match="16 bytes"):
+            fin_many(bad)
+
+
 @pytest.mark.parametrize("bad", [-1, 1.5, True, "3"])
 def test_rdy_rejects_non_counts(bad: object) -> None:
     with pytest.raises(LocalProtocolError, match="RDY count"):

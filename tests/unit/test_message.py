@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gnsqlite.message import Message, delivered
+from gnsqlite.message import Message, delivered, finish_all
 
 pytestmark = pytest.mark.no_server
 
@@ -68,3 +68,29 @@ def test_a_delivered_message_is_the_message_the_constructor_builds() -> None:
     assert 29.0 < fast.time_left() <= 30.0
     assert fast.finish() and not fast.finish()
     assert r.calls == [("finish", "0000000000000007")]
+
+
+class BulkRecorder(Recorder):
+    def on_finish_many(self, messages: list[Message]) -> None:
+        self.calls.append(("finish_many", [m.id for m in messages]))
+
+
+class Lost:
+    closed = True
+
+
+def test_finish_all_hands_each_responder_its_messages_in_one_call() -> None:
+    bulk, single = BulkRecorder(), Recorder()
+    a, b, c, d = make(bulk, 1), make(single, 2), make(bulk, 3), make(single, 4)
+    answered, lost = make(bulk, 5), make(bulk, 6)
+    assert answered.finish()
+    lost.connection = Lost()
+    assert finish_all([a, b, c, d, answered, lost]) == 4
+    assert bulk.calls == [
+        ("finish", "0000000000000005"),
+        ("finish_many", ["0000000000000001", "0000000000000003"]),
+    ]
+    assert single.calls == [("finish", "0000000000000002"), ("finish", "0000000000000004")]
+    # Answered once, as by finish(): every one of them says so now.
+    assert all(m.has_responded for m in (a, b, c, d, lost))
+    assert not a.finish() and not lost.requeue() and finish_all([a, b]) == 0
