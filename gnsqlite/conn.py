@@ -330,7 +330,7 @@ class Connection(Handshake, Reader, Writer):
         """
         if not message_ids:
             return
-        if self._closed or self._draining or self._reader is None:
+        if self.closed or self._draining or self._reader is None:
             self._check_open()  # raises the error that says why
         first = self.protocol.fin(message_ids[0])
         self._queue(first + commands.fin_many(message_ids[1:]))
