@@ -25,7 +25,7 @@ from typing import Protocol
 import gevent.event
 
 from ..config import ConsumerConfig
-from ..flow import Backoff, BackoffStrategy, Pause, Probe, RdyPlanner, Resume
+from ..flow import Backoff, BackoffStrategy, ConnFlow, Pause, Probe, RdyPlanner, Resume
 from ..timers import TimerWheel
 
 __all__ = ["FlowControl", "RdyTarget"]
@@ -39,6 +39,8 @@ class RdyTarget(Protocol):
     """Where a RDY count goes: a subscribed connection's link."""
 
     name: str
+    #: Its record in the planner, from :meth:`FlowControl.add`; ``None`` before.
+    rdy_flow: ConnFlow | None
 
     def ready(self, count: int) -> None:
         """Send ``RDY count``; never blocks, never raises for a lost connection."""
@@ -94,7 +96,8 @@ class FlowControl:
 
     def received(self, link: RdyTarget, now: float) -> None:
         """A message arrived on ``link`` at ``now`` (``time.monotonic()``)."""
-        commands = self.planner.message_received(link.name, now)
+        flow = link.rdy_flow
+        commands = self.planner.message_received(flow, now) if flow is not None else []
         if commands:
             self.send(commands, link)
         elif bool(self._starved_names) is not self._starved_flag:
@@ -103,7 +106,8 @@ class FlowControl:
     def finished(self, link: RdyTarget) -> None:
         """A message of ``link`` was finished: its in-flight slot frees; a success for backoff."""
         now = time.monotonic()
-        commands = self.planner.message_done(link.name, now)
+        flow = link.rdy_flow
+        commands = self.planner.message_done(flow, now) if flow is not None else []
         if commands or bool(self._starved_names) is not self._starved_flag:
             self.send(commands, link)
         if self.closing:
@@ -118,7 +122,8 @@ class FlowControl:
 
     def requeued(self, link: RdyTarget) -> None:
         """A message of ``link`` was requeued: its in-flight slot frees."""
-        commands = self.planner.message_done(link.name, time.monotonic())
+        flow = link.rdy_flow
+        commands = self.planner.message_done(flow, time.monotonic()) if flow is not None else []
         if commands or bool(self._starved_names) is not self._starved_flag:
             self.send(commands, link)
         if self.closing and self.in_flight() == 0:
@@ -133,13 +138,18 @@ class FlowControl:
 
     # -- connections -----------------------------------------------------------------
 
-    def add(self, name: str, max_rdy_count: int, held: Sized) -> None:
+    def add(self, name: str, max_rdy_count: int, held: Sized) -> ConnFlow:
         """``name`` subscribed; it gets its share of the budget.
 
         ``held`` is its link's live set of unanswered messages: the size is
         its in-flight count, changed by the link before each call here.
+        Returns the planner's record of it, which the link keeps as its
+        ``rdy_flow`` so that no message looks it up by name.
         """
-        self.send(self.planner.add(name, max_rdy_count, time.monotonic(), held))
+        commands = self.planner.add(name, max_rdy_count, time.monotonic(), held)
+        flow = self.planner.conns[name]
+        self.send(commands)
+        return flow
 
     def remove(self, name: str) -> None:
         """``name`` is gone; its budget goes to the others."""

@@ -31,6 +31,7 @@ from typing import Any
 
 from ..conn import Connection
 from ..errors import NSQConnectionError
+from ..flow import ConnFlow
 from ..message import Message, delivered
 from ..protocol import Message as WireMessage
 from .flow_control import FlowControl
@@ -63,6 +64,7 @@ class Link:
         "msg_timeout",
         "name",
         "observers",
+        "rdy_flow",
         "received",
         "requeue_delay",
         "requeued",
@@ -92,6 +94,8 @@ class Link:
         self.finished = 0
         self.requeued = 0
         self.unanswered: set[Message] = set()  # received, not yet finished or requeued
+        #: Its record in flow control's planner, set when it is counted (no lookup by name).
+        self.rdy_flow: ConnFlow | None = None
 
     def __repr__(self) -> str:
         return f"<Link {self.name} {'active' if self.active else 'inactive'}>"

@@ -198,7 +198,7 @@ class LinkSet:
             return
         log.info("%s: subscribed on %s", self, conn.name)
         self.connected.set()
-        self._flow.add(conn.name, conn.max_rdy_count, link.unanswered)
+        link.rdy_flow = self._flow.add(conn.name, conn.max_rdy_count, link.unanswered)
 
     # -- losing ----------------------------------------------------------------------
 

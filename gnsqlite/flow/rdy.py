@@ -372,19 +372,23 @@ class RdyPlanner:
         """A connection ended: its RDY (and what it held) is free for the others."""
         self._starved.discard(name)
         self._short.discard(name)
-        if self.conns.pop(name, None) is None:
+        flow = self.conns.pop(name, None)
+        if flow is None:
             return []
+        flow.active = False
         return self._rebalance(now)
 
-    def message_received(self, name: str, now: float) -> list[Command]:
-        """A message arrived on ``name`` (already in its ``held``); the first opens its share.
+    def message_received(self, flow: ConnFlow, now: float) -> list[Command]:
+        """A message arrived on ``flow``'s connection (already in its ``held``).
 
+        ``flow`` is the record :meth:`add` made (the caller keeps it: no
+        lookup by name). The first message opens the connection's share.
         The per-message path: O(1), and it returns commands only for a
         connection's first message (in full flow).
         """
-        flow = self.conns.get(name)
-        if flow is None:
+        if not flow.active:
             return []
+        name = flow.name
         in_flight = len(flow.held)
         flow.last_message_at = now
         # In-flight only grew: a starved connection stays starved, so only
@@ -405,17 +409,17 @@ class RdyPlanner:
                 return self._rebalance(now)
         return []
 
-    def message_done(self, name: str, now: float | None = None) -> list[Command]:
-        """A message from ``name`` was answered (FIN or REQ) and left its ``held``: its slot frees.
+    def message_done(self, flow: ConnFlow, now: float | None = None) -> list[Command]:
+        """A message of ``flow``'s connection was answered (FIN or REQ) and left its ``held``.
 
         nsqd's window reopens by itself, so the count is not sent again. In
         full flow the answer may free budget a connection below its target
         waits for: that grant is returned, to travel in the same write as the
         answer. The per-message path: O(1) unless the answer frees such budget.
         """
-        flow = self.conns.get(name)
-        if flow is None:
+        if not flow.active:
             return []
+        name = flow.name
         in_flight = len(flow.held)  # after the answer; one more before it
         last_rdy = flow.last_rdy
         reserve = flow.reserve

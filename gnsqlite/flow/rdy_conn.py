@@ -123,6 +123,9 @@ class ConnFlow:
     #: or never had one (presumed to have messages waiting): while one waits
     #: so, turns last one evaluation.
     eager: bool = True
+    #: Still one of its planner's connections: cleared by ``RdyPlanner.remove``,
+    #: so a caller holding this record needs no lookup by name to know.
+    active: bool = True
 
     @property
     def in_flight(self) -> int:

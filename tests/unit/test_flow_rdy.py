@@ -28,16 +28,20 @@ class Planner(RdyPlanner):
         self.held[name] = []
         return super().add(name, max_rdy_count, now, self.held[name])
 
-    def message_received(self, name: str, now: float) -> list[Command]:
-        if name in self.conns:
-            self.held[name].append(object())
-        return super().message_received(name, now)
+    # The tests name connections; a link holds its record (what add() made).
+    def message_received(self, name: str, now: float) -> list[Command]:  # type: ignore[override]
+        flow = self.conns.get(name)
+        if flow is None:
+            return []
+        self.held[name].append(object())
+        return super().message_received(flow, now)
 
-    def message_done(self, name: str, now: float | None = None) -> list[Command]:
-        if not (name in self.conns and self.held[name]):
+    def message_done(self, name: str, now: float | None = None) -> list[Command]:  # type: ignore[override]
+        flow = self.conns.get(name)
+        if flow is None or not self.held[name]:
             return []  # nothing in flight: nothing to answer
         self.held[name].pop()
-        return super().message_done(name, now)
+        return super().message_done(flow, now)
 
 
 def planner(max_in_flight: int, idle: float = 10.0, busy: float = 30.0) -> Planner:

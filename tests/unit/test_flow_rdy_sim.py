@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gnsqlite.config import ConsumerConfig
-from gnsqlite.flow import RdyPlanner
+from gnsqlite.flow import ConnFlow, RdyPlanner
 from gnsqlite.flow.rdy import REASONS, rotation_bound
 
 pytestmark = pytest.mark.no_server
@@ -39,6 +39,7 @@ class Nsqd:
     held: list[float] = field(default_factory=list)
     delivered: int = 0
     waiting_from: float | None = None  # has messages, none delivered since
+    flow: ConnFlow | None = None  # the planner's record of it, kept as a link keeps it
 
     @property
     def in_flight(self) -> int:
@@ -69,6 +70,7 @@ class Sim:
         self.joined += 1
         server = self.nsqd[name] = Nsqd(rate)
         self.send(self.planner.add(name, max_rdy_count, self.now, server.held))
+        server.flow = self.planner.conns[name]
         return name
 
     def leave(self, name: str) -> None:
@@ -87,8 +89,10 @@ class Sim:
         due = [a for a in self.answers if a[0] <= self.now]
         self.answers = [a for a in self.answers if a[0] > self.now]
         for _, name in due:
-            self.nsqd[name].held.pop(0)
-            self.send(self.planner.message_done(name, self.now))
+            server = self.nsqd[name]
+            server.held.pop(0)
+            assert server.flow is not None
+            self.send(self.planner.message_done(server.flow, self.now))
         if self.now >= self.next_eval - 1e-9:
             self.next_eval += self.interval  # periodic, as the timer wheel's call_every
             self.send(self.planner.redistribute(self.now))
@@ -101,7 +105,8 @@ class Sim:
                 server.delivered += 1
                 sent = True
                 self.answers.append((self.now + self.service, name))
-                self.send(self.planner.message_received(name, self.now))
+                assert server.flow is not None
+                self.send(self.planner.message_received(server.flow, self.now))
                 self.check()
             if sent or server.backlog < 1:
                 server.waiting_from = None
