@@ -70,6 +70,27 @@ def test_new_connection_starts_at_one_then_gets_its_share() -> None:
     assert_within_budget(p)
 
 
+def test_a_record_kept_by_its_link_is_inactive_once_its_connection_is_removed() -> None:
+    # A link keeps the record add() made and hands it back on every message and
+    # answer; after remove() a late answer or message changes nothing.
+    p = RdyPlanner(2, rng=random.Random(7))
+    held_a: list[object] = []
+    held_b: list[object] = []
+    p.add("a", 2500, 0.0, held_a)
+    p.add("b", 2500, 0.0, held_b)
+    a = p.conns["a"]
+    held_a.append(object())
+    p.message_received(a, 0.1)
+    assert a.active and "a" in p.starved_names  # in-flight 1 on RDY 1
+    p.remove("a", 0.2)
+    assert not a.active and "a" not in p.conns
+    held_a.pop()
+    assert p.message_done(a, 0.3) == []
+    held_a.append(object())
+    assert p.message_received(a, 0.4) == []
+    assert "a" not in p.starved_names and "a" not in p.conns
+
+
 def test_sum_never_exceeds_max_in_flight_with_uneven_division() -> None:
     p = planner(10)
     for name in "abc":
