@@ -95,9 +95,7 @@ class Dispatcher:
             if not self._wake_due:
                 self._wake_due = True
                 get_hub().loop.run_callback(self._wake)
-        elif len(self._workers.greenlets) < (
-            self._concurrency or max(1, self._flow.planner.max_in_flight)  # concurrency, inlined
-        ):
+        elif len(self._workers.greenlets) < self.concurrency:  # no worker idle
             self._workers.spawn(self._work)
 
     def drop(self, connection: object) -> None:

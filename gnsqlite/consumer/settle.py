@@ -24,6 +24,7 @@ redelivers it. Nothing here starts a greenlet or a timer.
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable, Sequence
 from time import perf_counter  # bound once: the handler timing reads it twice a call
 from typing import Any
@@ -75,6 +76,10 @@ class Settler:
         name: object = "consumer",
     ) -> None:
         self.max_attempts = config.max_attempts
+        #: The give-up rule as one number: a delivery with more attempts is given
+        #: up (``max_attempts``; none when it is 0). :meth:`gives_up` and the
+        #: per-message checks below compare against it.
+        self.give_up_above = config.max_attempts or sys.maxsize
         self._delay = config.requeue_delay
         self._max_delay = config.max_requeue_delay
         self.on_giving_up: GiveUpHook = on_giving_up if on_giving_up is not None else log_giving_up
@@ -88,7 +93,7 @@ class Settler:
 
     def gives_up(self, attempts: int) -> bool:
         """Whether a delivery with ``attempts`` is past ``max_attempts`` (0: never)."""
-        return bool(self.max_attempts) and attempts > self.max_attempts
+        return attempts > self.give_up_above
 
     def requeue_delay(self, attempts: int) -> float:
         """The REQ delay for a failure without an explicit delay, in seconds."""
@@ -103,8 +108,7 @@ class Settler:
                 "%s: skipping %s: its connection closed; nsqd redelivers it", self._name, message
             )
             return
-        max_attempts = self.max_attempts
-        if max_attempts and message.attempts > max_attempts:  # gives_up, inlined
+        if message.attempts > self.give_up_above:  # gives_up, inlined
             self.give_up(message)
             return
         timing = self.timing
@@ -130,14 +134,14 @@ class Settler:
         timing = self.timing
         started = perf_counter() if timing is not None else 0.0
         live: list[Message] = []
-        max_attempts = self.max_attempts
+        give_up_above = self.give_up_above
         for message in messages:  # the checks inlined: once per message of every batch
             if message._responded:  # has_responded
                 continue
             if getattr(message.connection, "closed", False):  # connection_lost
                 log.debug("skipping %s: its connection closed; nsqd redelivers it", message)
                 continue
-            if max_attempts and message.attempts > max_attempts:  # gives_up
+            if message.attempts > give_up_above:  # gives_up
                 self.give_up(message)
                 continue
             live.append(message)
