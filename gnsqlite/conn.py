@@ -262,11 +262,8 @@ class Connection(Handshake, Reader, Writer):
         if self.closed or self._draining or self._reader is None:
             self._check_open()  # raises the error that says why
         self._outbox.append(self.protocol.publish_encoded(command, data, waiter))
-        if now and not self._tls:  # flush(), inlined: no hub flush scheduled to be cancelled
-            self._flush()
-            if self._flush_scheduled and not self._outbox:
-                self._flush_scheduled = False
-                self._flush_handle.stop()
+        if now and not self._tls:  # sent at once: no hub flush scheduled to be cancelled
+            self.flush()
         else:
             self._queued()  # _queue, inlined
 
