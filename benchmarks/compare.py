@@ -83,21 +83,33 @@ class Row:
     param: Any
     transport: str
     scale: float  # of --messages
-    #: (vs the best Python peer, vs go-nsq): the issue's targets, None where it sets none
+    #: (vs the best Python peer, vs go-nsq): the least rate ratio wanted, None where none is set
     targets: tuple[float | None, float | None] = (None, None)
+    #: the client CPU per message wanted at most, as a ratio to ``client``'s in the same run:
+    #: ``(client, ratio)`` pairs, where ``client`` is a peer (``gnsq``) or ``go``
+    cpu_targets: tuple[tuple[str, float], ...] = ()
 
+
+#: Targets: issue 30's for the rows it names (rate, and client CPU per message against
+#: go-nsq or gnsq in the same run); the other rows keep the rate targets of issue 12.
+GO_CONSUME = (("go", 2.5),)
 
 ROWS: tuple[Row, ...] = (
     # The rows measured against go-nsq run about as long as its bench_reader does
     # (--go-runfor, 1 s): at 100,000 messages a run lasts 0.3-0.5 s, and its
     # start-up (connecting, the RDY ramp, nsqd's first writes) swings the rate by half.
-    Row("consume_2500", "consume, max_in_flight 2500", "consume", 2500, "plain", 3.0, (None, 0.45)),
-    Row("consume_100", "consume, max_in_flight 100", "consume", 100, "plain", 3.0, (None, 0.45)),
+    Row("consume_2500", "consume, max_in_flight 2500", "consume", 2500, "plain", 3.0,
+        (None, 0.5), GO_CONSUME),
+    Row("consume_100", "consume, max_in_flight 100", "consume", 100, "plain", 3.0,
+        (None, 0.5), GO_CONSUME),
     # The latency-bound rows run longer: their rates swing with the machine's scheduling.
-    Row("consume_1", "consume, max_in_flight 1", "consume", 1, "plain", 0.2, (1.3, None)),
-    Row("pub_sync", "sync PUB", "publish", "sequential", "plain", 0.2, (1.3, 0.7)),
+    Row("consume_1", "consume, max_in_flight 1", "consume", 1, "plain", 0.2, (1.3, None),
+        (("gnsq", 0.5),)),
+    Row("pub_sync", "sync PUB", "publish", "sequential", "plain", 0.2, (1.5, 0.6),
+        (("go", 1.5),)),
     Row("pub_50", "PUB from 50 greenlets", "publish", "pipelined", "plain", 0.2, (2.0, None)),
-    Row("mpub_100", "MPUB of 100", "publish", "mpub", "plain", 2.0, (1.3, 0.8)),
+    Row("mpub_100", "MPUB of 100", "publish", "mpub", "plain", 2.0, (1.3, 0.8),
+        (("go", 1.2),)),
     *(
         Row(f"consume_2500_{t}", f"consume 2500, {t}", "consume", 2500, t, 1.0, (1.0, None))
         for t in TRANSPORTS[1:]
@@ -510,7 +522,8 @@ def ratios(cells: dict[str, dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _met(row: Row, ratio: dict[str, Any]) -> str:
+def _met(row: Row, ratio: dict[str, Any], cells: dict[str, dict[str, Any]]) -> str:
+    """The row's verdicts: each rate target (at least) and CPU target (at most)."""
     verdicts = []
     for want, got, what in zip(
         row.targets, (ratio["vs_best_peer"], ratio["vs_go"]), ("peer", "go"), strict=True
@@ -521,6 +534,12 @@ def _met(row: Row, ratio: dict[str, Any]) -> str:
             verdicts.append(f"{what} n/a")
         else:
             verdicts.append(f"{'met' if got >= want else 'NOT met'} (>= {want}x {what})")
+    for client, most in row.cpu_targets:
+        cpu = _cpu_ratio(cells, client)
+        if cpu is None:
+            verdicts.append(f"CPU vs {client} n/a")
+        else:
+            verdicts.append(f"{'met' if cpu <= most else 'NOT met'} (CPU <= {most}x {client}'s)")
     return ", ".join(verdicts)
 
 
@@ -568,7 +587,7 @@ def rederive(report: dict[str, Any]) -> dict[str, Any]:
         entry = report["rows"].get(row.key)
         if entry is not None:
             entry["ratios"] = ratios(entry["cells"])
-            entry["met"] = _met(row, entry["ratios"])
+            entry["met"] = _met(row, entry["ratios"], entry["cells"])
     return report
 
 
@@ -852,7 +871,7 @@ def _compare(bench: Bench, rows: list[Row], clients: list[str]) -> dict[str, Any
             "count": bench.count(row),
             "cells": cells,
             "ratios": ratio,
-            "met": _met(row, ratio),
+            "met": _met(row, ratio, cells),
         }
     if args.memory_messages:
         print_table(report)  # the table first: the memory rows take a while

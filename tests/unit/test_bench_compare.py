@@ -73,7 +73,24 @@ def test_the_table_shows_rate_and_cpu_ratios(compare: ModuleType) -> None:
     assert len(lines[1].split("|")) == len(lines[0].split("|"))
     row = [c.strip() for c in lines[2].split("|")[1:-1]]
     assert row[0] == "consume, max_in_flight 2500"
-    assert row[4:9] == ["7.62x (pynsq)", "0.40x", "0.21x (pynsq)", "3.60x", "NOT met (>= 0.45x go)"]
+    assert row[4:9] == [
+        "7.62x (pynsq)", "0.40x", "0.21x (pynsq)", "3.60x",
+        "NOT met (>= 0.5x go), NOT met (CPU <= 2.5x go's)",
+    ]  # fmt: skip
+
+
+def test_a_cpu_target_is_a_ceiling_on_the_ratio_to_the_named_client(compare: ModuleType) -> None:
+    consume_1 = next(r for r in compare.ROWS if r.key == "consume_1")
+    cells = {"gnsqlite": cell(11_000, 40.0), "gnsq": cell(8_300, 87.5)}
+    assert compare._met(consume_1, compare.ratios(cells), cells) == (
+        "met (>= 1.3x peer), met (CPU <= 0.5x gnsq's)"
+    )
+    cells["gnsqlite"] = cell(11_000, 44.0)  # 0.503x gnsq's CPU
+    assert compare._met(consume_1, compare.ratios(cells), cells) == (
+        "met (>= 1.3x peer), NOT met (CPU <= 0.5x gnsq's)"
+    )
+    del cells["gnsq"]
+    assert compare._met(consume_1, compare.ratios(cells), cells) == "peer n/a, CPU vs gnsq n/a"
 
 
 def test_tables_from_an_older_report_get_the_cpu_ratios(
