@@ -59,14 +59,14 @@ from .errors import (
     map_io_errors,
 )
 from .net import format_address, parse_address
-from .protocol import ClientConnection, ClientState, Message, commands
+from .protocol import ClientConnection, ClientState, Delivery, commands
 from .timers import Timer
 
 __all__ = ["Connection", "Waiter", "format_address", "map_io_errors", "parse_address"]
 
 log = logging.getLogger(__name__)
 
-MessageCallback = Callable[["Connection", Message], None]
+MessageCallback = Callable[["Connection", Any], None]  # a Message, or the message_class
 ErrorCallback = Callable[["Connection", ServerError], None]
 CloseCallback = Callable[["Connection", "Exception | None"], None]
 HeartbeatCallback = Callable[["Connection"], None]
@@ -102,6 +102,10 @@ class Connection(Handshake, Reader, Writer):
     :meth:`connect` raises instead and does not call it).
     ``on_heartbeat(conn)`` runs after each heartbeat was answered; like
     ``on_message`` it runs in the reader greenlet and must not block.
+    ``message_class`` (a :class:`~gnsqlite.protocol.Delivery` subclass):
+    ``on_message`` gets each message as an instance of it (built by the
+    frame decoder, see :class:`~gnsqlite.protocol.Delivery`) rather than a
+    :class:`~gnsqlite.protocol.Message`.
 
     The constructor opens no socket and starts no greenlet.
     """
@@ -115,6 +119,7 @@ class Connection(Handshake, Reader, Writer):
         on_error: ErrorCallback | None = None,
         on_close: CloseCallback | None = None,
         on_heartbeat: HeartbeatCallback | None = None,
+        message_class: type[Delivery] | None = None,
     ) -> None:
         self.address = parse_address(address)
         self.name = format_address(self.address)
@@ -123,7 +128,7 @@ class Connection(Handshake, Reader, Writer):
         self.on_error = on_error
         self.on_close = on_close
         self.on_heartbeat = on_heartbeat
-        self.protocol = ClientConnection(self.config.max_frame_size)
+        self.protocol = ClientConnection(self.config.max_frame_size, message_class)
         self.identity: dict[str, Any] | None = None
         self.last_received = 0.0  # time.monotonic() of the last bytes read
         self._sock: Any = None

@@ -42,10 +42,10 @@ from .errors import BrokenConnectionError, NSQError, RemoteProtocolError, map_io
 from .protocol import (
     ClientConnection,
     CloseWait,
+    Delivery,
     ErrorReceived,
     Event,
     Heartbeat,
-    Message,
     MessageReceived,
     Response,
     Upgraded,
@@ -72,7 +72,7 @@ class Reader:
     config: ConnectionConfig
     protocol: ClientConnection
     last_received: float
-    on_message: Callable[[Any, Message], None] | None
+    on_message: Callable[[Any, Any], None] | None  # a Message, or the protocol's message_class
     on_error: Callable[..., None] | None
     on_heartbeat: Callable[..., None] | None
     _sock: Any
@@ -210,9 +210,15 @@ class Reader:
                     else:
                         self._feed(data, route)
                     routed = False
+                    bare = protocol.message_class  # its messages are events of their own
                     for event in protocol.events():
                         kind = type(event)
-                        if kind is MessageReceived and self.on_message is not None:
+                        if kind is bare and self.on_message is not None:
+                            try:  # the hot path: _route and _call inlined
+                                self.on_message(self, event)
+                            except Exception:
+                                log.exception("%s: callback %r failed", self.name, self.on_message)
+                        elif kind is MessageReceived and self.on_message is not None:
                             try:  # the hot path: _route and _call inlined
                                 self.on_message(self, event.message)  # type: ignore[attr-defined]
                             except Exception:
@@ -317,6 +323,9 @@ class Reader:
         if isinstance(event, MessageReceived):
             if self.on_message is not None:
                 self._call(self.on_message, event.message)
+        elif isinstance(event, Delivery):  # a message of the protocol's message_class
+            if self.on_message is not None:
+                self._call(self.on_message, event)
         elif isinstance(event, Response):
             if event.waiter is not None:
                 event.waiter.set(event.data)

@@ -32,8 +32,7 @@ from typing import Any
 from ..conn import Connection
 from ..errors import NSQConnectionError
 from ..flow import ConnFlow
-from ..message import Message, delivered
-from ..protocol import Message as WireMessage
+from ..message import Message, deliver
 from .flow_control import FlowControl
 
 __all__ = ["Link"]
@@ -112,27 +111,19 @@ class Link:
 
     # -- the connection's callback (reader greenlet) -----------------------------
 
-    def on_message(self, conn: Connection, wire: WireMessage) -> None:
-        """Count, hand over. Runs in the reader greenlet; never blocks."""
-        name = self.name
+    def on_message(self, conn: Connection, message: Message) -> None:
+        """Count, hand over. Runs in the reader greenlet; never blocks.
+
+        ``message`` is as the frame decoder built it (the connection's
+        ``message_class`` is :class:`~gnsqlite.message.Message`);
+        :func:`~gnsqlite.message.deliver` completes it.
+        """
         if not self.active:
-            message = Message(
-                wire.id,
-                wire.body,
-                wire.timestamp,
-                wire.attempts,
-                name,
-                self,
-                conn.msg_timeout,
-                conn,
-            )
+            deliver(message, self.name, self, conn.msg_timeout, conn, _monotonic())
             message.requeue(0.0, backoff=False)  # not counted, so on_requeue counts nothing
             return
         now = _monotonic()
-        message = delivered(
-            wire.id, wire.body, wire.timestamp, wire.attempts,
-            name, self, self.msg_timeout, conn, now,
-        )  # fmt: skip
+        deliver(message, self.name, self, self.msg_timeout, conn, now)
         self.received += 1
         self.unanswered.add(message)  # first: the planner reads its size
         flow = self.flow

@@ -42,6 +42,7 @@ from .commands import DEFAULT_MAX_RDY_COUNT, MESSAGE_ID_LENGTH
 from .events import (
     Authenticated,
     CloseWait,
+    Delivery,
     ErrorReceived,
     Event,
     Heartbeat,
@@ -127,10 +128,19 @@ class ClientConnection:
     :class:`Response` or :class:`ErrorReceived` that answers it carries that
     waiter back, and :meth:`connection_lost` hands back the waiters nsqd
     never answered.
+
+    ``message_class`` (a :class:`~.events.Delivery` subclass) makes each
+    message an event of that class rather than a :class:`MessageReceived`
+    (see :class:`~.events.Delivery`); ``None``: :class:`MessageReceived`.
     """
 
-    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+    def __init__(
+        self,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        message_class: type[Delivery] | None = None,
+    ) -> None:
         self.state = ClientState.INIT
+        self.message_class = message_class
         self.features: dict[str, Any] = {}
         self._decoder = FrameDecoder(max_frame_size)
         self._pending: deque[_Pending] = deque()
@@ -342,6 +352,14 @@ class ClientConnection:
         out: list[Event] = []
         if self.state is ClientState.SUBSCRIBED:
             # The hot path: messages, heartbeats and the odd error.
+            into = self.message_class
+            if into is not None:  # each message is its own event, built by the decoder
+                for item in self._decoder.frames_decoding_messages(into):
+                    if type(item) is into:
+                        out.append(item)
+                    else:
+                        out.append(self._frame_event(*item))  # type: ignore[misc]
+                return out
             received = _new
             set_message = _set_message
             for item in self._decoder.frames_decoding_messages():
@@ -385,6 +403,8 @@ class ClientConnection:
                 raise RemoteProtocolError(
                     f"nsqd sent a message in state {self.state.value!r}, before SUB"
                 )
+            if self.message_class is not None:
+                return decode_message(data, self.message_class)
             return MessageReceived(decode_message(data))
         return self._frame_event(frame_type, data)
 

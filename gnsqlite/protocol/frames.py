@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import TypeVar, overload
 
 from ..errors import RemoteProtocolError
 
@@ -28,6 +29,7 @@ __all__ = [
     "DEFAULT_MAX_FRAME_SIZE",
     "MESSAGE_HEADER_SIZE",
     "Message",
+    "MessageFields",
     "FrameDecoder",
     "decode_message",
     "encode_frame",
@@ -53,6 +55,7 @@ _HEADER = struct.Struct(">ii")
 _MESSAGE = struct.Struct(">qH16s")
 #: A message frame's frame header and message header, read in one call.
 _MESSAGE_FRAME = struct.Struct(">iiqH16s")
+_F = TypeVar("_F", bound="MessageFields")
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,22 +73,66 @@ class Message:
     attempts: int
 
 
+class MessageFields:
+    """The fields of a message frame, for a class that is built straight from the frame.
+
+    A subclass (its own ``__slots__`` for its other attributes) handed to
+    :meth:`FrameDecoder.frames_decoding_messages` or :func:`decode_message`
+    gets its instances made without ``__init__`` (``object.__new__``) with
+    these four set: ``wire_id`` (the 16 id bytes), ``body``, ``timestamp``
+    (nanoseconds since the epoch) and ``attempts``; the rest is the
+    receiver's to fill in. One object per message instead of a frame
+    message and the receiver's own.
+    """
+
+    __slots__ = ("attempts", "body", "timestamp", "wire_id")
+
+    wire_id: bytes
+    body: bytes
+    timestamp: int
+    attempts: int
+
+
 # The slots' own setters: building a frozen Message without its __init__,
 # which goes through object.__setattr__ once per field.
 _set_id = Message.__dict__["id"].__set__
 _set_body = Message.__dict__["body"].__set__
 _set_timestamp = Message.__dict__["timestamp"].__set__
 _set_attempts = Message.__dict__["attempts"].__set__
+# MessageFields' setters, which serve any subclass.
+_set_wire_id = MessageFields.__dict__["wire_id"].__set__
+_set_fields_body = MessageFields.__dict__["body"].__set__
+_set_fields_timestamp = MessageFields.__dict__["timestamp"].__set__
+_set_fields_attempts = MessageFields.__dict__["attempts"].__set__
+_new = object.__new__
 
 
-def decode_message(data: bytes | memoryview) -> Message:
-    """Decode the data of a message frame, or raise RemoteProtocolError."""
+@overload
+def decode_message(data: bytes | memoryview) -> Message: ...
+@overload
+def decode_message(data: bytes | memoryview, into: type[_F]) -> _F: ...
+def decode_message(
+    data: bytes | memoryview, into: type[MessageFields] | None = None
+) -> Message | MessageFields:
+    """Decode the data of a message frame, or raise RemoteProtocolError.
+
+    With ``into`` (a :class:`MessageFields` subclass), an instance of it
+    with the four fields set (see :class:`MessageFields`); else a :class:`Message`.
+    """
     if len(data) < MESSAGE_HEADER_SIZE:
         raise RemoteProtocolError(
             f"a message frame needs {MESSAGE_HEADER_SIZE} bytes of header, got {len(data)}"
         )
     timestamp, attempts, message_id = _MESSAGE.unpack_from(data, 0)
-    return Message(message_id, bytes(data[MESSAGE_HEADER_SIZE:]), timestamp, attempts)
+    body = bytes(data[MESSAGE_HEADER_SIZE:])
+    if into is None:
+        return Message(message_id, body, timestamp, attempts)
+    built = _new(into)
+    _set_wire_id(built, message_id)
+    _set_fields_body(built, body)
+    _set_fields_timestamp(built, timestamp)
+    _set_fields_attempts(built, attempts)
+    return built
 
 
 def encode_message(message: Message) -> bytes:
@@ -185,19 +232,24 @@ class FrameDecoder:
         """Return every complete frame buffered so far, in order."""
         return self._drain(decode=False)  # type: ignore[return-value]
 
-    def frames_decoding_messages(self) -> list[tuple[int, bytes] | Message]:
+    def frames_decoding_messages(
+        self, into: type[MessageFields] | None = None
+    ) -> list[tuple[int, bytes] | Message | MessageFields]:
         """Like :meth:`frames`, with each message frame decoded into a bare :class:`Message`.
 
         The message is read straight from the buffer (its body copied once)
         and stands alone in the list (no ``(frame_type, data)`` pair: its
         type says it is a message frame), which saves a copy, a call and a
         tuple per message on the consumer's hot path. Other frames come as
-        :meth:`frames` gives them.
+        :meth:`frames` gives them. With ``into`` (a :class:`MessageFields`
+        subclass) each message is an instance of it instead.
         """
-        return self._drain(decode=True)
+        return self._drain(decode=True, into=into)
 
-    def _drain(self, decode: bool) -> list[tuple[int, bytes] | Message]:
-        out: list[tuple[int, bytes] | Message] = []
+    def _drain(
+        self, decode: bool, into: type[MessageFields] | None = None
+    ) -> list[tuple[int, bytes] | Message | MessageFields]:
+        out: list[tuple[int, bytes] | Message | MessageFields] = []
         buf = self._buf
         pos = self._pos
         n = len(buf)
@@ -225,10 +277,21 @@ class FrameDecoder:
             if n < end:
                 break
             if decode and frame_type == FRAME_TYPE_MESSAGE:
-                message = object.__new__(Message)
-                _set_id(message, message_id)
                 body = buf[pos + 8 + MESSAGE_HEADER_SIZE : end]
-                _set_body(message, bytes(body) if copy else body)
+                if copy:
+                    body = bytes(body)
+                if into is not None:  # the receiver's own class: one object per message
+                    built = _new(into)
+                    _set_wire_id(built, message_id)
+                    _set_fields_body(built, body)
+                    _set_fields_timestamp(built, timestamp)
+                    _set_fields_attempts(built, attempts)
+                    out.append(built)
+                    pos = end
+                    continue
+                message = _new(Message)
+                _set_id(message, message_id)
+                _set_body(message, body)
                 _set_timestamp(message, timestamp)
                 _set_attempts(message, attempts)
                 out.append(message)
