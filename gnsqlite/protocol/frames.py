@@ -78,8 +78,8 @@ class MessageFields:
 
     A subclass (its own ``__slots__`` for its other attributes) handed to
     :meth:`FrameDecoder.frames_decoding_messages` or :func:`decode_message`
-    gets its instances made without ``__init__`` (``object.__new__``) with
-    these four set: ``wire_id`` (the 16 id bytes), ``body``, ``timestamp``
+    gets its instances made without ``__init__`` (``object.__new__``; plain
+    attribute assignment must work on them) with these four set: ``wire_id`` (the 16 id bytes), ``body``, ``timestamp``
     (nanoseconds since the epoch) and ``attempts``; the rest is the
     receiver's to fill in. One object per message instead of a frame
     message and the receiver's own.
@@ -99,11 +99,6 @@ _set_id = Message.__dict__["id"].__set__
 _set_body = Message.__dict__["body"].__set__
 _set_timestamp = Message.__dict__["timestamp"].__set__
 _set_attempts = Message.__dict__["attempts"].__set__
-# MessageFields' setters, which serve any subclass.
-_set_wire_id = MessageFields.__dict__["wire_id"].__set__
-_set_fields_body = MessageFields.__dict__["body"].__set__
-_set_fields_timestamp = MessageFields.__dict__["timestamp"].__set__
-_set_fields_attempts = MessageFields.__dict__["attempts"].__set__
 _new = object.__new__
 
 
@@ -128,10 +123,10 @@ def decode_message(
     if into is None:
         return Message(message_id, body, timestamp, attempts)
     built = _new(into)
-    _set_wire_id(built, message_id)
-    _set_fields_body(built, body)
-    _set_fields_timestamp(built, timestamp)
-    _set_fields_attempts(built, attempts)
+    built.wire_id = message_id
+    built.body = body
+    built.timestamp = timestamp
+    built.attempts = attempts
     return built
 
 
@@ -282,10 +277,10 @@ class FrameDecoder:
                     body = bytes(body)
                 if into is not None:  # the receiver's own class: one object per message
                     built = _new(into)
-                    _set_wire_id(built, message_id)
-                    _set_fields_body(built, body)
-                    _set_fields_timestamp(built, timestamp)
-                    _set_fields_attempts(built, attempts)
+                    built.wire_id = message_id  # plain slot stores: no call each
+                    built.body = body
+                    built.timestamp = timestamp
+                    built.attempts = attempts
                     out.append(built)
                     pos = end
                     continue
