@@ -10,7 +10,8 @@ together from three halves, one module each, over the pure
 * :mod:`gnsqlite.conn_reader`: the **reader** greenlet (decode and route
   frames: messages to ``on_message``, which must not block; answers to their
   waiters in request order; heartbeats answered with ``NOP``; on a plain
-  connection without ``on_message`` it leaves reading the answers to the hub)
+  connection without ``on_message``, or with a ``message_class``, it leaves
+  reading answers and messages to the hub)
   and the one liveness rule (dead after two heartbeat intervals of silence);
 * :mod:`gnsqlite.conn_writer`: commands written in batches, one flush a
   turn of the hub, and the **writer** greenlet for what the socket does not
@@ -105,7 +106,9 @@ class Connection(Handshake, Reader, Writer):
     ``message_class`` (a :class:`~gnsqlite.protocol.Delivery` subclass):
     ``on_message`` gets each message as an instance of it (built by the
     frame decoder, see :class:`~gnsqlite.protocol.Delivery`) rather than a
-    :class:`~gnsqlite.protocol.Message`.
+    :class:`~gnsqlite.protocol.Message`, and on a plain TCP connection
+    without compression it is called by the hub itself, which reads the
+    socket (see :mod:`gnsqlite.conn_reader`): blocking in it raises.
 
     The constructor opens no socket and starts no greenlet.
     """

@@ -1,16 +1,22 @@
 """The reading half of :class:`~gnsqlite.conn.Connection`: the reader greenlet and liveness.
 
 The **reader** reads, decodes and routes frames: messages go to the
-``on_message`` callback (which must not block; the reader never runs
-handler code), answers to requests resolve their waiters in the order the
-requests were written, heartbeats are answered with ``NOP`` at once.
+``on_message`` callback (which must not block: it may run in the hub
+itself, see below; the reader never runs handler code), answers to
+requests resolve their waiters in the order the requests were written,
+heartbeats are answered with ``NOP`` at once.
 
 On a publisher's connection (no ``on_message``, plain TCP, no compression)
 the reader **parks** and the hub reads the socket itself when it is
 readable: it resolves the waiters of the answers it finds, so a blocking
 publish costs two greenlet switches (to the hub and back) instead of four
-(to the hub, the reader, the hub and back). The hub hands anything that is
-more than an answer (a heartbeat, an error frame, a message, nsqd hanging
+(to the hub, the reader, the hub and back). A consumer's connection (plain
+TCP, no compression) whose protocol reports messages as their own events
+(``message_class``) parks too, and the hub calls ``on_message`` for each
+message itself: at ``max_in_flight=1`` a message costs the switches to the
+handler and back, not those to the reader and back as well. The hub hands
+anything that is more than an answer or such a message (a heartbeat, an
+error frame, a wrapped message, nsqd hanging
 up, an undecodable frame, a waiter that raised) back to the parked reader,
 which handles it exactly as when it reads itself, then parks again. While
 the reader is parked the hub is the only one reading the socket, and while
@@ -189,8 +195,13 @@ class Reader:
             with map_io_errors(self.name, "read failed"):
                 while True:
                     self._in_recv = True
-                    if raw is not None and self.on_message is None and self._codec is None:
-                        # A publisher's connection: the hub reads the answers.
+                    if (
+                        raw is not None
+                        and (self.on_message is None or protocol.message_class is not None)
+                        and self._codec is None
+                    ):
+                        # A publisher's connection, or a consumer's whose messages
+                        # are their own events: the hub reads answers and messages.
                         for event in self._park(raw):  # what was more than an answer
                             route(event)
                         nop = protocol.data_to_send()  # a heartbeat among them queued one
@@ -290,9 +301,16 @@ class Reader:
                 protocol = self.protocol
                 protocol.receive_data(data)
                 events = protocol.events()
+                bare = protocol.message_class
                 for index, event in enumerate(events):
-                    if type(event) is Response and event.waiter is not None:
-                        event.waiter.set(event.data)
+                    kind = type(event)
+                    if kind is bare and self.on_message is not None:
+                        try:  # as the reader calls it: an exception is logged
+                            self.on_message(self, event)
+                        except Exception:
+                            log.exception("%s: callback %r failed", self.name, self.on_message)
+                    elif kind is Response and event.waiter is not None:  # type: ignore[attr-defined]
+                        event.waiter.set(event.data)  # type: ignore[attr-defined]
                     else:
                         handed = events[index:]
                         break

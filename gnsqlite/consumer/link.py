@@ -3,9 +3,10 @@
 The link is both ends of a message's trip through the consumer:
 
 * its :meth:`Link.on_message` is the :class:`~gnsqlite.conn.Connection`'s
-  ``on_message`` callback (in the reader greenlet: build the
-  :class:`~gnsqlite.message.Message`, count it, tell flow control, hand it
-  to the dispatcher or the batcher; never blocks, never runs handler code);
+  ``on_message`` callback (where the connection reads, the hub or the
+  reader greenlet: complete the :class:`~gnsqlite.message.Message`, count
+  it, tell flow control, hand it to the dispatcher or the batcher; never
+  blocks, never runs handler code);
 * it is the message's responder: :meth:`Message.finish()
   <gnsqlite.message.Message.finish>` calls :meth:`Link.on_finish` directly,
   which writes FIN on its own connection and tells flow control. No lookup
@@ -109,10 +110,10 @@ class Link:
         self.msg_timeout = self.conn.msg_timeout  # negotiated: read once, not per message
         self.active = True
 
-    # -- the connection's callback (reader greenlet) -----------------------------
+    # -- the connection's callback (the hub or the reader greenlet) ---------------
 
     def on_message(self, conn: Connection, message: Message) -> None:
-        """Count, hand over. Runs in the reader greenlet; never blocks.
+        """Count, hand over. Runs in the hub or the reader greenlet; never blocks.
 
         ``message`` is as the frame decoder built it (the connection's
         ``message_class`` is :class:`~gnsqlite.message.Message`);

@@ -79,8 +79,9 @@ class MessageFields:
     A subclass (its own ``__slots__`` for its other attributes) handed to
     :meth:`FrameDecoder.frames_decoding_messages` or :func:`decode_message`
     gets its instances made without ``__init__`` (``object.__new__``; plain
-    attribute assignment must work on them) with these four set: ``wire_id`` (the 16 id bytes), ``body``, ``timestamp``
-    (nanoseconds since the epoch) and ``attempts``; the rest is the
+    attribute assignment must work on them) with these four set:
+    ``wire_id`` (the 16 id bytes), ``body``, ``timestamp`` (nanoseconds
+    since the epoch) and ``attempts``; the rest is the
     receiver's to fill in. One object per message instead of a frame
     message and the receiver's own.
     """
@@ -278,7 +279,7 @@ class FrameDecoder:
                 if into is not None:  # the receiver's own class: one object per message
                     built = _new(into)
                     built.wire_id = message_id  # plain slot stores: no call each
-                    built.body = body
+                    built.body = body  # type: ignore[assignment]  # bytes once copied
                     built.timestamp = timestamp
                     built.attempts = attempts
                     out.append(built)
