@@ -354,12 +354,11 @@ class ClientConnection:
             # The hot path: messages, heartbeats and the odd error.
             into = self.message_class
             if into is not None:  # each message is its own event, built by the decoder
-                for item in self._decoder.frames_decoding_messages(into):
-                    if type(item) is into:
-                        out.append(item)
-                    else:
-                        out.append(self._frame_event(*item))  # type: ignore[misc]
-                return out
+                others: list[int] = []
+                items: list[Any] = self._decoder.frames_decoding_messages(into, others)
+                for index in others:  # the other frames become their events, in order
+                    items[index] = self._frame_event(*items[index])
+                return items
             received = _new
             set_message = _set_message
             for item in self._decoder.frames_decoding_messages():

@@ -226,10 +226,10 @@ class FrameDecoder:
 
     def frames(self) -> list[tuple[int, bytes]]:
         """Return every complete frame buffered so far, in order."""
-        return self._drain(decode=False)  # type: ignore[return-value]
+        return self._drain(False)  # type: ignore[return-value]
 
     def frames_decoding_messages(
-        self, into: type[MessageFields] | None = None
+        self, into: type[MessageFields] | None = None, others: list[int] | None = None
     ) -> list[tuple[int, bytes] | Message | MessageFields]:
         """Like :meth:`frames`, with each message frame decoded into a bare :class:`Message`.
 
@@ -238,17 +238,24 @@ class FrameDecoder:
         type says it is a message frame), which saves a copy, a call and a
         tuple per message on the consumer's hot path. Other frames come as
         :meth:`frames` gives them. With ``into`` (a :class:`MessageFields`
-        subclass) each message is an instance of it instead.
+        subclass) each message is an instance of it instead. With ``others``
+        (a list), the positions in the result of the frames that are not
+        messages are appended to it: a caller that replaces only those need
+        not look at every item.
         """
-        return self._drain(decode=True, into=into)
+        return self._drain(True, into, others)
 
     def _drain(
-        self, decode: bool, into: type[MessageFields] | None = None
+        self,
+        decode: bool,
+        into: type[MessageFields] | None = None,
+        others: list[int] | None = None,
     ) -> list[tuple[int, bytes] | Message | MessageFields]:
         out: list[tuple[int, bytes] | Message | MessageFields] = []
         buf = self._buf
         pos = self._pos
         n = len(buf)
+        body_at = 8 + MESSAGE_HEADER_SIZE  # a message's body, from its frame's start
         unpack = _HEADER.unpack_from
         unpack_message = _MESSAGE_FRAME.unpack_from
         check = self._check
@@ -273,7 +280,7 @@ class FrameDecoder:
             if n < end:
                 break
             if decode and frame_type == FRAME_TYPE_MESSAGE:
-                body = buf[pos + 8 + MESSAGE_HEADER_SIZE : end]
+                body = buf[pos + body_at : end]
                 if copy:
                     body = bytes(body)
                 if into is not None:  # the receiver's own class: one object per message
@@ -292,6 +299,8 @@ class FrameDecoder:
                 _set_attempts(message, attempts)
                 out.append(message)
             else:
+                if others is not None:
+                    others.append(len(out))
                 data = buf[pos + 8 : end]
                 out.append((frame_type, bytes(data) if copy else data))  # type: ignore[arg-type]
             pos = end

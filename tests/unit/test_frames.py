@@ -92,6 +92,11 @@ def test_decoding_into_a_class_of_the_receiver_gives_the_same_fields(split: int)
             assert type(item.body) is bytes
         else:
             assert item == expected
+    others: list[int] = []
+    decoder.feed(STREAM)
+    again = decoder.frames_decoding_messages(Fields, others)
+    assert others == [i for i, item in enumerate(again) if type(item) is not Fields]
+    assert others == [i for i, (t, _) in enumerate(STREAM_FRAMES) if t != FRAME_TYPE_MESSAGE]
     one = decode_message(encode_message(MSG), Fields)
     assert type(one) is Fields
     assert (one.wire_id, one.body, one.timestamp, one.attempts) == fields(MSG)
