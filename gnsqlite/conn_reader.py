@@ -302,13 +302,14 @@ class Reader:
                 protocol.receive_data(data)
                 events = protocol.events()
                 bare = protocol.message_class
+                on_message = self.on_message
                 for index, event in enumerate(events):
                     kind = type(event)
-                    if kind is bare and self.on_message is not None:
+                    if kind is bare and on_message is not None:
                         try:  # as the reader calls it: an exception is logged
-                            self.on_message(self, event)
+                            on_message(self, event)
                         except Exception:
-                            log.exception("%s: callback %r failed", self.name, self.on_message)
+                            log.exception("%s: callback %r failed", self.name, on_message)
                     elif kind is Response and event.waiter is not None:  # type: ignore[attr-defined]
                         event.waiter.set(event.data)  # type: ignore[attr-defined]
                     else:

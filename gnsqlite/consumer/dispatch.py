@@ -150,6 +150,7 @@ class Dispatcher:
         sleepers = self._sleepers
         flow = self._flow
         settler = self._settler
+        running = self.running
         me = gevent.getcurrent()
         while True:
             if not queue:
@@ -169,7 +170,7 @@ class Dispatcher:
             if flow.closing:
                 requeue_now(item)
                 continue
-            self.running[me] = item
+            running[me] = item
             try:
                 if type(item) is Batch:
                     if self.batcher is not None:
@@ -180,6 +181,6 @@ class Dispatcher:
                         raise RuntimeError("the consumer set no handler")
                     settler.settle(item, handler)  # type: ignore[arg-type]
             finally:
-                self.running.pop(me, None)
+                running.pop(me, None)
             if flow.closing:
                 return  # close() requeues what is still queued

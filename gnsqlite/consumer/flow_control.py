@@ -28,6 +28,8 @@ from ..config import ConsumerConfig
 from ..flow import Backoff, BackoffStrategy, ConnFlow, Pause, Probe, RdyPlanner, Resume
 from ..timers import TimerWheel
 
+_monotonic = time.monotonic  # bound once: read once per answer
+
 __all__ = ["FlowControl", "RdyTarget"]
 
 log = logging.getLogger(__name__)
@@ -105,7 +107,7 @@ class FlowControl:
 
     def finished(self, link: RdyTarget) -> None:
         """A message of ``link`` was finished: its in-flight slot frees; a success for backoff."""
-        now = time.monotonic()
+        now = _monotonic()
         flow = link.rdy_flow
         commands = self.planner.message_done(flow, now) if flow is not None else []
         if commands or bool(self._starved_names) is not self._starved_flag:
@@ -123,7 +125,7 @@ class FlowControl:
     def requeued(self, link: RdyTarget) -> None:
         """A message of ``link`` was requeued: its in-flight slot frees."""
         flow = link.rdy_flow
-        commands = self.planner.message_done(flow, time.monotonic()) if flow is not None else []
+        commands = self.planner.message_done(flow, _monotonic()) if flow is not None else []
         if commands or bool(self._starved_names) is not self._starved_flag:
             self.send(commands, link)
         if self.closing and self.in_flight() == 0:
