@@ -270,39 +270,41 @@ class FrameDecoder:
                 size, frame_type, timestamp, attempts, message_id = unpack_message(buf, pos)
             else:
                 size, frame_type = unpack(buf, pos)
+            end = pos + 4 + size
             # A message or an answer of a sane size needs no other check.
             if frame_type == FRAME_TYPE_MESSAGE:
                 if not _SMALLEST_MESSAGE <= size <= largest:
                     check(size, frame_type)
-            elif not (frame_type == FRAME_TYPE_RESPONSE and 4 <= size <= largest):
-                check(size, frame_type)
-            end = pos + 4 + size
-            if n < end:
-                break
-            if decode and frame_type == FRAME_TYPE_MESSAGE:
-                body = buf[pos + body_at : end]
-                if copy:
-                    body = bytes(body)
-                if into is not None:  # the receiver's own class: one object per message
-                    built = _new(into)
-                    built.wire_id = message_id  # plain slot stores: no call each
-                    built.body = body  # type: ignore[assignment]  # bytes once copied
-                    built.timestamp = timestamp
-                    built.attempts = attempts
-                    out.append(built)
+                if n < end:
+                    break
+                if decode:
+                    body = buf[pos + body_at : end]
+                    if copy:
+                        body = bytes(body)
+                    if into is not None:  # the receiver's own class: one object per message
+                        built = _new(into)
+                        built.wire_id = message_id  # plain slot stores: no call each
+                        built.body = body  # type: ignore[assignment]  # bytes once copied
+                        built.timestamp = timestamp
+                        built.attempts = attempts
+                        out.append(built)
+                    else:
+                        message = _new(Message)
+                        _set_id(message, message_id)
+                        _set_body(message, body)
+                        _set_timestamp(message, timestamp)
+                        _set_attempts(message, attempts)
+                        out.append(message)
                     pos = end
                     continue
-                message = _new(Message)
-                _set_id(message, message_id)
-                _set_body(message, body)
-                _set_timestamp(message, timestamp)
-                _set_attempts(message, attempts)
-                out.append(message)
-            else:
-                if others is not None:
-                    others.append(len(out))
-                data = buf[pos + 8 : end]
-                out.append((frame_type, bytes(data) if copy else data))  # type: ignore[arg-type]
+            elif not (frame_type == FRAME_TYPE_RESPONSE and 4 <= size <= largest):
+                check(size, frame_type)
+            if n < end:
+                break
+            if others is not None:
+                others.append(len(out))
+            data = buf[pos + 8 : end]
+            out.append((frame_type, bytes(data) if copy else data))  # type: ignore[arg-type]
             pos = end
         self._pos = pos
         return out
