@@ -102,7 +102,7 @@ class FlowControl:
         commands = self.planner.message_received(flow, now) if flow is not None else []
         if commands:
             self.send(commands, link)
-        elif bool(self._starved_names) is not self._starved_flag:
+        elif (not self._starved_names) is self._starved_flag:  # starved now != the flag
             self._update_starved()  # send() with no commands
 
     def finished(self, link: RdyTarget) -> None:
@@ -110,7 +110,7 @@ class FlowControl:
         now = _monotonic()
         flow = link.rdy_flow
         commands = self.planner.message_done(flow, now) if flow is not None else []
-        if commands or bool(self._starved_names) is not self._starved_flag:
+        if commands or (not self._starved_names) is self._starved_flag:
             self.send(commands, link)
         if self.closing:
             if self.in_flight() == 0:
@@ -126,7 +126,7 @@ class FlowControl:
         """A message of ``link`` was requeued: its in-flight slot frees."""
         flow = link.rdy_flow
         commands = self.planner.message_done(flow, _monotonic()) if flow is not None else []
-        if commands or bool(self._starved_names) is not self._starved_flag:
+        if commands or (not self._starved_names) is self._starved_flag:
             self.send(commands, link)
         if self.closing and self.in_flight() == 0:
             self.drained.set()
