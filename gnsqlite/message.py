@@ -170,7 +170,11 @@ class Message(Delivery):
         if self._responded:
             return False
         self._responded = True
-        if getattr(self.connection, "closed", False):  # connection_lost, inlined
+        try:  # connection_lost, inlined: getattr(connection, "closed", False) without its call
+            lost = self.connection.closed
+        except AttributeError:
+            lost = False
+        if lost:
             return False
         self._responder.on_finish(self)
         return True

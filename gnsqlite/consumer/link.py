@@ -134,7 +134,8 @@ class Link:
             return
         if self.observers:
             self._observe(message)
-        self.intake(message)
+        intake = self.intake  # a slot holding a callable: read, then call (no method lookup)
+        intake(message)
 
     def _observe(self, message: Message) -> None:
         for observer in self.observers:
