@@ -113,6 +113,14 @@ class Connection(Handshake, Reader, Writer):
     The constructor opens no socket and starts no greenlet.
     """
 
+    # What ended the connection: set once, when it ends. A class default, not
+    # set in __init__: CPython 3.11 keeps an instance's attributes inline (and
+    # specializes every read and method lookup on it) only up to 29 of them,
+    # and a connection has 29 besides this one; one more and each read of
+    # ``self.closed``, ``conn.finish`` ... on the hot paths becomes a dict
+    # lookup (tests/unit/test_conn_attributes.py keeps the count).
+    _error: Exception | None = None
+
     def __init__(
         self,
         address: str | tuple[str, int],
@@ -155,7 +163,6 @@ class Connection(Handshake, Reader, Writer):
         #: True once the connection has ended, by :meth:`close` or by an error.
         #: Read it; only the connection sets it (a plain attribute: read per message).
         self.closed = False
-        self._error: Exception | None = None
 
     def __repr__(self) -> str:
         return f"<Connection {self.name} {self.protocol.state.value}>"
