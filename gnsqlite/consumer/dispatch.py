@@ -159,10 +159,11 @@ class Dispatcher:
         settler = self._settler
         running = self.running
         me = gevent.getcurrent()
+        hub = get_hub()  # handed to each Waiter: no thread-local read per wait
         while True:
             if not queue:
                 # Idle: wait for _wake, then look again.
-                waiter: Waiter[Any] = Waiter()
+                waiter: Waiter[Any] = Waiter(hub)
                 sleepers.append(waiter)
                 try:
                     waiter.get()
