@@ -117,13 +117,15 @@ class Link:
 
         ``message`` is as the frame decoder built it (the connection's
         ``message_class`` is :class:`~gnsqlite.message.Message`);
-        :func:`~gnsqlite.message.deliver` completes it.
+        :func:`~gnsqlite.message.deliver` completes it. Its deadline and flow
+        control's clock start when its bytes were read
+        (``conn.last_received``, ``time.monotonic()`` seconds).
         """
         if not self.active:
             deliver(message, self.name, self, conn.msg_timeout, conn, _monotonic())
             message.requeue(0.0, backoff=False)  # not counted, so on_requeue counts nothing
             return
-        now = _monotonic()
+        now = conn.last_received  # when its bytes were read: no clock read per message
         deliver(message, self.name, self, self.msg_timeout, conn, now)
         self.received += 1
         self.unanswered.add(message)  # first: the planner reads its size
