@@ -262,8 +262,11 @@ class FrameDecoder:
         largest = self.max_frame_size
         whole = _SMALLEST_MESSAGE + 4  # the shortest whole message frame, in bytes
         copy = type(buf) is not bytes  # a slice of a bytearray is a bytearray
-        while n - pos >= 8:
-            if decode and n - pos >= whole:
+        while True:
+            left = n - pos
+            if left < 8:
+                break
+            if decode and left >= whole:
                 # Both headers in one call; for another frame the message
                 # fields are bytes after it, never used. With fewer bytes
                 # buffered, a message frame is incomplete (it breaks below).
@@ -273,7 +276,7 @@ class FrameDecoder:
             end = pos + 4 + size
             # A message or an answer of a sane size needs no other check.
             if frame_type == FRAME_TYPE_MESSAGE:
-                if not _SMALLEST_MESSAGE <= size <= largest:
+                if size < _SMALLEST_MESSAGE or size > largest:
                     check(size, frame_type)
                 if n < end:
                     break
