@@ -25,7 +25,6 @@ transport, feeds those bytes back through the new codec, and calls
 
 from __future__ import annotations
 
-import enum
 import json
 from collections import deque
 from collections.abc import Iterable, Mapping
@@ -63,6 +62,9 @@ from .frames import (
     Message,
     decode_message,
 )
+from .states import PUBLISH_STATES as _PUBLISH_STATES
+from .states import RESPOND_STATES as _RESPOND_STATES
+from .states import ClientState
 
 __all__ = ["ClientState", "ClientConnection", "DEFAULT_MAX_RDY_COUNT", "ANSWERED_COMMANDS"]
 
@@ -72,28 +74,8 @@ ANSWERED_COMMANDS = frozenset({"SUB", "PUB", "MPUB", "DPUB"})
 
 _NON_FATAL_CODES = frozenset({"E_FIN_FAILED", "E_REQ_FAILED", "E_TOUCH_FAILED"})
 _UPGRADE_FEATURES = (("tls_v1", "tls"), ("snappy", "snappy"), ("deflate", "deflate"))
-
-
-class ClientState(enum.Enum):
-    """Where a connection stands in the protocol."""
-
-    INIT = "init"
-    IDENTIFYING = "identifying"
-    UPGRADING = "upgrading"  # waiting for the I/O layer to wrap the transport
-    AWAITING_UPGRADE_OK = "awaiting_upgrade_ok"
-    AUTH_REQUIRED = "auth_required"
-    AUTHENTICATING = "authenticating"
-    READY = "ready"  # may publish or subscribe
-    SUBSCRIBING = "subscribing"
-    SUBSCRIBED = "subscribed"
-    CLOSING = "closing"  # CLS sent; FIN, REQ and TOUCH are still allowed
-    CLOSED = "closed"
-
-
-# Tuples, not sets: membership is then an identity test per member, where a
-# set would call Enum.__hash__ (Python code) once per FIN on the hot path.
-_PUBLISH_STATES = (ClientState.SUBSCRIBED, ClientState.READY, ClientState.SUBSCRIBING)
 _PUBLISH_COMMANDS = ("PUB", "MPUB", "DPUB")
+
 
 # Events built without the frozen dataclass's __init__ (which goes through
 # object.__setattr__ once per field): one per message or publish on the hot paths.
@@ -101,12 +83,7 @@ _new = object.__new__
 _set_data = Response.__dict__["data"].__set__
 _set_command = Response.__dict__["command"].__set__
 _set_waiter = Response.__dict__["waiter"].__set__
-
-
 _set_message = MessageReceived.__dict__["message"].__set__
-
-
-_RESPOND_STATES = (ClientState.SUBSCRIBED, ClientState.CLOSING, ClientState.SUBSCRIBING)
 
 
 class _Pending:
