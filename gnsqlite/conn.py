@@ -10,7 +10,8 @@ together from three halves, one module each, over the pure
 * :mod:`gnsqlite.conn_reader`: the **reader** greenlet (decode and route
   frames: messages to ``on_message``, which must not block; answers to their
   waiters in request order; heartbeats answered with ``NOP``; on a plain
-  connection without ``on_message`` it leaves reading the answers to the hub)
+  connection without ``on_message``, or with a ``message_class``, it leaves
+  reading answers and messages to the hub)
   and the one liveness rule (dead after two heartbeat intervals of silence);
 * :mod:`gnsqlite.conn_writer`: commands written in batches, one flush a
   turn of the hub, and the **writer** greenlet for what the socket does not
@@ -59,14 +60,14 @@ from .errors import (
     map_io_errors,
 )
 from .net import format_address, parse_address
-from .protocol import ClientConnection, ClientState, Message, commands
+from .protocol import ClientConnection, ClientState, Delivery, commands
 from .timers import Timer
 
 __all__ = ["Connection", "Waiter", "format_address", "map_io_errors", "parse_address"]
 
 log = logging.getLogger(__name__)
 
-MessageCallback = Callable[["Connection", Message], None]
+MessageCallback = Callable[["Connection", Any], None]  # a Message, or the message_class
 ErrorCallback = Callable[["Connection", ServerError], None]
 CloseCallback = Callable[["Connection", "Exception | None"], None]
 HeartbeatCallback = Callable[["Connection"], None]
@@ -102,9 +103,23 @@ class Connection(Handshake, Reader, Writer):
     :meth:`connect` raises instead and does not call it).
     ``on_heartbeat(conn)`` runs after each heartbeat was answered; like
     ``on_message`` it runs in the reader greenlet and must not block.
+    ``message_class`` (a :class:`~gnsqlite.protocol.Delivery` subclass):
+    ``on_message`` gets each message as an instance of it (built by the
+    frame decoder, see :class:`~gnsqlite.protocol.Delivery`) rather than a
+    :class:`~gnsqlite.protocol.Message`, and on a plain TCP connection
+    without compression it is called by the hub itself, which reads the
+    socket (see :mod:`gnsqlite.conn_reader`): blocking in it raises.
 
     The constructor opens no socket and starts no greenlet.
     """
+
+    # What ended the connection: set once, when it ends. A class default, not
+    # set in __init__: CPython 3.11 keeps an instance's attributes inline (and
+    # specializes every read and method lookup on it) only up to 29 of them,
+    # and a connection has 29 besides this one; one more and each read of
+    # ``self.closed``, ``conn.finish`` ... on the hot paths becomes a dict
+    # lookup (tests/unit/test_conn_attributes.py keeps the count).
+    _error: Exception | None = None
 
     def __init__(
         self,
@@ -115,6 +130,7 @@ class Connection(Handshake, Reader, Writer):
         on_error: ErrorCallback | None = None,
         on_close: CloseCallback | None = None,
         on_heartbeat: HeartbeatCallback | None = None,
+        message_class: type[Delivery] | None = None,
     ) -> None:
         self.address = parse_address(address)
         self.name = format_address(self.address)
@@ -123,7 +139,7 @@ class Connection(Handshake, Reader, Writer):
         self.on_error = on_error
         self.on_close = on_close
         self.on_heartbeat = on_heartbeat
-        self.protocol = ClientConnection(self.config.max_frame_size)
+        self.protocol = ClientConnection(self.config.max_frame_size, message_class)
         self.identity: dict[str, Any] | None = None
         self.last_received = 0.0  # time.monotonic() of the last bytes read
         self._sock: Any = None
@@ -147,7 +163,6 @@ class Connection(Handshake, Reader, Writer):
         #: True once the connection has ended, by :meth:`close` or by an error.
         #: Read it; only the connection sets it (a plain attribute: read per message).
         self.closed = False
-        self._error: Exception | None = None
 
     def __repr__(self) -> str:
         return f"<Connection {self.name} {self.protocol.state.value}>"

@@ -1,16 +1,22 @@
 """The reading half of :class:`~gnsqlite.conn.Connection`: the reader greenlet and liveness.
 
 The **reader** reads, decodes and routes frames: messages go to the
-``on_message`` callback (which must not block; the reader never runs
-handler code), answers to requests resolve their waiters in the order the
-requests were written, heartbeats are answered with ``NOP`` at once.
+``on_message`` callback (which must not block: it may run in the hub
+itself, see below; the reader never runs handler code), answers to
+requests resolve their waiters in the order the requests were written,
+heartbeats are answered with ``NOP`` at once.
 
 On a publisher's connection (no ``on_message``, plain TCP, no compression)
 the reader **parks** and the hub reads the socket itself when it is
 readable: it resolves the waiters of the answers it finds, so a blocking
 publish costs two greenlet switches (to the hub and back) instead of four
-(to the hub, the reader, the hub and back). The hub hands anything that is
-more than an answer (a heartbeat, an error frame, a message, nsqd hanging
+(to the hub, the reader, the hub and back). A consumer's connection (plain
+TCP, no compression) whose protocol reports messages as their own events
+(``message_class``) parks too, and the hub calls ``on_message`` for each
+message itself: at ``max_in_flight=1`` a message costs the switches to the
+handler and back, not those to the reader and back as well. The hub hands
+anything that is more than an answer or such a message (a heartbeat, an
+error frame, a wrapped message, nsqd hanging
 up, an undecodable frame, a waiter that raised) back to the parked reader,
 which handles it exactly as when it reads itself, then parks again. While
 the reader is parked the hub is the only one reading the socket, and while
@@ -42,10 +48,10 @@ from .errors import BrokenConnectionError, NSQError, RemoteProtocolError, map_io
 from .protocol import (
     ClientConnection,
     CloseWait,
+    Delivery,
     ErrorReceived,
     Event,
     Heartbeat,
-    Message,
     MessageReceived,
     Response,
     Upgraded,
@@ -72,7 +78,7 @@ class Reader:
     config: ConnectionConfig
     protocol: ClientConnection
     last_received: float
-    on_message: Callable[[Any, Message], None] | None
+    on_message: Callable[[Any, Any], None] | None  # a Message, or the protocol's message_class
     on_error: Callable[..., None] | None
     on_heartbeat: Callable[..., None] | None
     _sock: Any
@@ -189,8 +195,13 @@ class Reader:
             with map_io_errors(self.name, "read failed"):
                 while True:
                     self._in_recv = True
-                    if raw is not None and self.on_message is None and self._codec is None:
-                        # A publisher's connection: the hub reads the answers.
+                    if (
+                        raw is not None
+                        and (self.on_message is None or protocol.message_class is not None)
+                        and self._codec is None
+                    ):
+                        # A publisher's connection, or a consumer's whose messages
+                        # are their own events: the hub reads answers and messages.
                         for event in self._park(raw):  # what was more than an answer
                             route(event)
                         nop = protocol.data_to_send()  # a heartbeat among them queued one
@@ -210,9 +221,15 @@ class Reader:
                     else:
                         self._feed(data, route)
                     routed = False
+                    bare = protocol.message_class  # its messages are events of their own
                     for event in protocol.events():
                         kind = type(event)
-                        if kind is MessageReceived and self.on_message is not None:
+                        if kind is bare and self.on_message is not None:
+                            try:  # the hot path: _route and _call inlined
+                                self.on_message(self, event)
+                            except Exception:
+                                log.exception("%s: callback %r failed", self.name, self.on_message)
+                        elif kind is MessageReceived and self.on_message is not None:
                             try:  # the hot path: _route and _call inlined
                                 self.on_message(self, event.message)  # type: ignore[attr-defined]
                             except Exception:
@@ -284,9 +301,17 @@ class Reader:
                 protocol = self.protocol
                 protocol.receive_data(data)
                 events = protocol.events()
+                bare = protocol.message_class
+                on_message = self.on_message
                 for index, event in enumerate(events):
-                    if type(event) is Response and event.waiter is not None:
-                        event.waiter.set(event.data)
+                    kind = type(event)
+                    if kind is bare and on_message is not None:
+                        try:  # as the reader calls it: an exception is logged
+                            on_message(self, event)
+                        except Exception:
+                            log.exception("%s: callback %r failed", self.name, on_message)
+                    elif kind is Response and event.waiter is not None:  # type: ignore[attr-defined]
+                        event.waiter.set(event.data)  # type: ignore[attr-defined]
                     else:
                         handed = events[index:]
                         break
@@ -317,6 +342,9 @@ class Reader:
         if isinstance(event, MessageReceived):
             if self.on_message is not None:
                 self._call(self.on_message, event.message)
+        elif isinstance(event, Delivery):  # a message of the protocol's message_class
+            if self.on_message is not None:
+                self._call(self.on_message, event)
         elif isinstance(event, Response):
             if event.waiter is not None:
                 event.waiter.set(event.data)

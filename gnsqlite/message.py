@@ -19,7 +19,9 @@ import time
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-__all__ = ["Message", "RequeueMessage", "Responder", "delivered", "finish_all"]
+from .protocol import Delivery
+
+__all__ = ["Message", "RequeueMessage", "Responder", "deliver", "delivered", "finish_all"]
 
 
 class Responder(Protocol):
@@ -69,7 +71,7 @@ class RequeueMessage(Exception):
         self.backoff = backoff
 
 
-class Message:
+class Message(Delivery):
     """A message delivered to a Consumer.
 
     ``id`` is the 16-character message id, ``body`` the bytes published,
@@ -78,6 +80,11 @@ class Message:
     ``"host:port"`` of the nsqd that sent it, ``connection`` the consumer's
     connection object it came on, ``msg_timeout`` nsqd's timeout for it in
     seconds.
+
+    The Consumer's connections decode message frames straight into this
+    class (a :class:`~gnsqlite.protocol.Delivery`: ``wire_id``, ``body``,
+    ``timestamp`` and ``attempts`` are set by the frame decoder) and
+    :func:`deliver` fills in the rest: one object per message.
     """
 
     __slots__ = (
@@ -85,13 +92,9 @@ class Message:
         "_deadline",
         "_responded",
         "_responder",
-        "attempts",
-        "body",
         "connection",
         "msg_timeout",
         "nsqd",
-        "timestamp",
-        "wire_id",
     )
 
     def __init__(
@@ -167,7 +170,11 @@ class Message:
         if self._responded:
             return False
         self._responded = True
-        if getattr(self.connection, "closed", False):  # connection_lost, inlined
+        try:  # connection_lost, inlined: getattr(connection, "closed", False) without its call
+            lost = self.connection.closed
+        except AttributeError:
+            lost = False
+        if lost:
             return False
         self._responder.on_finish(self)
         return True
@@ -203,6 +210,30 @@ class Message:
 _new = object.__new__
 
 
+def deliver(
+    message: Message,
+    nsqd: str,
+    responder: Responder,
+    msg_timeout: float,
+    connection: Any,
+    now: float,
+) -> None:
+    """Make ``message``, as the frame decoder built it, one delivered to a Consumer (the hot path).
+
+    The decoder set ``wire_id``, ``body``, ``timestamp`` and ``attempts``
+    (see :class:`~gnsqlite.protocol.Delivery`); this sets the rest as the
+    constructor would, without its conversions: ``responder`` must have the
+    ``on_*`` methods. ``now`` is ``time.monotonic()`` at delivery, in seconds.
+    """
+    message.nsqd = nsqd
+    message.msg_timeout = msg_timeout
+    message.connection = connection
+    message._responder = responder
+    message._responded = False
+    message._async = False
+    message._deadline = now + msg_timeout
+
+
 def delivered(
     wire_id: bytes,
     body: bytes,
@@ -214,7 +245,7 @@ def delivered(
     connection: Any,
     now: float,
 ) -> Message:
-    """A :class:`Message` as the Consumer builds one per delivery (its hot path).
+    """A :class:`Message` from its parts, as :func:`deliver` fills one in.
 
     Skips the constructor's conversions: ``wire_id`` must be the 16 id bytes
     and ``responder`` must have the ``on_*`` methods. ``now`` is
@@ -225,13 +256,7 @@ def delivered(
     message.body = body
     message.timestamp = timestamp
     message.attempts = attempts
-    message.nsqd = nsqd
-    message.msg_timeout = msg_timeout
-    message.connection = connection
-    message._responder = responder
-    message._responded = False
-    message._async = False
-    message._deadline = now + msg_timeout
+    deliver(message, nsqd, responder, msg_timeout, connection, now)
     return message
 
 

@@ -284,8 +284,9 @@ class Consumer:
     def add_message_observer(self, observer: Callable[[Message], None]) -> None:
         """Call ``observer(message)`` for every message received (a dashboard's tail).
 
-        It runs in the connection's reader greenlet, before the handler: it
-        must not block and must not answer the message. Its exceptions are
+        It runs where the connection reads (the hub itself on a plain TCP
+        connection, else its reader greenlet), before the handler: it must
+        not block and must not answer the message. Its exceptions are
         logged and ignored.
         """
         self._observers.append(observer)

@@ -74,6 +74,7 @@ class Dispatcher:
         self._queue: deque[Item | None] = deque()  # None: a worker's cue to end
         self._sleepers: deque[Waiter[Any]] = deque()  # idle workers, longest idle first
         self._wake_due = False  # _wake is scheduled on the hub
+        self._loop: Any = None  # the hub's loop, which runs _wake (read once: not per message)
         self._workers = gevent.pool.Pool()
         #: worker greenlet -> what it handles now
         self.running: dict[Any, Item] = {}
@@ -94,7 +95,7 @@ class Dispatcher:
         if self._sleepers:
             if not self._wake_due:
                 self._wake_due = True
-                get_hub().loop.run_callback(self._wake)
+                self._schedule_wake()
         elif len(self._workers.greenlets) < self.concurrency:  # no worker idle
             self._workers.spawn(self._work)
 
@@ -127,13 +128,19 @@ class Dispatcher:
             self._queue.append(None)
         if self._sleepers and not self._wake_due:
             self._wake_due = True
-            get_hub().loop.run_callback(self._wake)
+            self._schedule_wake()
         gevent.joinall(workers, timeout=max(0.0, timeout))
 
     def kill(self) -> None:
         """End every worker but the calling one; blocks until they ended."""
         current = gevent.getcurrent()
         gevent.killall([g for g in self._workers if g is not current], block=True)
+
+    def _schedule_wake(self) -> None:
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = get_hub().loop
+        loop.run_callback(self._wake)
 
     def _wake(self) -> None:
         """In the hub: switch to idle workers in turn while items are left."""
@@ -150,11 +157,13 @@ class Dispatcher:
         sleepers = self._sleepers
         flow = self._flow
         settler = self._settler
+        running = self.running
         me = gevent.getcurrent()
+        hub = get_hub()  # handed to each Waiter: no thread-local read per wait
         while True:
             if not queue:
                 # Idle: wait for _wake, then look again.
-                waiter: Waiter[Any] = Waiter()
+                waiter: Waiter[Any] = Waiter(hub)
                 sleepers.append(waiter)
                 try:
                     waiter.get()
@@ -169,7 +178,7 @@ class Dispatcher:
             if flow.closing:
                 requeue_now(item)
                 continue
-            self.running[me] = item
+            running[me] = item
             try:
                 if type(item) is Batch:
                     if self.batcher is not None:
@@ -180,6 +189,6 @@ class Dispatcher:
                         raise RuntimeError("the consumer set no handler")
                     settler.settle(item, handler)  # type: ignore[arg-type]
             finally:
-                self.running.pop(me, None)
+                running.pop(me, None)
             if flow.closing:
                 return  # close() requeues what is still queued

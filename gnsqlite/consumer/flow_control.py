@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable, Mapping, Sized
+from collections.abc import Callable, Mapping, Sequence, Sized
 from typing import Protocol
 
 import gevent.event
@@ -27,6 +27,8 @@ import gevent.event
 from ..config import ConsumerConfig
 from ..flow import Backoff, BackoffStrategy, ConnFlow, Pause, Probe, RdyPlanner, Resume
 from ..timers import TimerWheel
+
+_monotonic = time.monotonic  # bound once: read once per answer
 
 __all__ = ["FlowControl", "RdyTarget"]
 
@@ -97,18 +99,18 @@ class FlowControl:
     def received(self, link: RdyTarget, now: float) -> None:
         """A message arrived on ``link`` at ``now`` (``time.monotonic()``)."""
         flow = link.rdy_flow
-        commands = self.planner.message_received(flow, now) if flow is not None else []
+        commands = self.planner.message_received(flow, now) if flow is not None else ()
         if commands:
             self.send(commands, link)
-        elif bool(self._starved_names) is not self._starved_flag:
+        elif (not self._starved_names) is self._starved_flag:  # starved now != the flag
             self._update_starved()  # send() with no commands
 
     def finished(self, link: RdyTarget) -> None:
         """A message of ``link`` was finished: its in-flight slot frees; a success for backoff."""
-        now = time.monotonic()
+        now = _monotonic()
         flow = link.rdy_flow
-        commands = self.planner.message_done(flow, now) if flow is not None else []
-        if commands or bool(self._starved_names) is not self._starved_flag:
+        commands = self.planner.message_done(flow, now) if flow is not None else ()
+        if commands or (not self._starved_names) is self._starved_flag:
             self.send(commands, link)
         if self.closing:
             if self.in_flight() == 0:
@@ -123,8 +125,8 @@ class FlowControl:
     def requeued(self, link: RdyTarget) -> None:
         """A message of ``link`` was requeued: its in-flight slot frees."""
         flow = link.rdy_flow
-        commands = self.planner.message_done(flow, time.monotonic()) if flow is not None else []
-        if commands or bool(self._starved_names) is not self._starved_flag:
+        commands = self.planner.message_done(flow, _monotonic()) if flow is not None else ()
+        if commands or (not self._starved_names) is self._starved_flag:
             self.send(commands, link)
         if self.closing and self.in_flight() == 0:
             self.drained.set()
@@ -193,7 +195,7 @@ class FlowControl:
 
     # -- executing -------------------------------------------------------------------
 
-    def send(self, commands: list[Command], origin: RdyTarget | None = None) -> None:
+    def send(self, commands: Sequence[Command], origin: RdyTarget | None = None) -> None:
         """Send the planner's RDY commands, then bring ``starved`` up to date.
 
         The planner names connections; a command for ``origin`` (the link

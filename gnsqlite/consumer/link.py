@@ -3,9 +3,10 @@
 The link is both ends of a message's trip through the consumer:
 
 * its :meth:`Link.on_message` is the :class:`~gnsqlite.conn.Connection`'s
-  ``on_message`` callback (in the reader greenlet: build the
-  :class:`~gnsqlite.message.Message`, count it, tell flow control, hand it
-  to the dispatcher or the batcher; never blocks, never runs handler code);
+  ``on_message`` callback (where the connection reads, the hub or the
+  reader greenlet: complete the :class:`~gnsqlite.message.Message`, count
+  it, tell flow control, hand it to the dispatcher or the batcher; never
+  blocks, never runs handler code);
 * it is the message's responder: :meth:`Message.finish()
   <gnsqlite.message.Message.finish>` calls :meth:`Link.on_finish` directly,
   which writes FIN on its own connection and tells flow control. No lookup
@@ -32,8 +33,7 @@ from typing import Any
 from ..conn import Connection
 from ..errors import NSQConnectionError
 from ..flow import ConnFlow
-from ..message import Message, delivered
-from ..protocol import Message as WireMessage
+from ..message import Message, deliver
 from .flow_control import FlowControl
 
 __all__ = ["Link"]
@@ -110,29 +110,23 @@ class Link:
         self.msg_timeout = self.conn.msg_timeout  # negotiated: read once, not per message
         self.active = True
 
-    # -- the connection's callback (reader greenlet) -----------------------------
+    # -- the connection's callback (the hub or the reader greenlet) ---------------
 
-    def on_message(self, conn: Connection, wire: WireMessage) -> None:
-        """Count, hand over. Runs in the reader greenlet; never blocks."""
-        name = self.name
+    def on_message(self, conn: Connection, message: Message) -> None:
+        """Count, hand over. Runs in the hub or the reader greenlet; never blocks.
+
+        ``message`` is as the frame decoder built it (the connection's
+        ``message_class`` is :class:`~gnsqlite.message.Message`);
+        :func:`~gnsqlite.message.deliver` completes it. Its deadline and flow
+        control's clock start when its bytes were read
+        (``conn.last_received``, ``time.monotonic()`` seconds).
+        """
         if not self.active:
-            message = Message(
-                wire.id,
-                wire.body,
-                wire.timestamp,
-                wire.attempts,
-                name,
-                self,
-                conn.msg_timeout,
-                conn,
-            )
+            deliver(message, self.name, self, conn.msg_timeout, conn, _monotonic())
             message.requeue(0.0, backoff=False)  # not counted, so on_requeue counts nothing
             return
-        now = _monotonic()
-        message = delivered(
-            wire.id, wire.body, wire.timestamp, wire.attempts,
-            name, self, self.msg_timeout, conn, now,
-        )  # fmt: skip
+        now = conn.last_received  # when its bytes were read: no clock read per message
+        deliver(message, self.name, self, self.msg_timeout, conn, now)
         self.received += 1
         self.unanswered.add(message)  # first: the planner reads its size
         flow = self.flow
@@ -142,7 +136,8 @@ class Link:
             return
         if self.observers:
             self._observe(message)
-        self.intake(message)
+        intake = self.intake  # a slot holding a callable: read, then call (no method lookup)
+        intake(message)
 
     def _observe(self, message: Message) -> None:
         for observer in self.observers:

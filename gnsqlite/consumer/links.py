@@ -163,6 +163,7 @@ class LinkSet:
             on_error=self._on_error,
             on_close=self._on_close,
             on_heartbeat=self._on_heartbeat,
+            message_class=Message,  # the frame decoder builds the consumer's messages
         )
         link.attach(conn)
         try:

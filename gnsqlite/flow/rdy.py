@@ -82,7 +82,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sized
+from collections.abc import Sequence, Sized
 
 from .rdy_conn import (
     DEMAND_HEADROOM,
@@ -106,6 +106,9 @@ __all__ = [
     "rotation_bound",
     "turn_length",
 ]
+
+#: What the per-message calls return when there is nothing to send (no list per message).
+_NO_COMMANDS: tuple[Command, ...] = ()
 
 class RdyPlanner:
     """Decides every RDY count of a consumer; see the module docstring.
@@ -378,16 +381,16 @@ class RdyPlanner:
         flow.active = False
         return self._rebalance(now)
 
-    def message_received(self, flow: ConnFlow, now: float) -> list[Command]:
+    def message_received(self, flow: ConnFlow, now: float) -> Sequence[Command]:
         """A message arrived on ``flow``'s connection (already in its ``held``).
 
         ``flow`` is the record :meth:`add` made (the caller keeps it: no
         lookup by name). The first message opens the connection's share.
         The per-message path: O(1), and it returns commands only for a
-        connection's first message (in full flow).
+        connection's first message (in full flow); none as a shared empty tuple.
         """
         if not flow.active:
-            return []
+            return _NO_COMMANDS
         name = flow.name
         in_flight = len(flow.held)
         flow.last_message_at = now
@@ -407,18 +410,19 @@ class RdyPlanner:
             flow.window_peak = 0
             if self.mode == self.FULL and not self.scarce:
                 return self._rebalance(now)
-        return []
+        return _NO_COMMANDS
 
-    def message_done(self, flow: ConnFlow, now: float | None = None) -> list[Command]:
+    def message_done(self, flow: ConnFlow, now: float | None = None) -> Sequence[Command]:
         """A message of ``flow``'s connection was answered (FIN or REQ) and left its ``held``.
 
         nsqd's window reopens by itself, so the count is not sent again. In
         full flow the answer may free budget a connection below its target
         waits for: that grant is returned, to travel in the same write as the
-        answer. The per-message path: O(1) unless the answer frees such budget.
+        answer. The per-message path: O(1) unless the answer frees such budget;
+        no commands come as a shared empty tuple (no list per answer).
         """
         if not flow.active:
-            return []
+            return _NO_COMMANDS
         name = flow.name
         in_flight = len(flow.held)  # after the answer; one more before it
         last_rdy = flow.last_rdy
@@ -434,7 +438,7 @@ class RdyPlanner:
         ):
             self._starved.discard(name)
         if not holding_more or self.mode != self.FULL:
-            return []
+            return _NO_COMMANDS
         out: list[Command] = []
         if self._short and flow.committed < before:
             self._fill(now, out, eager=False)

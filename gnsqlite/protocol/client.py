@@ -25,7 +25,6 @@ transport, feeds those bytes back through the new codec, and calls
 
 from __future__ import annotations
 
-import enum
 import json
 from collections import deque
 from collections.abc import Iterable, Mapping
@@ -42,6 +41,7 @@ from .commands import DEFAULT_MAX_RDY_COUNT, MESSAGE_ID_LENGTH
 from .events import (
     Authenticated,
     CloseWait,
+    Delivery,
     ErrorReceived,
     Event,
     Heartbeat,
@@ -62,6 +62,9 @@ from .frames import (
     Message,
     decode_message,
 )
+from .states import PUBLISH_STATES as _PUBLISH_STATES
+from .states import RESPOND_STATES as _RESPOND_STATES
+from .states import ClientState
 
 __all__ = ["ClientState", "ClientConnection", "DEFAULT_MAX_RDY_COUNT", "ANSWERED_COMMANDS"]
 
@@ -71,28 +74,8 @@ ANSWERED_COMMANDS = frozenset({"SUB", "PUB", "MPUB", "DPUB"})
 
 _NON_FATAL_CODES = frozenset({"E_FIN_FAILED", "E_REQ_FAILED", "E_TOUCH_FAILED"})
 _UPGRADE_FEATURES = (("tls_v1", "tls"), ("snappy", "snappy"), ("deflate", "deflate"))
-
-
-class ClientState(enum.Enum):
-    """Where a connection stands in the protocol."""
-
-    INIT = "init"
-    IDENTIFYING = "identifying"
-    UPGRADING = "upgrading"  # waiting for the I/O layer to wrap the transport
-    AWAITING_UPGRADE_OK = "awaiting_upgrade_ok"
-    AUTH_REQUIRED = "auth_required"
-    AUTHENTICATING = "authenticating"
-    READY = "ready"  # may publish or subscribe
-    SUBSCRIBING = "subscribing"
-    SUBSCRIBED = "subscribed"
-    CLOSING = "closing"  # CLS sent; FIN, REQ and TOUCH are still allowed
-    CLOSED = "closed"
-
-
-# Tuples, not sets: membership is then an identity test per member, where a
-# set would call Enum.__hash__ (Python code) once per FIN on the hot path.
-_PUBLISH_STATES = (ClientState.SUBSCRIBED, ClientState.READY, ClientState.SUBSCRIBING)
 _PUBLISH_COMMANDS = ("PUB", "MPUB", "DPUB")
+
 
 # Events built without the frozen dataclass's __init__ (which goes through
 # object.__setattr__ once per field): one per message or publish on the hot paths.
@@ -100,12 +83,7 @@ _new = object.__new__
 _set_data = Response.__dict__["data"].__set__
 _set_command = Response.__dict__["command"].__set__
 _set_waiter = Response.__dict__["waiter"].__set__
-
-
 _set_message = MessageReceived.__dict__["message"].__set__
-
-
-_RESPOND_STATES = (ClientState.SUBSCRIBED, ClientState.CLOSING, ClientState.SUBSCRIBING)
 
 
 class _Pending:
@@ -127,10 +105,19 @@ class ClientConnection:
     :class:`Response` or :class:`ErrorReceived` that answers it carries that
     waiter back, and :meth:`connection_lost` hands back the waiters nsqd
     never answered.
+
+    ``message_class`` (a :class:`~.events.Delivery` subclass) makes each
+    message an event of that class rather than a :class:`MessageReceived`
+    (see :class:`~.events.Delivery`); ``None``: :class:`MessageReceived`.
     """
 
-    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+    def __init__(
+        self,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        message_class: type[Delivery] | None = None,
+    ) -> None:
         self.state = ClientState.INIT
+        self.message_class = message_class
         self.features: dict[str, Any] = {}
         self._decoder = FrameDecoder(max_frame_size)
         self._pending: deque[_Pending] = deque()
@@ -342,6 +329,13 @@ class ClientConnection:
         out: list[Event] = []
         if self.state is ClientState.SUBSCRIBED:
             # The hot path: messages, heartbeats and the odd error.
+            into = self.message_class
+            if into is not None:  # each message is its own event, built by the decoder
+                others: list[int] = []
+                items: list[Any] = self._decoder.frames_decoding_messages(into, others)
+                for index in others:  # the other frames become their events, in order
+                    items[index] = self._frame_event(*items[index])
+                return items
             received = _new
             set_message = _set_message
             for item in self._decoder.frames_decoding_messages():
@@ -385,6 +379,8 @@ class ClientConnection:
                 raise RemoteProtocolError(
                     f"nsqd sent a message in state {self.state.value!r}, before SUB"
                 )
+            if self.message_class is not None:
+                return decode_message(data, self.message_class)
             return MessageReceived(decode_message(data))
         return self._frame_event(frame_type, data)
 

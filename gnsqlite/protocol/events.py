@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ServerError
-from .frames import Message
+from .frames import Message, MessageFields
 
 __all__ = [
     "Event",
@@ -21,6 +21,7 @@ __all__ = [
     "Response",
     "ErrorReceived",
     "MessageReceived",
+    "Delivery",
     "Heartbeat",
     "CloseWait",
 ]
@@ -89,6 +90,19 @@ class MessageReceived(Event):
     """A message pushed by nsqd."""
 
     message: Message
+
+
+class Delivery(Event, MessageFields):
+    """A message pushed by nsqd, reported as itself rather than in a :class:`MessageReceived`.
+
+    A :class:`~.client.ClientConnection` built with ``message_class`` (a
+    subclass of this) reports each message as an instance of that class,
+    made without ``__init__`` with the four fields of
+    :class:`~.frames.MessageFields` set: the receiver's own message object
+    is then the only object per message.
+    """
+
+    __slots__ = ()
 
 
 @dataclass(frozen=True, slots=True)

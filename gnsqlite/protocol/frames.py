@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import TypeVar, overload
 
 from ..errors import RemoteProtocolError
 
@@ -28,6 +29,7 @@ __all__ = [
     "DEFAULT_MAX_FRAME_SIZE",
     "MESSAGE_HEADER_SIZE",
     "Message",
+    "MessageFields",
     "FrameDecoder",
     "decode_message",
     "encode_frame",
@@ -53,6 +55,7 @@ _HEADER = struct.Struct(">ii")
 _MESSAGE = struct.Struct(">qH16s")
 #: A message frame's frame header and message header, read in one call.
 _MESSAGE_FRAME = struct.Struct(">iiqH16s")
+_F = TypeVar("_F", bound="MessageFields")
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,22 +73,62 @@ class Message:
     attempts: int
 
 
+class MessageFields:
+    """The fields of a message frame, for a class that is built straight from the frame.
+
+    A subclass (its own ``__slots__`` for its other attributes) handed to
+    :meth:`FrameDecoder.frames_decoding_messages` or :func:`decode_message`
+    gets its instances made without ``__init__`` (``object.__new__``; plain
+    attribute assignment must work on them) with these four set:
+    ``wire_id`` (the 16 id bytes), ``body``, ``timestamp`` (nanoseconds
+    since the epoch) and ``attempts``; the rest is the
+    receiver's to fill in. One object per message instead of a frame
+    message and the receiver's own.
+    """
+
+    __slots__ = ("attempts", "body", "timestamp", "wire_id")
+
+    wire_id: bytes
+    body: bytes
+    timestamp: int
+    attempts: int
+
+
 # The slots' own setters: building a frozen Message without its __init__,
 # which goes through object.__setattr__ once per field.
 _set_id = Message.__dict__["id"].__set__
 _set_body = Message.__dict__["body"].__set__
 _set_timestamp = Message.__dict__["timestamp"].__set__
 _set_attempts = Message.__dict__["attempts"].__set__
+_new = object.__new__
 
 
-def decode_message(data: bytes | memoryview) -> Message:
-    """Decode the data of a message frame, or raise RemoteProtocolError."""
+@overload
+def decode_message(data: bytes | memoryview) -> Message: ...
+@overload
+def decode_message(data: bytes | memoryview, into: type[_F]) -> _F: ...
+def decode_message(
+    data: bytes | memoryview, into: type[MessageFields] | None = None
+) -> Message | MessageFields:
+    """Decode the data of a message frame, or raise RemoteProtocolError.
+
+    With ``into`` (a :class:`MessageFields` subclass), an instance of it
+    with the four fields set (see :class:`MessageFields`); else a :class:`Message`.
+    """
     if len(data) < MESSAGE_HEADER_SIZE:
         raise RemoteProtocolError(
             f"a message frame needs {MESSAGE_HEADER_SIZE} bytes of header, got {len(data)}"
         )
     timestamp, attempts, message_id = _MESSAGE.unpack_from(data, 0)
-    return Message(message_id, bytes(data[MESSAGE_HEADER_SIZE:]), timestamp, attempts)
+    body = bytes(data[MESSAGE_HEADER_SIZE:])
+    if into is None:
+        return Message(message_id, body, timestamp, attempts)
+    built = _new(into)
+    built.wire_id = message_id
+    built.body = body
+    built.timestamp = timestamp
+    built.attempts = attempts
+    return built
 
 
 def encode_message(message: Message) -> bytes:
@@ -183,58 +226,88 @@ class FrameDecoder:
 
     def frames(self) -> list[tuple[int, bytes]]:
         """Return every complete frame buffered so far, in order."""
-        return self._drain(decode=False)  # type: ignore[return-value]
+        return self._drain(False)  # type: ignore[return-value]
 
-    def frames_decoding_messages(self) -> list[tuple[int, bytes] | Message]:
+    def frames_decoding_messages(
+        self, into: type[MessageFields] | None = None, others: list[int] | None = None
+    ) -> list[tuple[int, bytes] | Message | MessageFields]:
         """Like :meth:`frames`, with each message frame decoded into a bare :class:`Message`.
 
         The message is read straight from the buffer (its body copied once)
         and stands alone in the list (no ``(frame_type, data)`` pair: its
         type says it is a message frame), which saves a copy, a call and a
         tuple per message on the consumer's hot path. Other frames come as
-        :meth:`frames` gives them.
+        :meth:`frames` gives them. With ``into`` (a :class:`MessageFields`
+        subclass) each message is an instance of it instead. With ``others``
+        (a list), the positions in the result of the frames that are not
+        messages are appended to it: a caller that replaces only those need
+        not look at every item.
         """
-        return self._drain(decode=True)
+        return self._drain(True, into, others)
 
-    def _drain(self, decode: bool) -> list[tuple[int, bytes] | Message]:
-        out: list[tuple[int, bytes] | Message] = []
+    def _drain(
+        self,
+        decode: bool,
+        into: type[MessageFields] | None = None,
+        others: list[int] | None = None,
+    ) -> list[tuple[int, bytes] | Message | MessageFields]:
+        out: list[tuple[int, bytes] | Message | MessageFields] = []
         buf = self._buf
         pos = self._pos
         n = len(buf)
+        body_at = 8 + MESSAGE_HEADER_SIZE  # a message's body, from its frame's start
         unpack = _HEADER.unpack_from
         unpack_message = _MESSAGE_FRAME.unpack_from
         check = self._check
         largest = self.max_frame_size
         whole = _SMALLEST_MESSAGE + 4  # the shortest whole message frame, in bytes
         copy = type(buf) is not bytes  # a slice of a bytearray is a bytearray
-        while n - pos >= 8:
-            if decode and n - pos >= whole:
+        while True:
+            left = n - pos
+            if left < 8:
+                break
+            if decode and left >= whole:
                 # Both headers in one call; for another frame the message
                 # fields are bytes after it, never used. With fewer bytes
                 # buffered, a message frame is incomplete (it breaks below).
                 size, frame_type, timestamp, attempts, message_id = unpack_message(buf, pos)
             else:
                 size, frame_type = unpack(buf, pos)
+            end = pos + 4 + size
             # A message or an answer of a sane size needs no other check.
             if frame_type == FRAME_TYPE_MESSAGE:
-                if not _SMALLEST_MESSAGE <= size <= largest:
+                if size < _SMALLEST_MESSAGE or size > largest:
                     check(size, frame_type)
+                if n < end:
+                    break
+                if decode:
+                    body = buf[pos + body_at : end]
+                    if copy:
+                        body = bytes(body)
+                    if into is not None:  # the receiver's own class: one object per message
+                        built = _new(into)
+                        built.wire_id = message_id  # plain slot stores: no call each
+                        built.body = body  # type: ignore[assignment]  # bytes once copied
+                        built.timestamp = timestamp
+                        built.attempts = attempts
+                        out.append(built)
+                    else:
+                        message = _new(Message)
+                        _set_id(message, message_id)
+                        _set_body(message, body)
+                        _set_timestamp(message, timestamp)
+                        _set_attempts(message, attempts)
+                        out.append(message)
+                    pos = end
+                    continue
             elif not (frame_type == FRAME_TYPE_RESPONSE and 4 <= size <= largest):
                 check(size, frame_type)
-            end = pos + 4 + size
             if n < end:
                 break
-            if decode and frame_type == FRAME_TYPE_MESSAGE:
-                message = object.__new__(Message)
-                _set_id(message, message_id)
-                body = buf[pos + 8 + MESSAGE_HEADER_SIZE : end]
-                _set_body(message, bytes(body) if copy else body)
-                _set_timestamp(message, timestamp)
-                _set_attempts(message, attempts)
-                out.append(message)
-            else:
-                data = buf[pos + 8 : end]
-                out.append((frame_type, bytes(data) if copy else data))  # type: ignore[arg-type]
+            if others is not None:
+                others.append(len(out))
+            data = buf[pos + 8 : end]
+            out.append((frame_type, bytes(data) if copy else data))  # type: ignore[arg-type]
             pos = end
         self._pos = pos
         return out

@@ -29,8 +29,14 @@ from test_conn_script import (
 from gnsqlite.conn import Connection
 from gnsqlite.errors import BrokenConnectionError, ConnectionClosedError, RemoteProtocolError
 from gnsqlite.producer import Producer
-from gnsqlite.protocol import FRAME_TYPE_RESPONSE
-from gnsqlite.protocol.frames import encode_frame
+from gnsqlite.protocol import (
+    FRAME_TYPE_MESSAGE,
+    FRAME_TYPE_RESPONSE,
+    Delivery,
+    Message,
+    encode_frame,
+    encode_message,
+)
 from gnsqlite.testing.waiting import wait_until
 
 HEARTBEAT = encode_frame(FRAME_TYPE_RESPONSE, b"_heartbeat_")
@@ -193,6 +199,54 @@ def test_a_connection_with_on_message_never_parks_its_reader(scripted: Any) -> N
     try:
         assert conn.publish("t", b"x").get(timeout=5) == b"OK"
         assert conn._watch is None
+    finally:
+        conn.close()
+
+
+class Own(Delivery):
+    __slots__ = ()
+
+
+def message_frame(number: int) -> bytes:
+    wire = Message(b"%016d" % number, b"body %d" % number, 7, 1)
+    return encode_frame(FRAME_TYPE_MESSAGE, encode_message(wire))
+
+
+def test_a_consumer_connection_with_a_message_class_gets_its_messages_from_the_hub(
+    scripted: Any,
+) -> None:
+    # The reader parks: the hub reads and calls on_message itself, in order;
+    # a heartbeat among the messages is still handed to the reader (with what
+    # follows it in the same read) and answered.
+    nop = gevent.event.Event()
+
+    def script(peer: Peer) -> None:
+        peer.handshake()
+        assert peer.read_command()[0] == b"SUB t c"
+        peer.respond()
+        peer.send(message_frame(0) + message_frame(1))
+        peer.send(message_frame(2) + HEARTBEAT + message_frame(3))
+        line, _ = peer.read_command()
+        assert line == b"NOP"
+        nop.set()
+        until_eof(peer)
+
+    got: list[tuple[Any, bytes, bytes]] = []
+    conn = Connection(
+        scripted(script).address,
+        on_message=lambda c, m: got.append((gevent.getcurrent(), m.wire_id, m.body)),
+        message_class=Own,
+    )
+    conn.connect()
+    try:
+        conn.subscribe("t", "c", timeout=5)
+        wait_until(lambda: len(got) == 4, timeout=5)
+        assert nop.wait(5)
+        assert [(w, b) for _, w, b in got] == [
+            (b"%016d" % i, b"body %d" % i) for i in range(4)
+        ]
+        assert all(where is gevent.get_hub() for where, _, _ in got[:3])
+        assert conn._watch is not None
     finally:
         conn.close()
 

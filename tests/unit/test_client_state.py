@@ -21,6 +21,7 @@ from gnsqlite.protocol import (
     ClientConnection,
     ClientState,
     CloseWait,
+    Delivery,
     ErrorReceived,
     Heartbeat,
     Identified,
@@ -306,3 +307,42 @@ def test_a_request_built_once_is_recorded_with_its_waiter_on_any_connection() ->
     with pytest.raises(LocalProtocolError, match="cannot send PUB"):
         ClientConnection().publish_encoded("PUB", data)
     assert first.pending_requests == 0  # nothing recorded for a refused one
+
+
+class Own(Delivery):
+    """A receiver's message class: the decoder builds it, the receiver fills in the rest."""
+
+    __slots__ = ("extra",)
+
+
+def test_a_message_class_makes_each_message_its_own_event() -> None:
+    conn = ClientConnection(message_class=Own)
+    conn.start({})
+    conn.receive_data(response(b"OK"))
+    conn.events()
+    conn.sub("t", "c")
+    conn.receive_data(response(b"OK") + message(b"one", 3) + response(b"_heartbeat_") + message())
+    events = conn.events()
+    assert events[0] == Response(b"OK", "SUB")
+    first, beat, second = events[1:]
+    assert type(first) is Own and type(second) is Own
+    assert (first.wire_id, first.body, first.timestamp, first.attempts) == (MID, b"one", 5, 3)
+    assert second.body == b"hi" and second.attempts == 1
+    assert not hasattr(first, "extra")  # built without __init__: the rest is the receiver's
+    assert beat == Heartbeat()
+    assert conn.data_to_send() == b"NOP\n"
+
+
+def test_a_message_class_serves_messages_after_cls_too() -> None:
+    conn = ClientConnection(message_class=Own)
+    conn.start({})
+    conn.receive_data(response(b"OK"))
+    conn.events()
+    conn.sub("t", "c")
+    conn.receive_data(response(b"OK"))
+    conn.events()
+    conn.cls()
+    conn.receive_data(message(b"late") + response(b"CLOSE_WAIT"))
+    late, closed = conn.events()  # decoded outside the subscribed hot path
+    assert type(late) is Own and late.body == b"late" and late.wire_id == MID
+    assert closed == CloseWait()

@@ -15,6 +15,7 @@ from gnsqlite.protocol import (
     FRAME_TYPE_RESPONSE,
     FrameDecoder,
     Message,
+    MessageFields,
     decode_message,
     encode_frame,
     encode_message,
@@ -63,6 +64,54 @@ def test_decoding_messages_in_the_decoder_gives_what_decode_message_gives(split:
     with pytest.raises(AttributeError):
         message.body = b"changed"  # type: ignore[misc]
     assert decoder.buffered == 0
+
+
+class Fields(MessageFields):
+    __slots__ = ("rest",)
+
+
+def fields(message: Message) -> tuple[bytes, bytes, int, int]:
+    return message.id, message.body, message.timestamp, message.attempts
+
+
+@pytest.mark.parametrize("split", range(len(STREAM) + 1))
+def test_decoding_into_a_class_of_the_receiver_gives_the_same_fields(split: int) -> None:
+    # The consumer's one object per message: the decoder builds the receiver's
+    # class (without __init__) with the frame's four fields set.
+    decoder = FrameDecoder()
+    decoder.feed(STREAM[:split])
+    got = decoder.frames_decoding_messages(Fields)
+    decoder.feed(STREAM[split:])
+    got += decoder.frames_decoding_messages(Fields)
+    want = [decode_message(d) if t == FRAME_TYPE_MESSAGE else (t, d) for t, d in STREAM_FRAMES]
+    assert len(got) == len(want)
+    for item, expected in zip(got, want, strict=True):
+        if isinstance(expected, Message):
+            assert type(item) is Fields and not hasattr(item, "rest")
+            assert (item.wire_id, item.body, item.timestamp, item.attempts) == fields(expected)
+            assert type(item.body) is bytes
+        else:
+            assert item == expected
+    others: list[int] = []
+    decoder.feed(STREAM)
+    again = decoder.frames_decoding_messages(Fields, others)
+    assert others == [i for i, item in enumerate(again) if type(item) is not Fields]
+    assert others == [i for i, (t, _) in enumerate(STREAM_FRAMES) if t != FRAME_TYPE_MESSAGE]
+    one = decode_message(encode_message(MSG), Fields)
+    assert type(one) is Fields
+    assert (one.wire_id, one.body, one.timestamp, one.attempts) == fields(MSG)
+
+
+def test_decoding_a_large_message_into_a_class_copies_its_body_to_bytes() -> None:
+    # A long frame arriving in pieces grows in a bytearray: the body must still be bytes.
+    body = b"x" * 20_000
+    frame = encode_frame(FRAME_TYPE_MESSAGE, encode_message(Message(b"a" * 16, body, 1, 1)))
+    decoder = FrameDecoder()
+    decoder.feed(frame[:10_000])
+    assert decoder.frames_decoding_messages(Fields) == []
+    decoder.feed(frame[10_000:])
+    (message,) = decoder.frames_decoding_messages(Fields)
+    assert type(message) is Fields and type(message.body) is bytes and message.body == body
 
 
 @pytest.mark.parametrize("split", range(len(STREAM) + 1))
