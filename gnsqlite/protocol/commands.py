@@ -28,6 +28,7 @@ __all__ = [
     "pub",
     "mpub",
     "mpub_body",
+    "mpub_command",
     "dpub",
     "rdy",
     "fin",
@@ -124,9 +125,23 @@ def mpub(topic: str, bodies: Iterable[bytes | str]) -> bytes:
     """
     t = check_topic_name(topic)
     raws = [body if type(body) is bytes else as_body(body) for body in bodies]
-    if not raws:
+    return mpub_command(t, raws)
+
+
+def mpub_command(topic: str, bodies: Sequence[bytes], size: int | None = None) -> bytes:
+    """The whole ``MPUB <topic>`` of ``bodies``, built in one join (each body copied once).
+
+    ``bodies`` must be ``bytes`` already (see :func:`as_body`); their sizes
+    are not checked here. ``size``, when given, is the size of every body
+    (the caller found them all equal): the prefixes are then one repeated
+    separator. An empty batch raises: nsqd refuses it.
+    """
+    t = check_topic_name(topic)
+    count = len(bodies)
+    if not count:
         raise LocalProtocolError("MPUB needs at least one message")
-    return mpub_encoded(t, mpub_body(raws))
+    total = 4 + count * (4 + size) if size is not None else 4 + 4 * count + sum(map(len, bodies))
+    return _mpub_join(b"MPUB %s\n%s" % (t.encode("ascii"), _SIZE.pack(total)), bodies, size)
 
 
 def mpub_body(bodies: Sequence[bytes], size: int | None = None) -> bytes:
@@ -137,12 +152,18 @@ def mpub_body(bodies: Sequence[bytes], size: int | None = None) -> bytes:
     caller found them all equal): the prefixes are then one repeated
     separator, and the body is built in one join.
     """
+    return _mpub_join(b"", bodies, size)
+
+
+def _mpub_join(head: bytes, bodies: Sequence[bytes], size: int | None) -> bytes:
+    """``head``, then the MPUB body of ``bodies`` (see :func:`mpub_body`), in one join."""
     count = len(bodies)
+    head += _SIZE.pack(count)
     if size is not None and count:
-        prefix = _SIZE.pack(size)
-        return b"".join((_SIZE.pack(count), prefix, prefix.join(bodies)))
+        # The size prefix is the separator: [head, b1, b2 ...] joined by it.
+        return _SIZE.pack(size).join([head, *bodies])
     parts: list[bytes] = [b""] * (2 * count + 1)
-    parts[0] = _SIZE.pack(count)
+    parts[0] = head
     parts[1::2] = map(_SIZE.pack, map(len, bodies))
     parts[2::2] = bodies
     return b"".join(parts)
