@@ -61,6 +61,7 @@ from .frames import (
     FrameDecoder,
     Message,
     decode_message,
+    encode_frame,
 )
 
 __all__ = ["ClientState", "ClientConnection", "DEFAULT_MAX_RDY_COUNT", "ANSWERED_COMMANDS"]
@@ -104,6 +105,10 @@ _set_waiter = Response.__dict__["waiter"].__set__
 
 _set_message = MessageReceived.__dict__["message"].__set__
 
+
+#: A whole ``OK`` answer, as nsqd frames it (see :meth:`ClientConnection.publish_answers`).
+_OK_FRAME = encode_frame(FRAME_TYPE_RESPONSE, OK)
+_OK_FRAME_SIZE = len(_OK_FRAME)
 
 _RESPOND_STATES = (ClientState.SUBSCRIBED, ClientState.CLOSING, ClientState.SUBSCRIBING)
 
@@ -333,6 +338,32 @@ class ClientConnection:
     def receive_data(self, data: bytes | bytearray | memoryview) -> None:
         """Feed bytes read from nsqd (already decrypted and decompressed)."""
         self._decoder.feed(data)
+
+    def publish_answers(self, data: bytes) -> list[Any] | None:
+        """The waiters of the publishes ``data`` answers, if it is only their ``OK`` frames.
+
+        A publisher's usual read, resolved without decoding frames or
+        building events: when the connection is ready to publish, nothing
+        is buffered, and ``data`` is whole ``OK`` answers, no more than the
+        requests waiting (in ``READY`` every one is a publish: SUB and CLS
+        leave it), those requests are taken off the queue in order and
+        their waiters (``None`` where none was attached) returned; each is
+        answered :data:`~.frames.OK`. Otherwise returns ``None`` having
+        taken nothing: give ``data`` to :meth:`receive_data` as usual.
+        """
+        count = len(data) // _OK_FRAME_SIZE
+        if (
+            self.state is not ClientState.READY
+            or not count
+            or count > len(self._pending)
+            or data != _OK_FRAME * count
+            or self._decoder.buffered
+        ):
+            return None
+        take = self._pending.popleft
+        if count == 1:
+            return [take().waiter]
+        return [take().waiter for _ in range(count)]
 
     def events(self) -> list[Event]:
         """Decode every complete frame into events, stopping at an upgrade point.
