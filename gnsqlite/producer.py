@@ -71,6 +71,8 @@ __all__ = ["Producer", "error_code"]
 log = logging.getLogger(__name__)
 
 _RETRYABLE = (NSQConnectionError, PubFailedError, MPubFailedError, DPubFailedError)
+#: The command names stats() counts publishes under: the wire's, in lower case.
+_COUNTED_AS = {command: command.lower() for command in ("PUB", "MPUB", "DPUB")}
 
 
 class Producer(Deadlines, PublishCounting):
@@ -495,6 +497,6 @@ class Producer(Deadlines, PublishCounting):
             self._woken(attempt)
         started = attempt.deadline - attempt.timeout  # the time.monotonic() of the call
         self.count_publish(
-            attempt.topic, attempt.command.lower(), attempt.messages, started, error
+            attempt.topic, _COUNTED_AS[attempt.command], attempt.messages, started, error
         )
 
