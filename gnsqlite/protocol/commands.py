@@ -51,6 +51,10 @@ MAGIC_V2 = b"  V2"
 MESSAGE_ID_LENGTH = 16
 
 _SIZE = struct.Struct(">I")
+#: ``PUB <topic>\n`` of the topics seen (bounded): a publisher names the same
+#: topic on every call, and its line need not be formatted again.
+_PUB_LINES: dict[str, bytes] = {}
+_PUB_LINES_LIMIT = 4096
 _NOP = b"NOP\n"
 _CLS = b"CLS\n"
 
@@ -114,7 +118,12 @@ def pub(topic: str, body: bytes | str) -> bytes:
     """``PUB <topic>`` with one size-prefixed message body."""
     t = check_topic_name(topic)
     raw = body if type(body) is bytes else as_body(body)
-    return b"".join((f"PUB {t}\n".encode("ascii"), _SIZE.pack(len(raw)), raw))  # _with_body
+    line = _PUB_LINES.get(t)
+    if line is None:
+        line = f"PUB {t}\n".encode("ascii")
+        if len(_PUB_LINES) < _PUB_LINES_LIMIT:
+            _PUB_LINES[t] = line
+    return b"".join((line, _SIZE.pack(len(raw)), raw))  # _with_body
 
 
 def mpub(topic: str, bodies: Iterable[bytes | str]) -> bytes:
