@@ -37,8 +37,8 @@ def ready(publishes: int) -> tuple[ClientConnection, list[str]]:
 
 def test_only_ok_answers_give_their_waiters_in_order_and_take_them_off_the_queue() -> None:
     conn, waiters = ready(3)
-    assert conn.publish_answers(OK_FRAME) == ["w0"]
-    assert conn.publish_answers(OK_FRAME * 2) == ["w1", "w2"]
+    assert conn.publish_answers(OK_FRAME) == waiters[:1]
+    assert conn.publish_answers(OK_FRAME * 2) == waiters[1:]
     assert conn.awaited_answers == 0
 
 
