@@ -349,15 +349,9 @@ class Producer(Deadlines, PublishCounting):
             raise LocalProtocolError("multi_publish needs at least one message")
         sizes = list(map(len, raws))  # one pass; usually one size
         count = len(sizes)
-        first = sizes[0]
-        size: int | None = first
-        if sizes.count(first) == count:
-            smallest = largest = first
-            total = 4 + count * (4 + first)
-        else:
-            size = None
-            smallest, largest = min(sizes), max(sizes)
-            total = 4 + 4 * count + sum(sizes)
+        size = sizes[0] if sizes.count(sizes[0]) == count else None  # the one size, if so
+        smallest, largest = (size, size) if size is not None else (min(sizes), max(sizes))
+        total = 4 + count * (4 + size) if size is not None else 4 + 4 * count + sum(sizes)
         if smallest == 0 or largest > self.max_message_size:
             self._check_message_size(smallest)  # raises the error that says why
             self._check_message_size(largest)

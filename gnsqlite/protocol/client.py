@@ -25,7 +25,6 @@ transport, feeds those bytes back through the new codec, and calls
 
 from __future__ import annotations
 
-import enum
 import json
 from collections import deque
 from collections.abc import Iterable, Mapping
@@ -38,6 +37,9 @@ from ..errors import (
     error_from_frame,
 )
 from . import commands
+from .client_state import PUBLISH_STATES as _PUBLISH_STATES
+from .client_state import RESPOND_STATES as _RESPOND_STATES
+from .client_state import ClientState
 from .commands import DEFAULT_MAX_RDY_COUNT, MESSAGE_ID_LENGTH
 from .events import (
     Authenticated,
@@ -72,27 +74,6 @@ ANSWERED_COMMANDS = frozenset({"SUB", "PUB", "MPUB", "DPUB"})
 
 _NON_FATAL_CODES = frozenset({"E_FIN_FAILED", "E_REQ_FAILED", "E_TOUCH_FAILED"})
 _UPGRADE_FEATURES = (("tls_v1", "tls"), ("snappy", "snappy"), ("deflate", "deflate"))
-
-
-class ClientState(enum.Enum):
-    """Where a connection stands in the protocol."""
-
-    INIT = "init"
-    IDENTIFYING = "identifying"
-    UPGRADING = "upgrading"  # waiting for the I/O layer to wrap the transport
-    AWAITING_UPGRADE_OK = "awaiting_upgrade_ok"
-    AUTH_REQUIRED = "auth_required"
-    AUTHENTICATING = "authenticating"
-    READY = "ready"  # may publish or subscribe
-    SUBSCRIBING = "subscribing"
-    SUBSCRIBED = "subscribed"
-    CLOSING = "closing"  # CLS sent; FIN, REQ and TOUCH are still allowed
-    CLOSED = "closed"
-
-
-# Tuples, not sets: membership is then an identity test per member, where a
-# set would call Enum.__hash__ (Python code) once per FIN on the hot path.
-_PUBLISH_STATES = (ClientState.SUBSCRIBED, ClientState.READY, ClientState.SUBSCRIBING)
 _PUBLISH_COMMANDS = ("PUB", "MPUB", "DPUB")
 
 # Events built without the frozen dataclass's __init__ (which goes through
@@ -104,13 +85,8 @@ _set_waiter = Response.__dict__["waiter"].__set__
 
 
 _set_message = MessageReceived.__dict__["message"].__set__
-
-
-#: A whole ``OK`` answer, as nsqd frames it (see :meth:`ClientConnection.publish_answers`).
-_OK_FRAME = encode_frame(FRAME_TYPE_RESPONSE, OK)
+_OK_FRAME = encode_frame(FRAME_TYPE_RESPONSE, OK)  # a whole OK answer, as nsqd frames it
 _OK_FRAME_SIZE = len(_OK_FRAME)
-
-_RESPOND_STATES = (ClientState.SUBSCRIBED, ClientState.CLOSING, ClientState.SUBSCRIBING)
 
 
 class _Pending:
@@ -340,27 +316,20 @@ class ClientConnection:
         self._decoder.feed(data)
 
     def publish_answers(self, data: bytes) -> list[Any] | None:
-        """The waiters of the publishes ``data`` answers, if it is only their ``OK`` frames.
+        """The waiters of the publishes ``data`` answers, when it is only their ``OK`` frames.
 
-        A publisher's usual read, resolved without decoding frames or
-        building events: when the connection is ready to publish, nothing
-        is buffered, and ``data`` is whole ``OK`` answers, no more than the
-        requests waiting (in ``READY`` every one is a publish: SUB and CLS
-        leave it), those requests are taken off the queue in order and
-        their waiters (``None`` where none was attached) returned; each is
-        answered :data:`~.frames.OK`. Otherwise returns ``None`` having
-        taken nothing: give ``data`` to :meth:`receive_data` as usual.
+        A publisher's usual read, matched without decoding frames or building
+        events: in ``READY`` (where every request waiting is a publish), with
+        nothing buffered and no more answers than requests waiting, those leave
+        the queue in order; their waiters (``None`` where none was attached) are
+        answered :data:`~.frames.OK`. Else ``None``, having taken nothing.
         """
         count = len(data) // _OK_FRAME_SIZE
-        if (
-            self.state is not ClientState.READY
-            or not count
-            or count > len(self._pending)
-            or data != _OK_FRAME * count
-            or self._decoder.buffered
-        ):
-            return None
         take = self._pending.popleft
+        if self.state is not ClientState.READY or not 0 < count <= len(self._pending):
+            return None
+        if data != _OK_FRAME * count or self._decoder.buffered:
+            return None
         if count == 1:
             return [take().waiter]
         return [take().waiter for _ in range(count)]
