@@ -56,6 +56,7 @@ from .protocol import (
     Response,
     Upgraded,
 )
+from .protocol.frames import OK
 from .timers import Timer, TimerWheel
 
 __all__ = ["DEAD_AFTER_HEARTBEATS", "Reader"]
@@ -294,6 +295,13 @@ class Reader:
         handed: list[Event] | BaseException
         try:
             data = raw.recv(_RECV_SIZE)
+            answered = self.protocol.publish_answers(data) if self.on_message is None else None
+            if answered is not None:  # only OKs to publishes: no frames decoded, no events
+                self.last_received = time.monotonic()
+                for answer in answered:
+                    if answer is not None:
+                        answer.set(OK)
+                return  # stay parked
             if not data:
                 handed = BrokenConnectionError(self.name, "nsqd closed the connection")
             else:

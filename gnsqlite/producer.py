@@ -63,7 +63,7 @@ from .flow import Reconnect
 from .net import normalize_addresses
 from .producer_attempt import Attempt, Deadlines
 from .producer_stats import PublishCounting, PublishTiming, error_code
-from .protocol import as_body, check_topic_name, commands, mpub_body, to_milliseconds
+from .protocol import as_body, check_topic_name, commands, to_milliseconds
 from .timers import Timer, TimerWheel
 
 __all__ = ["Producer", "error_code"]
@@ -71,6 +71,8 @@ __all__ = ["Producer", "error_code"]
 log = logging.getLogger(__name__)
 
 _RETRYABLE = (NSQConnectionError, PubFailedError, MPubFailedError, DPubFailedError)
+#: The command names stats() counts publishes under: the wire's, in lower case.
+_COUNTED_AS = {command: command.lower() for command in ("PUB", "MPUB", "DPUB")}
 
 
 class Producer(Deadlines, PublishCounting):
@@ -340,27 +342,26 @@ class Producer(Deadlines, PublishCounting):
         topic = check_topic_name(topic)
         if isinstance(bodies, (bytes, str)):
             raise TypeError("multi_publish takes a list of bodies, not one bytes or str")
-        raws: Sequence[bytes]
-        if type(bodies) in (list, tuple) and set(map(type, bodies)) == {bytes}:
-            raws = bodies  # type: ignore[assignment]  # all bytes already: no copy of the list
-        else:
+        raws: Sequence[bytes] = bodies  # type: ignore[assignment]  # when all bytes (checked next)
+        if type(bodies) not in (list, tuple) or list(map(type, raws)).count(bytes) != len(raws):
             raws = [b if type(b) is bytes else as_body(b) for b in bodies]
         if not raws:
             raise LocalProtocolError("multi_publish needs at least one message")
-        sizes = set(map(len, raws))  # one pass; usually one size
-        smallest, largest = min(sizes), max(sizes)
-        self._check_message_size(smallest)
-        self._check_message_size(largest)
-        count = len(raws)
-        total = 4 + 4 * count + (largest * count if len(sizes) == 1 else sum(map(len, raws)))
+        sizes = list(map(len, raws))  # one pass; usually one size
+        count = len(sizes)
+        size = sizes[0] if sizes.count(sizes[0]) == count else None  # the one size, if so
+        smallest, largest = (size, size) if size is not None else (min(sizes), max(sizes))
+        total = 4 + count * (4 + size) if size is not None else 4 + 4 * count + sum(sizes)
+        if smallest == 0 or largest > self.max_message_size:
+            self._check_message_size(smallest)  # raises the error that says why
+            self._check_message_size(largest)
         if total > self.max_body_size:
             raise MessageTooLargeError(
-                f"an MPUB body of {total} bytes ({len(raws)} messages) exceeds"
+                f"an MPUB body of {total} bytes ({count} messages) exceeds"
                 f" max_body_size={self.max_body_size} (nsqd's --max-body-size); split the batch"
             )
-        # Encoded once, whatever connection takes it; equal sizes in one join.
-        payload = mpub_body(raws, largest if smallest == largest else None)
-        data = commands.mpub_encoded(topic, payload)
+        # Built once, whatever connection takes it; each body copied once.
+        data = commands.mpub_command(topic, raws, size)
         return self._submit("MPUB", data, timeout, topic, count, blocking)
 
     def multi_publish_encoded(
@@ -490,6 +491,6 @@ class Producer(Deadlines, PublishCounting):
             self._woken(attempt)
         started = attempt.deadline - attempt.timeout  # the time.monotonic() of the call
         self.count_publish(
-            attempt.topic, attempt.command.lower(), attempt.messages, started, error
+            attempt.topic, _COUNTED_AS[attempt.command], attempt.messages, started, error
         )
 

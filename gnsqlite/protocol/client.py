@@ -25,7 +25,6 @@ transport, feeds those bytes back through the new codec, and calls
 
 from __future__ import annotations
 
-import json
 from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -61,7 +60,9 @@ from .frames import (
     FrameDecoder,
     Message,
     decode_message,
+    encode_frame,
 )
+from .replies import agreed_upgrades, auth_identity, identify_features
 from .states import PUBLISH_STATES as _PUBLISH_STATES
 from .states import RESPOND_STATES as _RESPOND_STATES
 from .states import ClientState
@@ -73,7 +74,6 @@ __all__ = ["ClientState", "ClientConnection", "DEFAULT_MAX_RDY_COUNT", "ANSWERED
 ANSWERED_COMMANDS = frozenset({"SUB", "PUB", "MPUB", "DPUB"})
 
 _NON_FATAL_CODES = frozenset({"E_FIN_FAILED", "E_REQ_FAILED", "E_TOUCH_FAILED"})
-_UPGRADE_FEATURES = (("tls_v1", "tls"), ("snappy", "snappy"), ("deflate", "deflate"))
 _PUBLISH_COMMANDS = ("PUB", "MPUB", "DPUB")
 
 
@@ -84,6 +84,8 @@ _set_data = Response.__dict__["data"].__set__
 _set_command = Response.__dict__["command"].__set__
 _set_waiter = Response.__dict__["waiter"].__set__
 _set_message = MessageReceived.__dict__["message"].__set__
+_OK_FRAME = encode_frame(FRAME_TYPE_RESPONSE, OK)  # a whole OK answer, as nsqd frames it
+_OK_FRAME_SIZE = len(_OK_FRAME)
 
 
 class _Pending:
@@ -321,6 +323,25 @@ class ClientConnection:
         """Feed bytes read from nsqd (already decrypted and decompressed)."""
         self._decoder.feed(data)
 
+    def publish_answers(self, data: bytes) -> list[Any] | None:
+        """The waiters of the publishes ``data`` answers, when it is only their ``OK`` frames.
+
+        A publisher's usual read, matched without decoding frames or building
+        events: in ``READY`` (where every request waiting is a publish), with
+        nothing buffered and no more answers than requests waiting, those leave
+        the queue in order; their waiters (``None`` where none was attached) are
+        answered :data:`~.frames.OK`. Else ``None``, having taken nothing.
+        """
+        count = len(data) // _OK_FRAME_SIZE
+        take = self._pending.popleft
+        if self.state is not ClientState.READY or not 0 < count <= len(self._pending):
+            return None
+        if data != _OK_FRAME * count or self._decoder.buffered:
+            return None
+        if count == 1:
+            return [take().waiter]
+        return [take().waiter for _ in range(count)]
+
     def events(self) -> list[Event]:
         """Decode every complete frame into events, stopping at an upgrade point.
 
@@ -426,19 +447,7 @@ class ClientConnection:
             raise RemoteProtocolError(f"nsqd answered {command} with {data[:64]!r}, not OK")
 
     def _identified(self, data: bytes) -> Event:
-        negotiated = data != OK
-        if negotiated:
-            try:
-                features = json.loads(data)
-            except (ValueError, RecursionError) as exc:  # RecursionError: nesting too deep
-                raise RemoteProtocolError(
-                    f"the IDENTIFY reply is neither OK nor JSON: {data[:64]!r}"
-                ) from exc
-            if not isinstance(features, dict):
-                raise RemoteProtocolError(f"the IDENTIFY reply is not a JSON object: {data[:64]!r}")
-        else:
-            features = {}
-        features.setdefault("max_rdy_count", DEFAULT_MAX_RDY_COUNT)
+        features, negotiated = identify_features(data)
         if self._requested.get("tls_v1") and not features.get("tls_v1"):
             self.state = ClientState.CLOSED
             raise NegotiationError(
@@ -447,11 +456,7 @@ class ClientConnection:
             )
         self.features = features
         self._auth_required = bool(features.get("auth_required"))
-        self._upgrades = deque(
-            kind
-            for key, kind in _UPGRADE_FEATURES
-            if self._requested.get(key) and features.get(key)
-        )
+        self._upgrades = deque(agreed_upgrades(self._requested, features))
         self._after_upgrades()
         return Identified(features, tuple(self._upgrades), negotiated)
 
@@ -470,12 +475,9 @@ class ClientConnection:
             self.state = ClientState.READY
 
     def _authenticated(self, data: bytes) -> Event:
-        try:
-            identity = json.loads(data)
-        except (ValueError, RecursionError) as exc:
-            raise RemoteProtocolError(f"the AUTH reply is not JSON: {data[:64]!r}") from exc
+        identity = auth_identity(data)
         self.state = ClientState.READY
-        return Authenticated(identity if isinstance(identity, dict) else {})
+        return Authenticated(identity)
 
     @property
     def auth_required(self) -> bool:

@@ -28,6 +28,7 @@ __all__ = [
     "pub",
     "mpub",
     "mpub_body",
+    "mpub_command",
     "dpub",
     "rdy",
     "fin",
@@ -50,6 +51,10 @@ MAGIC_V2 = b"  V2"
 MESSAGE_ID_LENGTH = 16
 
 _SIZE = struct.Struct(">I")
+#: ``PUB <topic>\n`` of the topics seen (bounded): a publisher names the same
+#: topic on every call, and its line need not be formatted again.
+_PUB_LINES: dict[str, bytes] = {}
+_PUB_LINES_LIMIT = 4096
 _NOP = b"NOP\n"
 _CLS = b"CLS\n"
 
@@ -113,7 +118,12 @@ def pub(topic: str, body: bytes | str) -> bytes:
     """``PUB <topic>`` with one size-prefixed message body."""
     t = check_topic_name(topic)
     raw = body if type(body) is bytes else as_body(body)
-    return b"".join((f"PUB {t}\n".encode("ascii"), _SIZE.pack(len(raw)), raw))  # _with_body
+    line = _PUB_LINES.get(t)
+    if line is None:
+        line = f"PUB {t}\n".encode("ascii")
+        if len(_PUB_LINES) < _PUB_LINES_LIMIT:
+            _PUB_LINES[t] = line
+    return b"".join((line, _SIZE.pack(len(raw)), raw))  # _with_body
 
 
 def mpub(topic: str, bodies: Iterable[bytes | str]) -> bytes:
@@ -124,9 +134,23 @@ def mpub(topic: str, bodies: Iterable[bytes | str]) -> bytes:
     """
     t = check_topic_name(topic)
     raws = [body if type(body) is bytes else as_body(body) for body in bodies]
-    if not raws:
+    return mpub_command(t, raws)
+
+
+def mpub_command(topic: str, bodies: Sequence[bytes], size: int | None = None) -> bytes:
+    """The whole ``MPUB <topic>`` of ``bodies``, built in one join (each body copied once).
+
+    ``bodies`` must be ``bytes`` already (see :func:`as_body`); their sizes
+    are not checked here. ``size``, when given, is the size of every body
+    (the caller found them all equal): the prefixes are then one repeated
+    separator. An empty batch raises: nsqd refuses it.
+    """
+    t = check_topic_name(topic)
+    count = len(bodies)
+    if not count:
         raise LocalProtocolError("MPUB needs at least one message")
-    return mpub_encoded(t, mpub_body(raws))
+    total = 4 + count * (4 + size) if size is not None else 4 + 4 * count + sum(map(len, bodies))
+    return _mpub_join(b"MPUB %s\n%s" % (t.encode("ascii"), _SIZE.pack(total)), bodies, size)
 
 
 def mpub_body(bodies: Sequence[bytes], size: int | None = None) -> bytes:
@@ -137,12 +161,18 @@ def mpub_body(bodies: Sequence[bytes], size: int | None = None) -> bytes:
     caller found them all equal): the prefixes are then one repeated
     separator, and the body is built in one join.
     """
+    return _mpub_join(b"", bodies, size)
+
+
+def _mpub_join(head: bytes, bodies: Sequence[bytes], size: int | None) -> bytes:
+    """``head``, then the MPUB body of ``bodies`` (see :func:`mpub_body`), in one join."""
     count = len(bodies)
+    head += _SIZE.pack(count)
     if size is not None and count:
-        prefix = _SIZE.pack(size)
-        return b"".join((_SIZE.pack(count), prefix, prefix.join(bodies)))
+        # The size prefix is the separator: [head, b1, b2 ...] joined by it.
+        return _SIZE.pack(size).join([head, *bodies])
     parts: list[bytes] = [b""] * (2 * count + 1)
-    parts[0] = _SIZE.pack(count)
+    parts[0] = head
     parts[1::2] = map(_SIZE.pack, map(len, bodies))
     parts[2::2] = bodies
     return b"".join(parts)

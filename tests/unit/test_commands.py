@@ -70,6 +70,22 @@ def test_mpub_body_of_equal_sizes_is_the_same_bytes_as_the_general_form() -> Non
     assert p.mpub_body(bodies, 3)[:11] == size(100) + size(3) + b"000"
 
 
+def test_mpub_command_is_the_header_then_the_body_for_equal_and_mixed_sizes() -> None:
+    from gnsqlite.protocol import commands
+
+    for bodies in ([b"%03d" % i for i in range(100)], [b"a", b"bc", b"def"], [b"x"]):
+        body = p.mpub_body(bodies)
+        whole = b"MPUB clicks\n" + size(len(body)) + body
+        assert commands.mpub_command("clicks", bodies) == whole
+        assert commands.mpub_encoded("clicks", body) == whole
+        if len(set(map(len, bodies))) == 1:
+            assert commands.mpub_command("clicks", bodies, len(bodies[0])) == whole
+    with pytest.raises(LocalProtocolError, match="at least one"):
+        commands.mpub_command("clicks", [], 3)
+    with pytest.raises(InvalidNameError):
+        commands.mpub_command("not valid!", [b"x"], 1)
+
+
 def test_remembering_valid_names_never_lets_an_invalid_one_through() -> None:
     # Valid names are remembered; an invalid one is refused every time.
     assert p.check_topic_name("remembered") == "remembered"
