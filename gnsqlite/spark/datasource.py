@@ -3,6 +3,9 @@
 Options are validated when Spark builds the data source and again when it
 asks for a reader or writer, so a bad option fails the query at start with
 a :class:`~gnsqlite.errors.ConfigError` naming it. Nothing here connects.
+The sink's and the WAL source's modules are imported when first asked for:
+the Python process Spark starts for a query's source imports this module
+first, before the source subscribes, so what it does not need is left out.
 """
 
 from __future__ import annotations
@@ -18,7 +21,6 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from .options import parse_sink_options, parse_source_options, split_options
-from .sink import NSQStreamWriter, NSQWriter, check_sink_schema
 from .source import SCHEMA, NSQStreamReader
 
 __all__ = ["NSQDataSource"]
@@ -51,12 +53,16 @@ class NSQDataSource(DataSource):
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         """The batch sink; validates the writing options and the input columns."""
+        from .sink import NSQWriter, check_sink_schema  # not imported by a source's process
+
         options = parse_sink_options(dict(self.options))
         check_sink_schema(schema, options)
         return NSQWriter(options)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         """The streaming sink; validates the writing options and the input columns."""
+        from .sink import NSQStreamWriter, check_sink_schema
+
         options = parse_sink_options(dict(self.options))
         check_sink_schema(schema, options)
         return NSQStreamWriter(options)

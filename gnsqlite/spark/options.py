@@ -79,14 +79,14 @@ OPTIONS: tuple[Spec, ...] = (
     _spec("maxMessagesPerBatch", SOURCE, int, 10000, 1, "messages",
           "Most messages in one micro-batch (Spark's default read limit)"),
     _spec("maxInFlight", SOURCE, int, 0, 0, "messages",
-          "RDY budget over all nsqd: messages held unfinished by the source; 0 means 2500"
-          " with walLocation (nsqd's default --max-rdy-count), else two batches"
+          "RDY budget over all nsqd: messages held unfinished by the source; 0 means 5000"
+          " with walLocation (two connections of nsqd's default --max-rdy-count 2500, so nsqd"
+          " keeps sending while a segment is written), else two batches"
           " (2 x maxMessagesPerBatch)"),
     _spec("connectionsPerNsqd", SOURCE, int, 0, 0, "",
-          "Without walLocation: connections to each nsqd, each a client of the channel with its"
-          " own RDY (nsqd caps one connection's RDY at --max-rdy-count); 0 means"
-          " ceil(maxInFlight / 2500), so a batch is not capped by nsqd's default. With"
-          " walLocation: 1"),
+          "Connections to each nsqd, each a client of the channel with its own share of"
+          " maxInFlight (nsqd caps one connection's RDY at --max-rdy-count); 0 means"
+          " ceil(maxInFlight / 2500), so the budget is not capped by nsqd's default"),
     _spec("walLocation", SOURCE, str, "", None, "",
           "Directory or URI (hdfs://, s3:// ... through pyarrow.fs) of the source's write-ahead"
           " log, one per query; every executor must be able to read it. Set: exactly-once with"
@@ -96,7 +96,8 @@ OPTIONS: tuple[Spec, ...] = (
           "Uncommitted WAL above this: the source stops taking messages (RDY 0) until Spark"
           " commits"),
     _spec("walSegmentMessages", SOURCE, int, 0, 0, "messages",
-          "Messages per WAL segment at most; 0 means maxInFlight"),
+          "Messages per WAL segment at most; 0 means half of maxInFlight, so the next segment"
+          " arrives while one is written"),
     _spec("walFlushInterval", SOURCE, float, 0.05, 0.001, "s",
           "A WAL segment is written at the latest this long after its first message arrived"),
     _spec("walBatchDelay", SOURCE, float, 2.0, 0.0, "s",
@@ -323,11 +324,10 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
     per_batch = v["maxMessagesPerBatch"]
     wal = v["walLocation"] or None
     if wal is not None:
-        max_in_flight = v["maxInFlight"] or DEFAULT_MAX_RDY_COUNT
-        connections = 1
+        max_in_flight = v["maxInFlight"] or 2 * DEFAULT_MAX_RDY_COUNT
     else:
         max_in_flight = v["maxInFlight"] or 2 * per_batch
-        connections = v["connectionsPerNsqd"] or -(-max_in_flight // DEFAULT_MAX_RDY_COUNT)
+    connections = v["connectionsPerNsqd"] or -(-max_in_flight // DEFAULT_MAX_RDY_COUNT)
     return SourceOptions(
         topic=topic,
         channel=channel,
@@ -345,7 +345,7 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         connections_per_nsqd=min(connections, max_in_flight),
         wal_location=wal,
         wal_max_bytes=v["walMaxBytes"],
-        wal_segment_messages=v["walSegmentMessages"] or max_in_flight,
+        wal_segment_messages=v["walSegmentMessages"] or -(-max_in_flight // 2),
         wal_flush_interval=v["walFlushInterval"],
         wal_batch_delay=v["walBatchDelay"],
     )

@@ -56,7 +56,11 @@ __all__ = [
     "ReadMaxRows",
     "SCHEMA",
     "SupportsTriggerAvailableNow",
+    "close_all",
+    "rdy_shares",
     "read_limit",
+    "set_rdy",
+    "wait_subscribed",
 ]
 
 log = logging.getLogger(__name__)
@@ -95,6 +99,33 @@ class NSQPartition(InputPartition):
 
     def __repr__(self) -> str:
         return f"<NSQPartition {self.index} of {self.topic}: {len(self.rows)} messages>"
+
+
+def rdy_shares(max_in_flight: int, connections: int) -> list[int]:
+    """``max_in_flight`` cut into ``connections`` shares differing by at most one message."""
+    n = connections
+    return [max_in_flight // n + (1 if i < max_in_flight % n else 0) for i in range(n)]
+
+
+def set_rdy(consumers: Sequence[Consumer], max_in_flight: int) -> None:
+    """Share ``max_in_flight`` (0: RDY 0 everywhere) among ``consumers``; in the hub."""
+    for consumer, share in zip(consumers, rdy_shares(max_in_flight, len(consumers)), strict=True):
+        consumer.set_max_in_flight(share)
+
+
+def close_all(consumers: Sequence[Consumer], timeout: float) -> None:
+    """Close ``consumers`` at once, each waiting up to ``timeout`` s (blocks, in the hub)."""
+    gevent.joinall([gevent.spawn(c.close, timeout) for c in consumers], raise_error=True)
+
+
+def wait_subscribed(consumers: Sequence[Consumer], timeout: float) -> bool:
+    """Wait (in the hub) until every consumer subscribed; ``True`` if they did in ``timeout`` s.
+
+    ``False`` (after ``timeout``) while one has no connection yet, or with no consumer.
+    """
+    deadline = time.monotonic() + timeout
+    waited = [c.connected.wait(max(0.0, deadline - time.monotonic())) for c in consumers]
+    return bool(waited) and all(waited)
 
 
 def source_consumer(options: SourceOptions, on_message: Callable[[Message], None] | None,
@@ -220,14 +251,13 @@ class NSQStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
         # nsqd caps each connection's RDY at its --max-rdy-count, and treats
         # every connection as a client of the channel: several consumers,
         # each with a share of the budget, lift the cap on a batch.
-        n = o.connections_per_nsqd
-        shares = [o.max_in_flight // n + (1 if i < o.max_in_flight % n else 0) for i in range(n)]
-        self._consumers = [source_consumer(o, self._on_message, share) for share in shares]
+        self._consumers = [source_consumer(o, self._on_message, share)
+                           for share in rdy_shares(o.max_in_flight, o.connections_per_nsqd)]
         for consumer in self._consumers:
             consumer.start()
         self._toucher = gevent.spawn(self._touch_loop)
         log.info("%r: consuming with max_in_flight=%d over %d connections per nsqd", self,
-                 o.max_in_flight, n)
+                 o.max_in_flight, o.connections_per_nsqd)
 
     def stop(self) -> None:
         """Spark ends the query: requeue every unfinished message, close, end the thread.
@@ -249,17 +279,15 @@ class NSQStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
         if self._toucher is not None:
             self._toucher.kill()
         consumers = self._consumers
-        for consumer in consumers:
-            # RDY 0 first: nsqd would hand a message requeued with REQ 0
-            # straight back to this connection while its RDY is open.
-            consumer.set_max_in_flight(0)
+        # RDY 0 first: nsqd would hand a message requeued with REQ 0
+        # straight back to this connection while its RDY is open.
+        set_rdy(consumers, 0)
         released = self._ledger.release() if self._ledger is not None else []
         for message in released:
             message.requeue(0.0, backoff=False)
         if released:
             log.info("%r: stopping; requeued %d unfinished messages", self, len(released))
-        closing = [gevent.spawn(c.close, self.options.stop_timeout) for c in consumers]
-        gevent.joinall(closing, raise_error=True)
+        close_all(consumers, self.options.stop_timeout)
 
     # -- hub-thread side ---------------------------------------------------------
 
@@ -304,18 +332,9 @@ class NSQStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
     def _connected(self) -> bool:
         return any(c.connections for c in self._consumers)
 
-    def _wait_connected(self, timeout: float) -> bool:
-        """Wait (in the hub) until every consumer subscribed; ``True`` if they did in ``timeout`` s.
-
-        ``False`` (after ``timeout``) while one has no connection yet.
-        """
-        deadline = time.monotonic() + timeout
-        waited = [c.connected.wait(max(0.0, deadline - time.monotonic())) for c in self._consumers]
-        return bool(waited) and all(waited)
-
     def _first_connection(self) -> None:
         o = self.options
-        if self._wait_connected(o.start_timeout if o.nsqd_tcp_addresses else 0.0):
+        if wait_subscribed(self._consumers, o.start_timeout if o.nsqd_tcp_addresses else 0.0):
             return
         if o.nsqd_tcp_addresses and not o.lookupd_http_addresses:
             raise NSQConnectionError(
@@ -347,7 +366,7 @@ class NSQStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
         assert ledger is not None and arrival is not None
         o = self.options
         if not self._connected():
-            self._wait_connected(o.start_timeout)
+            wait_subscribed(self._consumers, o.start_timeout)
         wanted = max_rows if max_rows is not None else o.max_messages_per_batch
         while True:
             # nsqd sends no more than the RDY budget (capped per connection by
@@ -364,7 +383,7 @@ class NSQStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
                 return
             if not self._connected():
                 # Nothing can arrive before a connection: wait for one (or the end).
-                self._wait_connected(o.start_timeout - quiet)
+                wait_subscribed(self._consumers, o.start_timeout - quiet)
                 continue
             arrival.clear()
             arrival.wait(min(o.available_now_idle_timeout, o.start_timeout) - quiet)

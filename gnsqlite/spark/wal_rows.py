@@ -16,7 +16,6 @@ import operator
 from collections.abc import Iterable, Iterator, Sequence
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql.datasource import InputPartition
 
 from ..message import Message, finish_all
@@ -99,18 +98,29 @@ class Dedup:
 #: A message's 16 id bytes (the dedup key of a WAL row).
 WIRE_ID = operator.attrgetter("wire_id")
 _BODY = operator.attrgetter("body")
-_TIMESTAMP = operator.attrgetter("timestamp")
 _ATTEMPTS = operator.attrgetter("attempts")
 _NSQD = operator.attrgetter("nsqd")
 
 
+def _micros(message: Message) -> int:
+    return message.timestamp // 1000
+
+
 def segment_batch(messages: Sequence[Message]) -> pa.RecordBatch:
-    """``messages`` as one record batch of :data:`~gnsqlite.spark.wal.ROW_SCHEMA`."""
-    nanos = pa.array(map(_TIMESTAMP, messages), pa.int64(), size=len(messages))
+    """``messages`` as one record batch of :data:`~gnsqlite.spark.wal.ROW_SCHEMA`.
+
+    Uses no ``pyarrow.compute`` kernel, which takes 20-50 ms to import on
+    the source's start-up path: the ids' binary array is reinterpreted as
+    strings, and validated as UTF-8 (``pyarrow.ArrowInvalid`` if not).
+    """
+    n = len(messages)
+    ids = pa.array(map(WIRE_ID, messages), pa.binary(), size=n)
+    id_strings = pa.Array.from_buffers(pa.string(), n, ids.buffers(), null_count=0)
+    id_strings.validate(full=True)
     return pa.RecordBatch.from_arrays([
-        pa.array(map(WIRE_ID, messages), pa.binary(), size=len(messages)).cast(pa.string()),
-        pa.array(map(_BODY, messages), pa.binary(), size=len(messages)),
-        pc.divide(nanos, 1000).cast(ROW_SCHEMA.field("timestamp").type),
+        id_strings,
+        pa.array(map(_BODY, messages), pa.binary(), size=n),
+        pa.array(map(_micros, messages), ROW_SCHEMA.field("timestamp").type, size=n),
         pa.array(map(_ATTEMPTS, messages), pa.int32(), size=len(messages)),
         pa.array(map(_NSQD, messages), pa.string(), size=len(messages)),
     ], schema=ROW_SCHEMA)

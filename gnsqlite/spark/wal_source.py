@@ -1,39 +1,38 @@
 """The write-ahead-logged streaming source: replayable batches from NSQ.
 
-:class:`NSQWalStreamReader` is the source when option ``walLocation`` is
-set. It lives in the Python process Spark starts on the driver for the
-query's source; its :class:`~gnsqlite.consumer.Consumer` runs in a
-:class:`~gnsqlite.spark._hub.HubThread` and consumes continuously, between
-batches too:
+:class:`NSQWalStreamReader` is the source when option ``walLocation`` is set.
+It lives in the Python process Spark starts on the driver for the query's
+source; its consumers (``connectionsPerNsqd`` per nsqd, each with a share of
+``maxInFlight``) run in a :class:`~gnsqlite.spark._hub.HubThread` and consume
+continuously, between batches too:
 
-1. received messages are buffered (at most ``maxInFlight``, nsqd's RDY); they
-   arrive through the consumer's batch path (:mod:`gnsqlite.batch`), in lists,
-   with no handler greenlet switch per message;
+1. received messages arrive in lists through the consumer's batch path
+   (:mod:`gnsqlite.batch`) and are buffered (at most ``maxInFlight``: by
+   default two connections of RDY 2500, and segments of 2500, so nsqd keeps
+   sending the next segment while one is written);
 2. a *segment* is cut when ``walSegmentMessages`` messages are buffered or
    ``walFlushInterval`` seconds after its first message; a worker thread
-   writes it as an Arrow IPC file under ``walLocation`` and makes it
-   durable (:mod:`gnsqlite.spark.wal`) while the hub keeps receiving;
-3. only then are its messages FINished at nsqd, all in one write per
-   connection (:func:`~gnsqlite.message.finish_all`), and the segment
-   becomes visible to Spark's planning.
+   writes it as an Arrow IPC file under ``walLocation`` and makes it durable
+   (:mod:`gnsqlite.spark.wal`) while the hub keeps receiving;
+3. only then are its messages FINished, in one write per connection
+   (:func:`~gnsqlite.message.finish_all`), and the segment becomes visible
+   to Spark's planning.
 
 Offsets are positions in the WAL (:mod:`gnsqlite.spark.segments`);
-:meth:`partitions` hands out file names and row ranges, and executors read
-the files into Arrow record batches. :meth:`commit` deletes the segments
-Spark no longer needs. A restarted query re-plans its last batch from the
-same immutable files and gets the same rows; segments written but never
-planned are listed at start and read by the next batch.
+:meth:`partitions` hands out file names and row ranges, executors read the
+files, :meth:`commit` deletes the segments Spark no longer needs. A
+restarted query re-plans its last batch from the same immutable files;
+segments written but never planned are read by the next batch.
 
-While a flood of messages arrives (segments cut at least half full), the
-next batch is held back until it holds ``maxMessagesPerBatch`` rows or its
-oldest segment is ``walBatchDelay`` seconds old: fewer, larger batches, so
-Spark's fixed cost per batch does not starve ingestion.
+While a flood arrives (segments cut at least half full), the next batch is
+held back until it holds ``maxMessagesPerBatch`` rows or its oldest segment
+is ``walBatchDelay`` seconds old: fewer, larger batches, so Spark's fixed
+cost per batch does not starve ingestion.
 
-When the uncommitted segments exceed ``walMaxBytes`` the source stops
-taking messages (RDY 0) and resumes once Spark's commits bring it below.
-A storage failure stops taking messages, gives every unwritten message back
-to nsqd (``REQ 0``) and fails the query's next call with
-:class:`~gnsqlite.spark.wal.WalStorageError` naming the path.
+Above ``walMaxBytes`` of uncommitted segments the source takes no messages
+(RDY 0) until Spark's commits bring it below. A storage failure stops
+taking messages, gives every unwritten message back (``REQ 0``) and fails
+the query's next call with :class:`~gnsqlite.spark.wal.WalStorageError`.
 
 Duplicates after a crash: nsqd redelivers a message whose FIN it never
 processed. The source remembers the ids of the newest ``2 x maxInFlight``
@@ -64,9 +63,13 @@ from .segments import Position, SegmentIndex, offset, position, split_slices
 from .source import (
     ReadMaxRows,
     SupportsTriggerAvailableNow,
+    close_all,
+    rdy_shares,
     read_limit,
+    set_rdy,
     source_consumer,
     stop_in_hub,
+    wait_subscribed,
 )
 from .wal import WalStorageError, WalStore
 from .wal_rows import WIRE_ID, Dedup, NSQWalPartition, read_partition, segment_batch
@@ -78,6 +81,10 @@ log = logging.getLogger(__name__)
 #: Received messages reach the source at the latest this long after arriving, in seconds
 #: (the consumer's ``batch_timeout``; bursts reach it at once, as starvation or a full batch).
 INTAKE_DELAY = 0.005
+
+#: Seconds ``latestOffset`` waits for a held batch to fill before answering "nothing yet":
+#: Spark asks again at once (every 10-30 ms), each time at a CPU cost to ingestion.
+HOLD_WAIT = 0.2
 
 
 class NSQWalStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
@@ -95,9 +102,10 @@ class NSQWalStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
         self.options = options
         self._store = store
         self._hub: HubThread | None = None
-        self._consumer: Consumer | None = None
+        self._consumers: list[Consumer] = []  # connectionsPerNsqd of them
         self._index = SegmentIndex()
         self._durable_at: dict[int, float] = {}  # segment number -> time.monotonic() written
+        self._grown: gevent.event.Event | None = None  # set when a segment becomes durable
         self._flooding = False  # the newest segment was at least half full: a flood
         self._next = 0  # the number of the next segment to write
         self._buffer: list[Message] = []
@@ -164,18 +172,20 @@ class NSQWalStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
     def _start_consumer(self) -> None:
         o = self.options
         self._wake = gevent.event.Event()
+        self._grown = gevent.event.Event()
         self._started_at = time.monotonic()
-        consumer = source_consumer(
-            o, None, on_batch=self._on_batch,
-            batch_size=min(o.wal_segment_messages, o.max_in_flight),
-            batch_timeout=min(INTAKE_DELAY, o.wal_flush_interval),
-        )
-        self._consumer = consumer
+        self._consumers = [
+            source_consumer(o, None, share, on_batch=self._on_batch,
+                            batch_size=min(o.wal_segment_messages, share),
+                            batch_timeout=min(INTAKE_DELAY, o.wal_flush_interval))
+            for share in rdy_shares(o.max_in_flight, o.connections_per_nsqd)
+        ]
         self._writer = gevent.spawn(self._write_loop)
         self._update_flow()
-        consumer.start()
-        log.info("%r: consuming with max_in_flight=%d into %s", self, o.max_in_flight,
-                 self.store.location)
+        for consumer in self._consumers:
+            consumer.start()
+        log.info("%r: consuming with max_in_flight=%d over %d connections per nsqd into %s",
+                 self, o.max_in_flight, o.connections_per_nsqd, self.store.location)
 
     def stop(self) -> None:
         """Spark ends the query: give back unwritten messages, close, end the thread.
@@ -191,9 +201,8 @@ class NSQWalStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
                 stop_in_hub(self, hub, self._stop_consumer, self.options.stop_timeout + 30.0)
 
     def _stop_consumer(self) -> None:
-        consumer = self._consumer
-        if consumer is not None:
-            consumer.set_max_in_flight(0)
+        consumers = self._consumers
+        set_rdy(consumers, 0)
         writer = self._writer
         if writer is not None:
             # A segment being written finishes (its messages get their FIN);
@@ -203,8 +212,7 @@ class NSQWalStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
             writer.join(self.options.stop_timeout + 20.0)
             writer.kill()
         self._give_back()
-        if consumer is not None:
-            consumer.close(self.options.stop_timeout)
+        close_all(consumers, self.options.stop_timeout)
 
     def _give_back(self) -> None:
         buffered, self._buffer = self._buffer, []
@@ -288,30 +296,30 @@ class NSQWalStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
             self._durable_at[number] = time.monotonic()
             self._flooding = 2 * len(messages) >= o.wal_segment_messages
             self._update_flow()
+            assert self._grown is not None
+            self._grown.set()
 
     def _fail(self, exc: WalStorageError, messages: list[Message]) -> None:
         log.error("%r: %s; giving unwritten messages back to nsqd", self, exc)
         self._failure = exc
-        if self._consumer is not None:
-            self._consumer.set_max_in_flight(0)
+        set_rdy(self._consumers, 0)
         for message in messages:
             message.requeue(0.0, backoff=False)
         self._give_back()
 
     def _update_flow(self) -> None:
         """RDY 0 while the uncommitted WAL is above ``walMaxBytes``; the budget below."""
-        consumer = self._consumer
-        if consumer is None or self._failure is not None or self._stopped:
+        if not self._consumers or self._failure is not None or self._stopped:
             return
         over = self._index.size > self.options.wal_max_bytes
         if over and not self._paused:
             self._paused = True
-            consumer.set_max_in_flight(0)
+            set_rdy(self._consumers, 0)
             log.info("%r: the uncommitted WAL holds %d bytes > walMaxBytes=%d: paused", self,
                      self._index.size, self.options.wal_max_bytes)
         elif not over and self._paused:
             self._paused = False
-            consumer.set_max_in_flight(self.options.max_in_flight)
+            set_rdy(self._consumers, self.options.max_in_flight)
             log.info("%r: the uncommitted WAL is back to %d bytes: resumed", self,
                      self._index.size)
 
@@ -322,9 +330,8 @@ class NSQWalStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
     def _initial(self) -> dict[str, int]:
         self._check()
         o = self.options
-        consumer = self._consumer
         static_only = o.nsqd_tcp_addresses and not o.lookupd_http_addresses
-        if static_only and consumer is not None and not consumer.connected.wait(o.start_timeout):
+        if static_only and not wait_subscribed(self._consumers, o.start_timeout):
             raise NSQConnectionError(
                 ",".join(o.nsqd_tcp_addresses),
                 f"the nsq source could not subscribe to {o.topic}/{o.channel} within"
@@ -347,8 +354,23 @@ class NSQWalStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
             return offset(begin)
         end = self._index.advance(begin, max_rows)
         if end != begin and self._filling(begin, max_rows):
-            return offset(begin)
+            if not self._await_fill(begin, max_rows):
+                return offset(begin)
+            end = self._index.advance(begin, max_rows)
         return offset(end)
+
+    def _await_fill(self, begin: Position, max_rows: int | None) -> bool:
+        """Wait (in the hub) up to :data:`HOLD_WAIT` s: ``True`` once :meth:`_filling` ends."""
+        grown = self._grown
+        assert grown is not None
+        deadline = time.monotonic() + HOLD_WAIT
+        while self._filling(begin, max_rows):
+            left = deadline - time.monotonic()
+            if left <= 0 or self._stopped or self._failure is not None:
+                return False
+            grown.clear()
+            grown.wait(min(left, self.options.wal_flush_interval))
+        return True
 
     def _filling(self, begin: Position, max_rows: int | None) -> bool:
         """Hold the next batch back while a flood of messages fills it.
@@ -377,9 +399,7 @@ class NSQWalStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
     def _wait_quiet(self) -> None:
         """Trigger.AvailableNow: wait until no message arrived for the idle timeout."""
         o = self.options
-        consumer = self._consumer
-        if consumer is not None and not consumer.connected.is_set():
-            consumer.connected.wait(o.start_timeout)
+        wait_subscribed(self._consumers, o.start_timeout)
         while self._failure is None:
             quiet = time.monotonic() - max(self._last_arrival, self._started_at)
             pending = self._buffer or self._writing
