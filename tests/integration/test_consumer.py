@@ -215,7 +215,9 @@ def test_touch_keeps_a_slow_message_alive_past_the_timeout(
     consumer = Consumer(TOPIC, CHANNEL, handle, nsqd_tcp_addresses=server.tcp_address)
     consumers.append(consumer)
     consumer.start()
-    wait_until(lambda: drained(server), timeout=15)
+    # Delivered first: the channel made by SUB is empty until nsqd moves the topic's
+    # message into it, so "drained" alone can be true before the message arrives.
+    wait_until(lambda: deliveries and drained(server), timeout=15)
     assert deliveries == [1]
     assert channel_stats(server)["timeout_count"] == 0
 
