@@ -351,10 +351,10 @@ class Producer(Deadlines, PublishCounting):
         count = len(sizes)
         size = sizes[0] if sizes.count(sizes[0]) == count else None  # the one size, if so
         smallest, largest = (size, size) if size is not None else (min(sizes), max(sizes))
-        total = 4 + count * (4 + size) if size is not None else 4 + 4 * count + sum(sizes)
         if smallest == 0 or largest > self.max_message_size:
             self._check_message_size(smallest)  # raises the error that says why
             self._check_message_size(largest)
+        total = commands.mpub_body_size(raws, size)
         if total > self.max_body_size:
             raise MessageTooLargeError(
                 f"an MPUB body of {total} bytes ({count} messages) exceeds"

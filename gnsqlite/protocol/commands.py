@@ -29,6 +29,7 @@ __all__ = [
     "mpub",
     "mpub_body",
     "mpub_command",
+    "mpub_body_size",
     "dpub",
     "rdy",
     "fin",
@@ -149,8 +150,17 @@ def mpub_command(topic: str, bodies: Sequence[bytes], size: int | None = None) -
     count = len(bodies)
     if not count:
         raise LocalProtocolError("MPUB needs at least one message")
-    total = 4 + count * (4 + size) if size is not None else 4 + 4 * count + sum(map(len, bodies))
+    total = mpub_body_size(bodies, size)
     return _mpub_join(b"MPUB %s\n%s" % (t.encode("ascii"), _SIZE.pack(total)), bodies, size)
+
+
+def mpub_body_size(bodies: Sequence[bytes], size: int | None = None) -> int:
+    """The bytes of the MPUB body of ``bodies``: the count, each body's size prefix and bytes.
+
+    ``size``, when given, is the size of every body (the caller found them all equal).
+    """
+    count = len(bodies)
+    return 4 + count * (4 + size) if size is not None else 4 + 4 * count + sum(map(len, bodies))
 
 
 def mpub_body(bodies: Sequence[bytes], size: int | None = None) -> bytes:
