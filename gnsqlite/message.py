@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from .protocol import Delivery
 
-__all__ = ["Message", "RequeueMessage", "Responder", "deliver", "delivered", "finish_all"]
+__all__ = ["Message", "RequeueMessage", "Responder", "deliver", "finish_all"]
 
 
 class Responder(Protocol):
@@ -207,9 +207,6 @@ class Message(Delivery):
         return True
 
 
-_new = object.__new__
-
-
 def deliver(
     message: Message,
     nsqd: str,
@@ -232,32 +229,6 @@ def deliver(
     message._responded = False
     message._async = False
     message._deadline = now + msg_timeout
-
-
-def delivered(
-    wire_id: bytes,
-    body: bytes,
-    timestamp: int,
-    attempts: int,
-    nsqd: str,
-    responder: Responder,
-    msg_timeout: float,
-    connection: Any,
-    now: float,
-) -> Message:
-    """A :class:`Message` from its parts, as :func:`deliver` fills one in.
-
-    Skips the constructor's conversions: ``wire_id`` must be the 16 id bytes
-    and ``responder`` must have the ``on_*`` methods. ``now`` is
-    ``time.monotonic()`` at delivery, in seconds.
-    """
-    message: Message = _new(Message)
-    message.wire_id = wire_id
-    message.body = body
-    message.timestamp = timestamp
-    message.attempts = attempts
-    deliver(message, nsqd, responder, msg_timeout, connection, now)
-    return message
 
 
 _NO_CONNECTION = object()

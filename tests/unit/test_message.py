@@ -7,7 +7,9 @@ from typing import Any
 
 import pytest
 
-from gnsqlite.message import Message, delivered, finish_all
+from gnsqlite.message import Message, deliver, finish_all
+from gnsqlite.protocol import Message as WireMessage
+from gnsqlite.protocol.frames import decode_message, encode_message
 
 pytestmark = pytest.mark.no_server
 
@@ -56,12 +58,15 @@ def test_a_responder_with_the_older_single_respond_method_still_works() -> None:
     assert calls == [("touch", None, False), ("finish", None, False), ("requeue", None, True)]
 
 
-def test_a_delivered_message_is_the_message_the_constructor_builds() -> None:
+def test_a_decoded_and_delivered_message_is_the_message_the_constructor_builds() -> None:
     r = Recorder()
     conn = object()
     now = time.monotonic()
     built = Message(b"0000000000000007", b"body", 123, 2, "h:4150", r, 30.0, connection=conn)
-    fast = delivered(b"0000000000000007", b"body", 123, 2, "h:4150", r, 30.0, conn, now)
+    # As a consumer's connection makes it: decoded into the class, then completed.
+    frame = encode_message(WireMessage(b"0000000000000007", b"body", 123, 2))
+    fast = decode_message(frame, Message)
+    deliver(fast, "h:4150", r, 30.0, conn, now)
     for field in ("id", "wire_id", "body", "timestamp", "attempts", "nsqd", "msg_timeout",
                   "connection", "has_responded", "is_async"):  # fmt: skip
         assert getattr(fast, field) == getattr(built, field), field
