@@ -284,6 +284,35 @@ def test_nsqd_going_away_answers_503_until_it_is_back(
     assert "Traceback" not in (tmp_path / "gunicorn.out").read_text()
 
 
+def thread_states(pid: int) -> str:
+    """One letter per thread of ``pid`` (``/proc/<pid>/task/*/stat``): R, S, T ..."""
+    states = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(FileNotFoundError):  # a thread that just ended
+            states.append(task.joinpath("stat").read_text().rsplit(")", 1)[1].split()[0])
+    return "".join(states)
+
+
+@contextlib.contextmanager
+def stopped(pid: int) -> Iterator[None]:
+    """``pid`` stopped (SIGSTOP) until the block ends, then continued.
+
+    Waits until every thread is stopped: the kernel stops a multithreaded
+    process only once the thread it woke for SIGSTOP runs, and until then the
+    others keep serving (on a loaded machine nsqd answered a PUB sent after
+    ``kill`` returned, while its threads still showed R and S).
+    """
+    if not Path(f"/proc/{pid}/task").is_dir():
+        pytest.skip("needs Linux /proc to see that nsqd's threads are stopped")
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        wait_until(lambda: set(thread_states(pid)) <= {"T", "t"}, timeout=10,
+                   interval=0.005, message=f"every thread of {pid} stopped")
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
 def test_a_publish_nsqd_does_not_confirm_answers_503_published_unknown(
     nsqd: NsqdServer, tmp_path: Path
 ) -> None:
@@ -292,11 +321,8 @@ def test_a_publish_nsqd_does_not_confirm_answers_503_published_unknown(
         assert request(port, "POST", "/publish", b"warm up")["published"] == 1  # both workers
         pid = nsqd.process.pid if nsqd.process is not None else None
         assert pid is not None
-        os.kill(pid, signal.SIGSTOP)  # connected, but it answers nothing
-        try:
+        with stopped(pid):  # connected, but it answers nothing
             status, headers, data = call(port, "POST", "/publish", b"maybe")
-        finally:
-            os.kill(pid, signal.SIGCONT)
         assert (status, headers.get("Retry-After"), data["published"]) == (503, "1", None), data
         assert "no answer" in data["error"]
 

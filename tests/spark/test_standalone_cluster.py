@@ -66,9 +66,15 @@ def master_state(webui_port: int) -> dict[str, Any]:
 
 
 def alive_workers(webui_port: int) -> int:
+    """How many workers the master lists as ALIVE; 0 while its UI is not up yet.
+
+    Right after binding its port the master's UI may answer ``/json/`` with an
+    HTML page (seen in a CI run: the master was a second old), so an answer that
+    is not JSON counts as "not up yet", like a refused connection.
+    """
     try:
         state = master_state(webui_port)
-    except OSError:
+    except (OSError, ValueError):
         return 0
     return sum(1 for w in state.get("workers", []) if w.get("state") == "ALIVE")
 
