@@ -8,6 +8,7 @@ and ``health()``. Nothing here blocks or sends.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -21,6 +22,8 @@ from .errors import (
     ServerError,
 )
 from .health import ConnectionHealth, Health, build_health
+
+log = logging.getLogger("gnsqlite.producer")
 
 __all__ = ["PublishCounting", "PublishTiming", "error_code"]
 
@@ -88,7 +91,10 @@ class PublishCounting:
             self._errors[code] = self._errors.get(code, 0) + 1
         timing = self._publish_timing
         if timing is not None and started is not None:
-            timing(topic, command, time.monotonic() - started)
+            try:
+                timing(topic, command, time.monotonic() - started)
+            except Exception:  # where answers are read: the other answers come first
+                log.exception("producer: publish timing %r failed", timing)
 
     def track_in_flight(self, change: int) -> None:
         """Add ``change`` to the publishes waiting for an answer (for a front end, as above)."""
@@ -99,8 +105,8 @@ class PublishCounting:
 
         ``seconds`` runs from the call to nsqd's answer or the failure,
         retries included. It runs in the greenlet that saw the answer (a
-        connection's reader): it must not block. :mod:`gnsqlite.metrics`
-        uses it for its histogram.
+        connection's reader): it must not block; its exceptions are logged
+        and ignored. :mod:`gnsqlite.metrics` uses it for its histogram.
         """
         self._publish_timing = timing
 

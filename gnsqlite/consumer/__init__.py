@@ -302,8 +302,9 @@ class Consumer:
         ``seconds`` is how long the handler ran (a handler that raised
         included; an async message's later answer is not); with a
         ``batch_handler``, how long each batch call ran. It runs in the
-        worker greenlet: it must not block. :mod:`gnsqlite.metrics` uses it
-        for its histogram; without it the consumer reads no clock for this.
+        worker greenlet: it must not block; its exceptions are logged and
+        ignored. :mod:`gnsqlite.metrics` uses it for its histogram; without
+        it the consumer reads no clock for this.
         """
         self._settler.timing = timing
 

@@ -121,7 +121,7 @@ class Settler:
             if not message._async:  # is_async, inlined on the hot path
                 message.finish()
         if timing is not None:
-            timing(perf_counter() - started)
+            self._time(timing, perf_counter() - started)
 
     def settle_batch(
         self, messages: Sequence[Message], handler: Callable[[list[Message]], Any]
@@ -148,7 +148,14 @@ class Settler:
         if live:
             self._run(live, handler, list(live))  # a list of its own: the handler may keep it
         if timing is not None:
-            timing(perf_counter() - started)
+            self._time(timing, perf_counter() - started)
+
+    def _time(self, timing: Callable[[float], None], seconds: float) -> None:
+        """``timing(seconds)``; an exception in it is logged: the worker carries on."""
+        try:
+            timing(seconds)
+        except Exception:
+            log.exception("%s: handler timing %r failed", self._name, timing)
 
     def _run(self, messages: Sequence[Message], handler: Callable[[Any], Any], arg: Any) -> None:
         """``handler(arg)`` for a batch (``arg``: the list of ``messages``), then the answers."""

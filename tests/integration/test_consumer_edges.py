@@ -564,3 +564,31 @@ def test_a_dropped_nsqd_found_through_lookupd_is_rediscovered_at_once(
     wait_until(lambda: [c for c in consumer.connections if c is not first], timeout=5)
     publish(server, [b"two"])
     wait_until(lambda: seen == [b"one", b"two"], timeout=10)
+
+
+def test_a_handler_timing_hook_that_raises_is_logged_and_the_workers_carry_on(
+    nsqd: NsqdServer, consumers: list[Consumer], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A faulty ``set_handler_timing`` hook costs a log line per call, not a worker.
+
+    It runs in the worker after the message was answered; raising there once
+    ended the worker greenlet each time (gevent printed the traceback to
+    stderr, no log record) and a new one was spawned for the next message.
+    """
+    publish(nsqd, [b"%d" % i for i in range(20)])
+    handled: list[bytes] = []
+
+    def timing(seconds: float) -> None:
+        raise ValueError("a metrics bug")
+
+    consumer = Consumer(
+        TOPIC, CHANNEL, lambda m: handled.append(m.body), nsqd_tcp_addresses=nsqd.tcp_address,
+        concurrency=2,
+    )
+    consumer.set_handler_timing(timing)
+    consumers.append(consumer)
+    consumer.start()
+    wait_until(lambda: len(handled) == 20 and drained(nsqd), timeout=10,
+               message="all 20 handled and finished")
+    assert sorted(handled) == sorted(b"%d" % i for i in range(20))
+    assert any("a metrics bug" in str(r.exc_info[1]) for r in caplog.records if r.exc_info)

@@ -262,3 +262,29 @@ def test_a_producer_reconnects_after_5000_failed_attempts(
         assert sub.wait_for(1) == [b"back"]
     finally:
         producer.close()
+
+
+def test_a_publish_timing_hook_that_raises_is_logged_and_loses_nothing(
+    nsqd: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A faulty ``set_publish_timing`` hook (a metrics exporter's bug) costs a log line.
+
+    The hook runs where the answers are read, several per read when publishes
+    are pipelined: raising there once ended the connection with the other
+    answers of that read unset, so their publishes were retried (duplicates)
+    or failed although nsqd had taken them.
+    """
+    with Producer(nsqd.tcp_address) as producer:
+        def timing(topic: str, command: str, seconds: float) -> None:
+            raise ValueError("a metrics bug")
+
+        producer.set_publish_timing(timing)
+        (conn,) = producer.connections
+        results = [producer.publish_async("timed", b"%d" % i) for i in range(50)]
+        gevent.joinall(results, timeout=10)
+        assert [r.get(block=False) for r in results] == [b"OK"] * 50
+        producer.multi_publish("timed", [b"a", b"b"])
+        assert producer.connections == (conn,) and conn.is_connected
+    assert nsqd.topic_stats("timed")["message_count"] == 52
+    assert any("a metrics bug" in r.getMessage() or (r.exc_info and "a metrics bug" in
+               str(r.exc_info[1])) for r in caplog.records)
