@@ -39,7 +39,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import gevent
 import gevent.event
@@ -342,27 +342,54 @@ class Producer(Deadlines, PublishCounting):
         topic = check_topic_name(topic)
         if isinstance(bodies, (bytes, str)):
             raise TypeError("multi_publish takes a list of bodies, not one bytes or str")
-        raws: Sequence[bytes] = bodies  # type: ignore[assignment]  # when all bytes (checked next)
-        if type(bodies) not in (list, tuple) or list(map(type, raws)).count(bytes) != len(raws):
+        # A list of bytes, the usual call, is built as it is: the join checks the
+        # types. Anything else (a str, a generator, a limit broken) takes the
+        # careful path, which converts every body and says what is wrong.
+        raws: Sequence[Any] = bodies if isinstance(bodies, (list, tuple)) else ()
+        data = self._mpub_data(topic, raws, False) if raws else None
+        if data is None:
             raws = [b if type(b) is bytes else as_body(b) for b in bodies]
-        if not raws:
-            raise LocalProtocolError("multi_publish needs at least one message")
-        sizes = list(map(len, raws))  # one pass; usually one size
+            data = cast(bytes, self._mpub_data(topic, raws, True))  # built, or raised
+        # Built once, whatever connection takes it; each body copied once.
+        return self._submit("MPUB", data, timeout, topic, len(raws), blocking)
+
+    def _mpub_data(self, topic: str, bodies: Sequence[Any], careful: bool) -> bytes | None:
+        """The whole MPUB of ``bodies`` (sizes checked against the limits), in one join.
+
+        ``careful``: ``bodies`` are all ``bytes``, and a broken limit raises the
+        error that says why. Otherwise ``None`` for anything but buffers of
+        bytes within the limits (a ``str`` or ``None`` among them, a
+        ``memoryview`` whose ``len`` is not its size, a body too large ...).
+        """
+        try:
+            sizes = list(map(len, bodies))  # one pass; usually one size
+        except TypeError:  # a body without a len: the careful path names it
+            return None
         count = len(sizes)
+        if not count:
+            raise LocalProtocolError("multi_publish needs at least one message")
         size = sizes[0] if sizes.count(sizes[0]) == count else None  # the one size, if so
         smallest, largest = (size, size) if size is not None else (min(sizes), max(sizes))
         if smallest == 0 or largest > self.max_message_size:
+            if not careful:
+                return None
             self._check_message_size(smallest)  # raises the error that says why
             self._check_message_size(largest)
-        total = commands.mpub_body_size(raws, size)
+        total = commands.mpub_body_size(bodies, size)
         if total > self.max_body_size:
+            if not careful:
+                return None
             raise MessageTooLargeError(
                 f"an MPUB body of {total} bytes ({count} messages) exceeds"
                 f" max_body_size={self.max_body_size} (nsqd's --max-body-size); split the batch"
             )
-        # Built once, whatever connection takes it; each body copied once.
-        data = commands.mpub_command(topic, raws, size)
-        return self._submit("MPUB", data, timeout, topic, count, blocking)
+        try:
+            data = commands.mpub_command(topic, bodies, size)
+        except TypeError:  # not a buffer (a str ...): never so when careful
+            return None
+        # "MPUB <topic>\n", the 4-byte size, the body: a buffer whose len() is
+        # not its byte count (a memoryview of wider items) breaks the sum.
+        return data if careful or len(data) == len(topic) + 10 + total else None
 
     def multi_publish_encoded(
         self, topic: str, payload: bytes | memoryview, timeout: float | None = None

@@ -6,8 +6,10 @@ connection dies and what nsqd answers, and record every command received.
 
 from __future__ import annotations
 
+import array
 import gc
 import socket
+import struct
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -98,6 +100,28 @@ def test_bodies_are_bytes_or_utf8_str_and_nothing_else(scripted: Start) -> None:
         (b"PUB t", "héllo".encode()),
         (b"PUB t", b"raw"),
         (b"MPUB t", b"\x00\x00\x00\x02\x00\x00\x00\x01a\x00\x00\x00\x01b"),
+    ]
+
+
+def test_multi_publish_frames_every_kind_of_body_by_its_byte_size(scripted: Start) -> None:
+    """Lists of bytes are joined as they are; any other body is converted first.
+
+    A ``memoryview`` of 4-byte items has ``len`` 2 but 8 bytes, and a ``str``
+    of one character may be two bytes: each is framed by its size in bytes.
+    """
+    server = scripted(answer_all)
+    wide = memoryview(array.array("i", [1, 2]))
+    with Producer(server.address) as producer:
+        producer.multi_publish("t", [b"ab", b"cd"])  # the usual call
+        producer.multi_publish("t", [wide, b"cd"])  # type: ignore[list-item]
+        producer.multi_publish("t", ["é", bytearray(b"xy")])  # type: ignore[list-item]
+        producer.multi_publish("t", (b for b in [b"a", b"bc"]))
+    count = size = struct.Struct(">I").pack
+    assert [body for _, body in published(server)] == [
+        count(2) + size(2) + b"ab" + size(2) + b"cd",
+        count(2) + size(8) + wide.tobytes() + size(2) + b"cd",
+        count(2) + size(2) + "é".encode() + size(2) + b"xy",
+        count(2) + size(1) + b"a" + size(2) + b"bc",
     ]
 
 
