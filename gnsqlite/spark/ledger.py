@@ -33,13 +33,16 @@ class Ledger(Generic[T]):
     """Messages received (``buffered``), handed to Spark (``handed``) and committed.
 
     ``session`` is this source's unique id. Not thread-safe: the source
-    calls it from its hub thread only.
+    calls it from its hub thread only. Messages move in slices of lists, not
+    one Python step per message: handing out or committing a batch of
+    100,000 costs a few list copies.
     """
 
     def __init__(self, session: str) -> None:
         self.session = session
-        self.buffered: deque[T] = deque()
-        self.handed: deque[tuple[int, T]] = deque()  # (seq, message), seq ascending
+        self.buffered: list[T] = []
+        # (seq of the first, messages) per handed-out batch, seq ascending
+        self.handed: deque[tuple[int, list[T]]] = deque()
         self.seq = 0
         self.tick = 0
         self.committed_seq = 0
@@ -52,6 +55,15 @@ class Ledger(Generic[T]):
         """The offset before any message of this session."""
         return {"session": self.session, "seq": 0, "tick": 0}
 
+    def seq_range(self, start: Mapping[str, Any], end: Mapping[str, Any]) -> tuple[int, int]:
+        """The numbers of the batch from ``start`` to ``end``: ``(low, high)``, ``high`` excluded.
+
+        ``(0, 0)`` for an ``end`` of another session (its batch reads as empty).
+        """
+        if not self.mine(end):
+            return 0, 0
+        return (int(start["seq"]) if self.mine(start) else 0), int(end["seq"])
+
     def mine(self, offset: Mapping[str, Any] | None) -> bool:
         """True if ``offset`` was issued by this session."""
         return bool(offset) and offset is not None and offset.get("session") == self.session
@@ -60,6 +72,10 @@ class Ledger(Generic[T]):
         """A message arrived from nsqd: buffer it until a batch takes it."""
         self.buffered.append(message)
 
+    def receive_many(self, messages: list[T]) -> None:
+        """Messages arrived from nsqd, in order: buffer them until a batch takes them."""
+        self.buffered.extend(messages)
+
     @property
     def uncommitted(self) -> int:
         """Messages handed to Spark whose batch Spark has not committed yet."""
@@ -67,7 +83,7 @@ class Ledger(Generic[T]):
 
     def held(self) -> list[T]:
         """Every message still unfinished at nsqd: handed out or buffered."""
-        return [m for _, m in self.handed] + list(self.buffered)
+        return [m for _, chunk in self.handed for m in chunk] + self.buffered
 
     def latest(
         self,
@@ -84,21 +100,22 @@ class Ledger(Generic[T]):
         "no new data".
         """
         limit = len(self.buffered) if max_rows is None else max(0, max_rows)
-        taken: list[T] = []
+        taken: list[T]
         if eligible is None:
-            while self.buffered and len(taken) < limit:
-                taken.append(self.buffered.popleft())
+            taken = self.buffered[:limit]
+            del self.buffered[:limit]
         else:
-            kept: deque[T] = deque()
-            while self.buffered and len(taken) < limit:
-                m = self.buffered.popleft()
+            taken = []
+            kept: list[T] = []
+            i = 0
+            while i < len(self.buffered) and len(taken) < limit:
+                m = self.buffered[i]
                 (taken if eligible(m) else kept).append(m)
-            kept.extend(self.buffered)
-            self.buffered = kept
+                i += 1
+            self.buffered = kept + self.buffered[i:]
         if taken:
-            for message in taken:
-                self.handed.append((self.seq, message))
-                self.seq += 1
+            self.handed.append((self.seq, taken))
+            self.seq += len(taken)
             self.tick += 1
             return self.offset()
         planned_all = self.mine(start) and start is not None and start.get("seq") == self.seq
@@ -111,11 +128,12 @@ class Ledger(Generic[T]):
 
     def batch(self, start: Mapping[str, Any], end: Mapping[str, Any]) -> list[T]:
         """The messages of the batch from ``start`` to ``end``; empty for another session's."""
-        if not self.mine(end):
-            return []
-        low = int(start["seq"]) if self.mine(start) else 0
-        high = int(end["seq"])
-        return [m for seq, m in self.handed if low <= seq < high]
+        low, high = self.seq_range(start, end)
+        out: list[T] = []
+        for first, chunk in self.handed:
+            if first + len(chunk) > low and first < high:
+                out.extend(chunk[max(0, low - first) : high - first])
+        return out
 
     def commit(self, end: Mapping[str, Any]) -> list[T]:
         """Spark committed every batch up to ``end``: return their messages to finish.
@@ -127,7 +145,11 @@ class Ledger(Generic[T]):
         high = int(end["seq"])
         done: list[T] = []
         while self.handed and self.handed[0][0] < high:
-            done.append(self.handed.popleft()[1])
+            first, chunk = self.handed.popleft()
+            if first + len(chunk) > high:  # not a batch boundary: keep the rest
+                self.handed.appendleft((high, chunk[high - first :]))
+                chunk = chunk[: high - first]
+            done.extend(chunk)
         self.committed_seq = max(self.committed_seq, min(high, self.seq))
         return done
 

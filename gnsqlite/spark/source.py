@@ -9,45 +9,54 @@ gevent hub), so nsqd's heartbeats are answered and held messages are
 touched while Spark is busy. Every message is answered asynchronously: it
 stays in flight at nsqd until Spark commits the batch that carried it.
 
-The rows of a batch travel to the executors inside the batch's
-:class:`NSQPartition` objects; :meth:`NSQStreamReader.read` only unpacks
-them and opens no connection. See :mod:`gnsqlite.spark` for the guarantees.
+Messages reach the source in lists (the consumer's batch path,
+:mod:`gnsqlite.batch`: no handler greenlet switch per message) and their
+Arrow rows are built as they arrive (:class:`~gnsqlite.spark.arrow_rows.RowCache`),
+while Spark runs the previous batch. Spark's calls then cost no Python
+step per message: a batch is a slice of lists (:class:`~gnsqlite.spark.ledger.Ledger`),
+its rows travel to the executors inside its :class:`NSQPartition` objects
+as Arrow IPC, and :meth:`NSQStreamReader.read` only unpacks them into
+record batches (it opens no connection). A committed batch's FINs go out
+after :meth:`NSQStreamReader.commit` returned, a few writes per connection
+(:func:`~gnsqlite.message.finish_all`), from a greenlet of the hub. See
+:mod:`gnsqlite.spark` for the guarantees.
 """
 
 from __future__ import annotations
 
-import datetime
 import logging
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections import deque
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import gevent
 import gevent.event
+import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
 from ..conn import Connection
 from ..consumer import Consumer
 from ..errors import NSQConnectionError
-from ..message import Message
+from ..message import Message, finish_all
 from ._hub import HubThread
 from ._shutdown import started, stopping
+from .arrow_rows import NSQPartition, RowCache, message_rows, pack_rows, split_rows, unpack_rows
+from .consuming import (
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+    close_all,
+    rdy_shares,
+    read_limit,
+    set_rdy,
+    source_consumer,
+    stop_in_hub,
+    wait_subscribed,
+)
 from .ledger import Ledger
 from .options import SourceOptions
-
-try:  # PySpark 4.2+: admission control and Trigger.AvailableNow
-    from pyspark.sql.streaming.datasource import (
-        ReadAllAvailable,
-        ReadLimit,
-        ReadMaxRows,
-        ReadMinRows,
-        SupportsTriggerAvailableNow,
-    )
-except ImportError:  # pragma: no cover - PySpark 4.0/4.1
-    ReadLimit = ReadAllAvailable = ReadMaxRows = ReadMinRows = None  # type: ignore[assignment,misc]
-    SupportsTriggerAvailableNow = object  # type: ignore[assignment,misc]
 
 __all__ = [
     "NO_WAL_WARNING",
@@ -79,117 +88,13 @@ NO_WAL_WARNING = (
     " .option(\"walLocation\", \"hdfs:///nsq-wal/<query>\")"
 )
 
-_UTC = datetime.timezone.utc
-_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=_UTC)
-Row = tuple[str, bytes, int, int, str]  # id, body, timestamp (ns), attempts, nsqd
+#: Received messages reach the source at the latest this long after arriving, in seconds
+#: (the consumer's ``batch_timeout``; a full list, or a starved connection, goes at once).
+INTAKE_DELAY = 0.005
 
-
-class NSQPartition(InputPartition):
-    """One Spark partition of a micro-batch: the messages themselves.
-
-    ``rows`` are ``(id, body, timestamp_ns, attempts, nsqd)``; ``topic``
-    is the source's topic. Pickled to the executors by Spark.
-    """
-
-    def __init__(self, index: int, topic: str, rows: list[Row]) -> None:
-        super().__init__(index)
-        self.index = index
-        self.topic = topic
-        self.rows = rows
-
-    def __repr__(self) -> str:
-        return f"<NSQPartition {self.index} of {self.topic}: {len(self.rows)} messages>"
-
-
-def rdy_shares(max_in_flight: int, connections: int) -> list[int]:
-    """``max_in_flight`` cut into ``connections`` shares differing by at most one message."""
-    n = connections
-    return [max_in_flight // n + (1 if i < max_in_flight % n else 0) for i in range(n)]
-
-
-def set_rdy(consumers: Sequence[Consumer], max_in_flight: int) -> None:
-    """Share ``max_in_flight`` (0: RDY 0 everywhere) among ``consumers``; in the hub."""
-    for consumer, share in zip(consumers, rdy_shares(max_in_flight, len(consumers)), strict=True):
-        consumer.set_max_in_flight(share)
-
-
-def close_all(consumers: Sequence[Consumer], timeout: float) -> None:
-    """Close ``consumers`` at once, each waiting up to ``timeout`` s (blocks, in the hub)."""
-    gevent.joinall([gevent.spawn(c.close, timeout) for c in consumers], raise_error=True)
-
-
-def wait_subscribed(consumers: Sequence[Consumer], timeout: float) -> bool:
-    """Wait (in the hub) until every consumer subscribed; ``True`` if they did in ``timeout`` s.
-
-    ``False`` (after ``timeout``) while one has no connection yet, or with no consumer.
-    """
-    deadline = time.monotonic() + timeout
-    waited = [c.connected.wait(max(0.0, deadline - time.monotonic())) for c in consumers]
-    return bool(waited) and all(waited)
-
-
-def source_consumer(options: SourceOptions, on_message: Callable[[Message], None] | None,
-                    max_in_flight: int | None = None, *,
-                    on_batch: Callable[[list[Message]], None] | None = None,
-                    batch_size: int | None = None,
-                    batch_timeout: float | None = None) -> Consumer:
-    """The Consumer a streaming source runs (in its hub thread): the source's options, no backoff.
-
-    ``on_message`` handles one message at a time; or, with ``on_message``
-    ``None``, ``on_batch`` gets lists of at most ``batch_size`` messages
-    (the library's batch path, :mod:`gnsqlite.batch`: no handler greenlet
-    switch per message; a batch goes out after ``batch_timeout`` seconds at
-    the latest). ``max_in_flight`` overrides the option's (one consumer's
-    share of it). Constructing it opens nothing; the caller starts it.
-    """
-    return Consumer(
-        options.topic,
-        options.channel,
-        on_message,
-        nsqd_tcp_addresses=options.nsqd_tcp_addresses,
-        lookupd_http_addresses=options.lookupd_http_addresses,
-        connection_config=options.connection,
-        backoff=None,
-        max_in_flight=options.max_in_flight if max_in_flight is None else max_in_flight,
-        max_attempts=options.max_attempts,
-        concurrency=4 if on_batch is None else 1,
-        batch_handler=on_batch,
-        batch_size=batch_size,
-        batch_timeout=batch_timeout,
-        **options.consumer,
-    )
-
-
-def stop_in_hub(
-    owner: object, hub: HubThread | None, stop: Callable[[], None], timeout: float
-) -> None:
-    """Run ``stop`` in ``hub`` (waiting at most ``timeout`` s), then end the hub thread.
-
-    Blocks; never raises: a failed stop is logged, and nsqd requeues what the
-    closed connections held.
-    """
-    if hub is None or not hub.running:
-        return
-    try:
-        hub.call(stop, timeout=timeout)
-    except Exception:
-        log.exception("%r: stopping failed; nsqd requeues what the closed connections held", owner)
-    hub.stop()
-
-
-def read_limit(limit: Any, default: int) -> tuple[int | None, int | None]:
-    """Spark's read limit as ``(max_rows, min_rows)``; ``None`` means no bound."""
-    if ReadAllAvailable is not None and isinstance(limit, ReadAllAvailable):
-        return None, None
-    if ReadMaxRows is not None and isinstance(limit, ReadMaxRows):
-        return limit.max_rows, None
-    if ReadMinRows is not None and isinstance(limit, ReadMinRows):
-        return None, limit.min_rows
-    return default, None
-
-
-def _timestamp(ns: int) -> datetime.datetime:
-    return _EPOCH + datetime.timedelta(microseconds=ns // 1000)
+#: A committed batch's messages are finished this many at a time, the hub
+#: serving Spark's next call and the connections between two runs.
+FIN_CHUNK = 10_000
 
 
 class NSQStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
@@ -208,6 +113,10 @@ class NSQStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
         self._consumers: list[Consumer] = []  # connectionsPerNsqd of them, sharing the RDY budget
         self._ledger: Ledger[Message] | None = None
         self._toucher: gevent.Greenlet[[], None] | None = None
+        self._rows = RowCache()  # Arrow rows of the messages received, until committed
+        self._finishing: deque[list[Message]] = deque()  # committed, FIN not yet sent
+        self._finish_wake: gevent.event.Event | None = None
+        self._finisher: gevent.Greenlet[[], None] | None = None
         self._last_arrival = 0.0  # time.monotonic() of the last message, in the hub thread
         self._arrival: gevent.event.Event | None = None  # set by each message, in the hub
         self._started_at = 0.0
@@ -246,16 +155,20 @@ class NSQStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
     def _start_consumer(self) -> None:
         o = self.options
         self._ledger = Ledger(self._session)
+        self._rows = RowCache()
         self._arrival = gevent.event.Event()
+        self._finish_wake = gevent.event.Event()
         self._started_at = time.monotonic()
         # nsqd caps each connection's RDY at its --max-rdy-count, and treats
         # every connection as a client of the channel: several consumers,
         # each with a share of the budget, lift the cap on a batch.
-        self._consumers = [source_consumer(o, self._on_message, share)
+        self._consumers = [source_consumer(o, None, share, on_batch=self._on_batch,
+                                           batch_size=share, batch_timeout=INTAKE_DELAY)
                            for share in rdy_shares(o.max_in_flight, o.connections_per_nsqd)]
         for consumer in self._consumers:
             consumer.start()
         self._toucher = gevent.spawn(self._touch_loop)
+        self._finisher = gevent.spawn(self._finish_loop)
         log.info("%r: consuming with max_in_flight=%d over %d connections per nsqd", self,
                  o.max_in_flight, o.connections_per_nsqd)
 
@@ -278,6 +191,10 @@ class NSQStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
     def _stop_consumer(self) -> None:
         if self._toucher is not None:
             self._toucher.kill()
+        if self._finisher is not None:
+            self._finisher.kill()
+        while self._finishing:  # committed by Spark: FIN, never give back
+            finish_all(self._finishing.popleft())
         consumers = self._consumers
         # RDY 0 first: nsqd would hand a message requeued with REQ 0
         # straight back to this connection while its RDY is open.
@@ -291,15 +208,24 @@ class NSQStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
 
     # -- hub-thread side ---------------------------------------------------------
 
-    def _on_message(self, message: Message) -> None:
-        message.enable_async()
+    def _on_batch(self, messages: list[Message]) -> None:
+        """Take what the consumer received (its worker greenlet, in the hub); never blocks.
+
+        The source answers every message itself: FIN once Spark committed
+        its batch, ``REQ 0`` when it gives it back.
+        """
+        for message in messages:
+            message.enable_async()
         self._last_arrival = time.monotonic()
         if self._arrival is not None:
             self._arrival.set()
         if self._ledger is None or self._stopped:
-            message.requeue(0.0, backoff=False)
+            for message in messages:
+                message.requeue(0.0, backoff=False)
             return
-        self._ledger.receive(message)
+        if self._cutoff_ns is None:  # Trigger.AvailableNow takes messages out of order
+            self._rows.add(messages)
+        self._ledger.receive_many(messages)
 
     def _touch_loop(self) -> None:
         """TOUCH held messages before nsqd's timeout, while Spark is busy or idle.
@@ -316,6 +242,25 @@ class NSQStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
             for message in self._ledger.held():
                 if not message.has_responded and message.time_left() < message.msg_timeout / 2:
                     message.touch()
+
+    def _finish_loop(self) -> None:
+        """FIN what Spark committed, :data:`FIN_CHUNK` messages at a time (in the hub).
+
+        A list leaves the queue only once all of it is answered; stopping
+        finishes what is left (:func:`~gnsqlite.message.finish_all` skips
+        what is answered).
+        """
+        wake = self._finish_wake
+        assert wake is not None
+        while True:
+            wake.wait()
+            wake.clear()
+            while self._finishing:
+                messages = self._finishing[0]
+                for i in range(0, len(messages), FIN_CHUNK):
+                    finish_all(messages[i : i + FIN_CHUNK])
+                    gevent.sleep(0)
+                self._finishing.popleft()
 
     def _touch_interval(self) -> float:
         """Seconds to the next touch round (see :meth:`_touch_loop`)."""
@@ -408,22 +353,23 @@ class NSQStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
         messages = ledger.batch(start, end)
         if not messages:
             return []
-        n = min(self.options.num_partitions, len(messages))
-        size = -(-len(messages) // n)
+        low, high = ledger.seq_range(start, end)
+        rows = self._rows.rows(low, high) if self._cutoff_ns is None else None
+        if rows is None or len(messages) != high - low:
+            rows = [message_rows(messages)]
         topic = self.options.topic
-        parts = []
-        for i in range(n):
-            chunk = messages[i * size : (i + 1) * size]
-            rows = [(m.id, m.body, m.timestamp, m.attempts, m.nsqd) for m in chunk]
-            parts.append(NSQPartition(i, topic, rows))
-        return parts
+        return [NSQPartition(i, topic, pack_rows(part), sum(b.num_rows for b in part))
+                for i, part in enumerate(split_rows(rows, self.options.num_partitions))]
 
     def _commit(self, end: Mapping[str, Any]) -> int:
         ledger = self._ledger
         assert ledger is not None
         done = ledger.commit(end)
-        for message in done:
-            message.finish()
+        self._rows.drop_before(ledger.committed_seq)
+        if done:
+            self._finishing.append(done)
+            assert self._finish_wake is not None
+            self._finish_wake.set()
         return len(done)
 
     # -- Spark's API (Spark's thread) ----------------------------------------------
@@ -481,10 +427,8 @@ class NSQStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
         if finished:
             log.debug("%r: committed %s, finished %d messages", self, end, finished)
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
-        """Yield the rows of ``partition`` (runs on an executor; opens nothing)."""
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """The rows of ``partition`` as Arrow record batches (on an executor; opens nothing)."""
         if not isinstance(partition, NSQPartition):
             raise TypeError(f"the nsq source cannot read {partition!r}: not an NSQPartition")
-        topic = partition.topic
-        for mid, body, ts, attempts, nsqd in partition.rows:
-            yield (mid, body, _timestamp(ts), attempts, topic, nsqd)
+        return unpack_rows(partition.data, partition.topic)

@@ -27,18 +27,10 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from ..errors import NSQError
+from .arrow_rows import ROW_SCHEMA
 from .segments import Segment, Slice
 
 __all__ = ["ROW_SCHEMA", "WalStorageError", "WalStore", "open_filesystem"]
-
-#: The columns of a segment (the source adds ``topic`` when reading).
-ROW_SCHEMA = pa.schema([
-    ("id", pa.string()),
-    ("body", pa.binary()),
-    ("timestamp", pa.timestamp("us", tz="UTC")),
-    ("attempts", pa.int32()),
-    ("nsqd", pa.string()),
-])
 
 _NAME = re.compile(r"^(\d{12})-(\d+)\.arrow$")
 

@@ -1,10 +1,11 @@
-"""WAL rows as Arrow, both ways: received messages into a segment, segment slices into rows.
+"""WAL partitions and their rows, and the dedup set of the newest WAL rows.
 
 :class:`Dedup` remembers the ids of the newest rows, so a redelivery of a
 message already written is finished instead of written again.
 
-:func:`segment_batch` is what the driver writes (one record batch of
-:data:`~gnsqlite.spark.wal.ROW_SCHEMA` per segment); an
+The driver writes one record batch of
+:data:`~gnsqlite.spark.arrow_rows.ROW_SCHEMA` per segment
+(:func:`~gnsqlite.spark.arrow_rows.message_rows`); an
 :class:`NSQWalPartition` is pickled to an executor, whose
 :func:`read_partition` reads its slices back as the source's rows.
 """
@@ -12,17 +13,17 @@ message already written is finished instead of written again.
 from __future__ import annotations
 
 import collections
-import operator
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from ..message import Message, finish_all
+from .arrow_rows import with_topic
 from .segments import Slice
-from .wal import ROW_SCHEMA, WalStore
+from .wal import WalStore
 
-__all__ = ["WIRE_ID", "Dedup", "NSQWalPartition", "read_partition", "segment_batch"]
+__all__ = ["Dedup", "NSQWalPartition", "read_partition"]
 
 
 class NSQWalPartition(InputPartition):
@@ -49,12 +50,7 @@ def read_partition(partition: NSQWalPartition,
     store = store if store is not None else WalStore(partition.location)
     for piece in partition.slices:
         for batch in store.read(piece):
-            topic = pa.repeat(pa.scalar(partition.topic, pa.string()), batch.num_rows)
-            yield pa.RecordBatch.from_arrays(
-                [batch.column(0), batch.column(1), batch.column(2), batch.column(3), topic,
-                 batch.column(4)],
-                names=["id", "body", "timestamp", "attempts", "topic", "nsqd"],
-            )
+            yield with_topic(batch, partition.topic)
 
 
 class Dedup:
@@ -93,34 +89,3 @@ class Dedup:
         finish_all(written)
         gone = set(written)
         return [m for m in messages if m not in gone]
-
-
-#: A message's 16 id bytes (the dedup key of a WAL row).
-WIRE_ID = operator.attrgetter("wire_id")
-_BODY = operator.attrgetter("body")
-_ATTEMPTS = operator.attrgetter("attempts")
-_NSQD = operator.attrgetter("nsqd")
-
-
-def _micros(message: Message) -> int:
-    return message.timestamp // 1000
-
-
-def segment_batch(messages: Sequence[Message]) -> pa.RecordBatch:
-    """``messages`` as one record batch of :data:`~gnsqlite.spark.wal.ROW_SCHEMA`.
-
-    Uses no ``pyarrow.compute`` kernel, which takes 20-50 ms to import on
-    the source's start-up path: the ids' binary array is reinterpreted as
-    strings, and validated as UTF-8 (``pyarrow.ArrowInvalid`` if not).
-    """
-    n = len(messages)
-    ids = pa.array(map(WIRE_ID, messages), pa.binary(), size=n)
-    id_strings = pa.Array.from_buffers(pa.string(), n, ids.buffers(), null_count=0)
-    id_strings.validate(full=True)
-    return pa.RecordBatch.from_arrays([
-        id_strings,
-        pa.array(map(_BODY, messages), pa.binary(), size=n),
-        pa.array(map(_micros, messages), ROW_SCHEMA.field("timestamp").type, size=n),
-        pa.array(map(_ATTEMPTS, messages), pa.int32(), size=len(messages)),
-        pa.array(map(_NSQD, messages), pa.string(), size=len(messages)),
-    ], schema=ROW_SCHEMA)

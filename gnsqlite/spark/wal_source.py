@@ -58,9 +58,8 @@ from ..errors import NSQConnectionError
 from ..message import Message, finish_all
 from ._hub import HubThread
 from ._shutdown import started, stopping
-from .options import SourceOptions
-from .segments import Position, SegmentIndex, offset, position, split_slices
-from .source import (
+from .arrow_rows import WIRE_ID, message_rows
+from .consuming import (
     ReadMaxRows,
     SupportsTriggerAvailableNow,
     close_all,
@@ -71,8 +70,10 @@ from .source import (
     stop_in_hub,
     wait_subscribed,
 )
+from .options import SourceOptions
+from .segments import Position, SegmentIndex, offset, position, split_slices
 from .wal import WalStorageError, WalStore
-from .wal_rows import WIRE_ID, Dedup, NSQWalPartition, read_partition, segment_batch
+from .wal_rows import Dedup, NSQWalPartition, read_partition
 
 __all__ = ["NSQWalPartition", "NSQWalStreamReader", "read_partition"]
 
@@ -274,7 +275,7 @@ class NSQWalStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
             if self._buffer:
                 self._first_arrival = time.monotonic()
                 wake.set()
-            batch = segment_batch(messages)
+            batch = message_rows(messages)
             number = self._next
             self._writing = len(messages)
             try:

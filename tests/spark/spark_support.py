@@ -35,6 +35,12 @@ def consume(server: NsqdServer, topic: str, count: int, timeout: float = 60.0) -
     return got
 
 
+def read_rows(reader: Any, parts: Any) -> list[tuple[Any, ...]]:
+    """The rows ``reader.read`` yields for ``parts``, as the source's columns in order."""
+    return [tuple(row.values()) for part in parts for batch in reader.read(part)
+            for row in batch.to_pylist()]
+
+
 def channel_stats(server: NsqdServer, topic: str, channel: str) -> dict[str, Any]:
     """nsqd's stats of one channel, or ``{}`` if it does not exist."""
     return server.channel_stats(topic, channel)

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 import pytest
-from spark_support import channel_stats, consume, drained, publish
+from spark_support import channel_stats, consume, drained, publish, read_rows
 
 from gnsqlite.spark.ledger import Ledger
 from gnsqlite.testing import NsqdServer, wait_until
@@ -51,7 +51,7 @@ def test_spark_calls_reach_the_ledger_only_through_the_hub_thread(
         assert report is not None and {k: report[k] for k in end} == end
         assert report["buffered"] == 0 and report["held"] == 3  # in the batch, not committed
         parts = reader.partitions(start, end)
-        assert sorted(row[1] for part in parts for row in part.rows) == [b"a", b"b", b"c"]
+        assert sorted(row[1] for row in read_rows(reader, parts)) == [b"a", b"b", b"c"]
         reader.commit(end)
     finally:
         reader.stop()
@@ -155,7 +155,7 @@ def test_a_batch_is_not_capped_by_nsqds_default_max_rdy_count(nsqd: NsqdServer) 
         wait_until(lambda: held() == count, timeout=10, message="the source received them all")
         assert reader.reportLatestOffset()["buffered"] == count  # the backlog Spark sees
         end = reader.latestOffset(start, None)
-        rows = [row for part in reader.partitions(start, end) for row in part.rows]
+        rows = read_rows(reader, reader.partitions(start, end))
         assert len(rows) == len({row[0] for row in rows}) == count  # one batch, every message
         reader.commit(end)
         assert reader.reportLatestOffset()["held"] == 0
@@ -189,10 +189,61 @@ def test_messages_held_from_the_first_delivery_on_outlive_a_short_msg_timeout(
             assert stats()["timeout_count"] == 0, "nsqd timed out messages the source holds"
             time.sleep(0.1)
         end = reader.latestOffset(start, None)
-        rows = [row for part in reader.partitions(start, end) for row in part.rows]
+        rows = read_rows(reader, reader.partitions(start, end))
         assert len(rows) == 100 and {row[3] for row in rows} == {1}  # first deliveries
         reader.commit(end)
         wait_until(lambda: drained(server, TOPIC, CHANNEL), timeout=10)
     finally:
         reader.stop()
     assert stats()["timeout_count"] == 0
+
+
+def test_a_batch_travels_as_arrow_and_reads_back_as_record_batches_of_the_schema(
+    nsqd: NsqdServer,
+) -> None:
+    # No pickled tuple per message to the executors, no Python step per row
+    # there: a partition carries an Arrow IPC stream, read() yields it back.
+    import pickle
+
+    import pyarrow as pa
+
+    from gnsqlite.spark.options import parse_source_options
+    from gnsqlite.spark.source import SCHEMA, NSQPartition, NSQStreamReader
+
+    count = 1000
+    bodies = [b"arrow-%04d" % i for i in range(count)]
+    publish(nsqd, bodies, TOPIC)
+    options = parse_source_options(
+        {"nsqdTcpAddresses": nsqd.tcp_address, "topic": TOPIC, "channel": CHANNEL,
+         "maxMessagesPerBatch": str(count), "numPartitions": "3"}
+    )  # fmt: skip
+    reader = NSQStreamReader(options)
+    try:
+        start = reader.initialOffset()
+        wait_until(lambda: reader.reportLatestOffset()["buffered"] == count, timeout=20)
+        end = reader.latestOffset(start, None)
+        parts = [pickle.loads(pickle.dumps(p)) for p in reader.partitions(start, end)]
+        assert [type(p) for p in parts] == [NSQPartition] * 3
+        assert sum(p.rows for p in parts) == count
+        executor = pickle.loads(pickle.dumps(reader))  # what Spark ships for read()
+        batches = [batch for part in parts for batch in executor.read(part)]
+        assert all(isinstance(batch, pa.RecordBatch) for batch in batches)
+        # SCHEMA in Arrow, as Spark converts it (timestamps in UTC microseconds)
+        assert SCHEMA.split(", ") == ["id string", "body binary", "timestamp timestamp",
+                                      "attempts int", "topic string", "nsqd string"]
+        expected = pa.schema([("id", pa.string()), ("body", pa.binary()),
+                              ("timestamp", pa.timestamp("us", tz="UTC")),
+                              ("attempts", pa.int32()), ("topic", pa.string()),
+                              ("nsqd", pa.string())])
+        assert {batch.schema for batch in batches} == {expected}
+        rows = [row for batch in batches for row in batch.to_pylist()]
+        assert sorted(row["body"] for row in rows) == bodies
+        assert {row["topic"] for row in rows} == {TOPIC}
+        assert {row["attempts"] for row in rows} == {1}
+        assert len({row["id"] for row in rows}) == count
+        assert all(len(row["id"]) == 16 for row in rows)
+        assert all(row["timestamp"].tzinfo is not None for row in rows)
+        reader.commit(end)
+        wait_until(lambda: drained(nsqd, TOPIC, CHANNEL), timeout=10)
+    finally:
+        reader.stop()
