@@ -101,10 +101,12 @@ OPTIONS: tuple[Spec, ...] = (
     _spec("walFlushInterval", SOURCE, float, 0.05, 0.001, "s",
           "A WAL segment is written at the latest this long after its first message arrived"),
     _spec("walBatchDelay", SOURCE, float, 2.0, 0.0, "s",
-          "With walLocation, while messages arrive faster than half of walSegmentMessages per"
-          " walFlushInterval (a backlog draining), a micro-batch waits up to this long after its"
-          " oldest segment was written to fill up to maxMessagesPerBatch (fewer, larger"
-          " batches); slower streams are planned at once; 0 never waits"),
+          "While a backlog drains (with walLocation: messages arrive faster than half of"
+          " walSegmentMessages per walFlushInterval; without: at least 25,000 per second), a"
+          " micro-batch waits up to this long after its oldest segment was written (without"
+          " walLocation: its oldest message arrived) to fill up to maxMessagesPerBatch, or"
+          " without walLocation to what maxInFlight lets in (fewer, larger batches); slower"
+          " streams are planned at once; 0 never waits"),
     _spec("numPartitions", SOURCE, int, 2, 1, "", "Spark partitions per micro-batch"),
     _spec("maxAttempts", SOURCE, int, 0, 0, "",
           "Finish (drop, with a WARNING, or publish to deadLetterTopic) messages delivered"

@@ -55,6 +55,7 @@ from .consuming import (
     stop_in_hub,
     wait_subscribed,
 )
+from .flood import FLOOD_WINDOW, FloodMeter
 from .ledger import Ledger
 from .options import SourceOptions
 
@@ -96,6 +97,10 @@ INTAKE_DELAY = 0.005
 #: serving Spark's next call and the connections between two runs.
 FIN_CHUNK = 10_000
 
+#: Seconds ``latestOffset`` waits for a batch to fill during a flood before answering
+#: "nothing yet": Spark asks again at once (every 10-30 ms), each time at a CPU cost.
+HOLD_WAIT = 0.2
+
 
 class NSQStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
     """The ``nsq`` streaming source; Spark calls it, users do not.
@@ -119,6 +124,8 @@ class NSQStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
         self._finisher: gevent.Greenlet[[], None] | None = None
         self._last_arrival = 0.0  # time.monotonic() of the last message, in the hub thread
         self._arrival: gevent.event.Event | None = None  # set by each message, in the hub
+        self._flood = FloodMeter()
+        self._waiting_since = 0.0  # time.monotonic() since buffered messages wait for a batch
         self._started_at = 0.0
         self._cutoff_ns: int | None = None  # Trigger.AvailableNow: take messages up to this
         self._pid = 0
@@ -216,13 +223,16 @@ class NSQStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
         """
         for message in messages:
             message.enable_async()
-        self._last_arrival = time.monotonic()
+        self._last_arrival = now = time.monotonic()
+        self._flood.arrived(len(messages), now)
         if self._arrival is not None:
             self._arrival.set()
         if self._ledger is None or self._stopped:
             for message in messages:
                 message.requeue(0.0, backoff=False)
             return
+        if not self._ledger.buffered:
+            self._waiting_since = now
         if self._cutoff_ns is None:  # Trigger.AvailableNow takes messages out of order
             self._rows.add(messages)
         self._ledger.receive_many(messages)
@@ -298,7 +308,80 @@ class NSQStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
             return ledger.latest(start, max_rows, lambda m: m.timestamp <= cutoff)
         if min_rows is not None and len(ledger.buffered) < min_rows and not ledger.uncommitted:
             return dict(start) if start is not None else ledger.offset()
-        return ledger.latest(start, max_rows)
+        if start is not None and ledger.tick == 0:
+            self._await_first(max_rows)
+        elif start is not None and self._filling(max_rows) and not self._await_fill(max_rows):
+            return dict(start)
+        end = ledger.latest(start, max_rows)
+        self._waiting_since = time.monotonic()  # for what is left buffered
+        return end
+
+    def _budget(self) -> int:
+        """Messages nsqd may still send: the RDY budget (capped per connection) less the held."""
+        ledger = self._ledger
+        assert ledger is not None
+        conns = self._connections()
+        capacity = min(self.options.max_in_flight, sum(c.max_rdy_count for c in conns) or 1)
+        return max(1, capacity - ledger.uncommitted)
+
+    def _filling(self, max_rows: int | None) -> bool:
+        """Hold the next batch back while a flood fills it (see ``walBatchDelay``).
+
+        Each micro-batch costs Spark a fixed planning and scheduling time;
+        while a backlog drains, planning whatever arrived at every trigger
+        makes small batches whose overhead takes the CPU ingestion needs. So
+        while messages arrive at a flood's rate (:mod:`gnsqlite.spark.flood`),
+        a batch waits until it holds ``maxMessagesPerBatch`` messages, or as
+        many as nsqd may send on top of the uncommitted ones, or until its
+        oldest message waited ``walBatchDelay`` seconds.
+        """
+        o = self.options
+        ledger = self._ledger
+        assert ledger is not None
+        buffered = len(ledger.buffered)
+        if o.wal_batch_delay <= 0 or not buffered:
+            return False
+        wanted = max_rows if max_rows is not None else o.max_messages_per_batch
+        if buffered >= min(wanted, self._budget()):
+            return False
+        now = time.monotonic()
+        return self._flood.flooding(now) and now - self._waiting_since < o.wal_batch_delay
+
+    def _await_first(self, max_rows: int | None) -> None:
+        """The session's first batch: wait for the first message, then as :meth:`_await_fill`.
+
+        Spark runs its first batch even on "no new data", so answering "not
+        yet" would cost a batch of nothing: instead this call waits, up to
+        :data:`HOLD_WAIT` s for a first message (a backlog's arrive within
+        milliseconds of the subscription) and one flood window more, then
+        while a flood fills the batch (at most ``walBatchDelay`` s in all).
+        Blocks, in the hub.
+        """
+        arrival = self._arrival
+        ledger = self._ledger
+        assert arrival is not None and ledger is not None
+        if self.options.wal_batch_delay <= 0:
+            return
+        if not ledger.buffered:
+            arrival.clear()
+            arrival.wait(HOLD_WAIT)
+        if ledger.buffered:  # a connection's first RDY is 1: see the rate it opens to
+            gevent.sleep(max(0.0, self._waiting_since + FLOOD_WINDOW - time.monotonic()))
+        while self._filling(max_rows) and not self._stopped:
+            self._await_fill(max_rows)
+
+    def _await_fill(self, max_rows: int | None) -> bool:
+        """Wait (in the hub) up to :data:`HOLD_WAIT` s: ``True`` once :meth:`_filling` ends."""
+        arrival = self._arrival
+        assert arrival is not None
+        deadline = time.monotonic() + HOLD_WAIT
+        while self._filling(max_rows):
+            left = deadline - time.monotonic()
+            if left <= 0 or self._stopped:
+                return False
+            arrival.clear()
+            arrival.wait(min(left, FLOOD_WINDOW))
+        return True
 
     def _wait_available_now(self, max_rows: int | None) -> None:
         """Trigger.AvailableNow: wait until a batch is full or the topic went quiet.
@@ -316,10 +399,7 @@ class NSQStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
         while True:
             # nsqd sends no more than the RDY budget (capped per connection by
             # its max_rdy_count) minus what the source already holds.
-            conns = self._connections()
-            capacity = min(o.max_in_flight, sum(c.max_rdy_count for c in conns) or 1)
-            budget = max(1, capacity - ledger.uncommitted)
-            if len(ledger.buffered) >= min(wanted, budget):
+            if len(ledger.buffered) >= min(wanted, self._budget()):
                 return
             quiet = time.monotonic() - max(self._last_arrival, self._started_at)
             if quiet >= o.available_now_idle_timeout and self._connected():

@@ -124,3 +124,20 @@ def test_ledger_takes_only_eligible_messages() -> None:
     assert ledger.batch(start, end) == [1, 2]
     assert list(ledger.buffered) == [9, 8]
     assert sorted(ledger.release()) == [1, 2, 8, 9]
+
+
+def test_the_flood_meter_tells_a_backlog_draining_from_a_stream() -> None:
+    from gnsqlite.spark.flood import FloodMeter
+
+    meter = FloodMeter(window=0.05, messages=1250)
+    assert not meter.flooding(0.0)
+    meter.arrived(2500, 0.001)  # a full list at once: a flood while it lasts
+    assert meter.flooding(0.01)
+    assert not meter.flooding(0.06)  # nothing for a window: over
+    for i in range(20):  # 20 messages every 10 ms: a stream, never a flood
+        meter.arrived(20, 1.0 + i * 0.01)
+        assert not meter.flooding(1.0 + i * 0.01)
+    for i in range(10):  # 500 every 10 ms: 2500 per window
+        meter.arrived(500, 2.0 + i * 0.01)
+    assert meter.flooding(2.095)
+    assert not meter.flooding(2.2)

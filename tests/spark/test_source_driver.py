@@ -247,3 +247,37 @@ def test_a_batch_travels_as_arrow_and_reads_back_as_record_batches_of_the_schema
         wait_until(lambda: drained(nsqd, TOPIC, CHANNEL), timeout=10)
     finally:
         reader.stop()
+
+
+def test_while_a_backlog_drains_a_batch_waits_to_fill_up_to_max_messages_per_batch(
+    nsqd: NsqdServer,
+) -> None:
+    # Spark plans a batch every time latestOffset answers with new messages; a
+    # backlog arriving at full speed would otherwise go out in small batches,
+    # each paying Spark's fixed cost per batch.
+    from gnsqlite.spark.options import parse_source_options
+    from gnsqlite.spark.source import HOLD_WAIT, NSQStreamReader
+
+    per_batch, count = 20_000, 30_000
+    publish(nsqd, [b"b-%d" % i for i in range(count)], TOPIC)
+    options = parse_source_options(
+        {"nsqdTcpAddresses": nsqd.tcp_address, "topic": TOPIC, "channel": CHANNEL,
+         "maxMessagesPerBatch": str(per_batch), "walBatchDelay": "5"}
+    )  # fmt: skip
+    reader = NSQStreamReader(options)
+    try:
+        start = reader.initialOffset()
+        began = time.monotonic()
+        while (end := reader.latestOffset(start, None)) == start:
+            assert time.monotonic() - began < 10.0, "never planned"
+            time.sleep(0.01)  # Spark's pollingDelay
+        rows = read_rows(reader, reader.partitions(start, end))
+        assert len(rows) == per_batch  # one full batch, not the first messages to arrive
+        assert time.monotonic() - began < 5.0 + HOLD_WAIT  # within walBatchDelay
+        rest = wait_until(lambda: (e := reader.latestOffset(end, None)) != end and e,
+                          timeout=10)  # fmt: skip
+        assert len(read_rows(reader, reader.partitions(end, rest))) == count - per_batch
+        reader.commit(rest)
+        wait_until(lambda: drained(nsqd, TOPIC, CHANNEL), timeout=10)
+    finally:
+        reader.stop()
