@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import gevent
+import gevent.event
 
 from ..consumer import Consumer
 from ..message import Message
@@ -34,9 +35,11 @@ except ImportError:  # pragma: no cover - PySpark 4.0/4.1
     SupportsTriggerAvailableNow = object  # type: ignore[assignment,misc]
 
 __all__ = [
+    "HOLD_WAIT",
     "ReadMaxRows",
     "SupportsTriggerAvailableNow",
     "close_all",
+    "hold_first_batch",
     "rdy_shares",
     "read_limit",
     "set_rdy",
@@ -46,6 +49,36 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+#: Seconds ``latestOffset`` waits for a held batch to fill before answering "nothing yet":
+#: Spark asks again at once (every 10-30 ms), each time at a CPU cost to ingestion.
+HOLD_WAIT = 0.2
+
+
+def hold_first_batch(has_rows: Callable[[], bool], grown: gevent.event.Event,
+                     filling: Callable[[], bool], await_fill: Callable[[], object],
+                     done: Callable[[], bool], settle: float = 0.0) -> None:
+    """A query's first ``latestOffset``: wait for rows, then while a flood fills the batch.
+
+    Spark runs a new query's first batch even on "no new data", so answering
+    "not yet" would cost a batch of nothing. This waits up to
+    :data:`HOLD_WAIT` s for ``has_rows()`` (``grown`` is set as rows come; a
+    backlog's arrive within milliseconds of the subscription), then
+    ``settle`` s more (to see the rate they arrive at), then calls
+    ``await_fill()`` while ``filling()`` (which ends at ``walBatchDelay``),
+    stopping early once ``done()``. Blocks, in the hub.
+    """
+    deadline = time.monotonic() + HOLD_WAIT
+    while not has_rows():
+        left = deadline - time.monotonic()
+        if left <= 0 or done():
+            return
+        grown.clear()
+        grown.wait(left)
+    if settle > 0:
+        gevent.sleep(settle)
+    while filling() and not done():
+        await_fill()
 
 
 def rdy_shares(max_in_flight: int, connections: int) -> list[int]:

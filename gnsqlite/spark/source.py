@@ -45,9 +45,11 @@ from ._hub import HubThread
 from ._shutdown import started, stopping
 from .arrow_rows import NSQPartition, RowCache, message_rows, pack_rows, split_rows, unpack_rows
 from .consuming import (
+    HOLD_WAIT,
     ReadMaxRows,
     SupportsTriggerAvailableNow,
     close_all,
+    hold_first_batch,
     rdy_shares,
     read_limit,
     set_rdy,
@@ -60,6 +62,7 @@ from .ledger import Ledger
 from .options import SourceOptions
 
 __all__ = [
+    "HOLD_WAIT",
     "NO_WAL_WARNING",
     "NSQPartition",
     "NSQStreamReader",
@@ -70,6 +73,7 @@ __all__ = [
     "rdy_shares",
     "read_limit",
     "set_rdy",
+    "source_consumer",
     "wait_subscribed",
 ]
 
@@ -97,9 +101,6 @@ INTAKE_DELAY = 0.005
 #: serving Spark's next call and the connections between two runs.
 FIN_CHUNK = 10_000
 
-#: Seconds ``latestOffset`` waits for a batch to fill during a flood before answering
-#: "nothing yet": Spark asks again at once (every 10-30 ms), each time at a CPU cost.
-HOLD_WAIT = 0.2
 
 
 class NSQStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
@@ -308,8 +309,13 @@ class NSQStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
             return ledger.latest(start, max_rows, lambda m: m.timestamp <= cutoff)
         if min_rows is not None and len(ledger.buffered) < min_rows and not ledger.uncommitted:
             return dict(start) if start is not None else ledger.offset()
-        if start is not None and ledger.tick == 0:
-            self._await_first(max_rows)
+        if start is not None and ledger.tick == 0:  # the session's first batch
+            if self.options.wal_batch_delay > 0:
+                assert self._arrival is not None
+                hold_first_batch(lambda: bool(ledger.buffered), self._arrival,
+                                 lambda: self._filling(max_rows),
+                                 lambda: self._await_fill(max_rows), lambda: self._stopped,
+                                 settle=FLOOD_WINDOW)  # a connection's first RDY is 1
         elif start is not None and self._filling(max_rows) and not self._await_fill(max_rows):
             return dict(start)
         end = ledger.latest(start, max_rows)
@@ -346,29 +352,6 @@ class NSQStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
             return False
         now = time.monotonic()
         return self._flood.flooding(now) and now - self._waiting_since < o.wal_batch_delay
-
-    def _await_first(self, max_rows: int | None) -> None:
-        """The session's first batch: wait for the first message, then as :meth:`_await_fill`.
-
-        Spark runs its first batch even on "no new data", so answering "not
-        yet" would cost a batch of nothing: instead this call waits, up to
-        :data:`HOLD_WAIT` s for a first message (a backlog's arrive within
-        milliseconds of the subscription) and one flood window more, then
-        while a flood fills the batch (at most ``walBatchDelay`` s in all).
-        Blocks, in the hub.
-        """
-        arrival = self._arrival
-        ledger = self._ledger
-        assert arrival is not None and ledger is not None
-        if self.options.wal_batch_delay <= 0:
-            return
-        if not ledger.buffered:
-            arrival.clear()
-            arrival.wait(HOLD_WAIT)
-        if ledger.buffered:  # a connection's first RDY is 1: see the rate it opens to
-            gevent.sleep(max(0.0, self._waiting_since + FLOOD_WINDOW - time.monotonic()))
-        while self._filling(max_rows) and not self._stopped:
-            self._await_fill(max_rows)
 
     def _await_fill(self, max_rows: int | None) -> bool:
         """Wait (in the hub) up to :data:`HOLD_WAIT` s: ``True`` once :meth:`_filling` ends."""

@@ -27,7 +27,8 @@ segments written but never planned are read by the next batch.
 While a flood arrives (segments cut at least half full), the next batch is
 held back until it holds ``maxMessagesPerBatch`` rows or its oldest segment
 is ``walBatchDelay`` seconds old: fewer, larger batches, so Spark's fixed
-cost per batch does not starve ingestion.
+cost per batch does not starve ingestion. A new query's first batch waits
+for its first segment (:func:`~gnsqlite.spark.consuming.hold_first_batch`).
 
 Above ``walMaxBytes`` of uncommitted segments the source takes no messages
 (RDY 0) until Spark's commits bring it below. A storage failure stops
@@ -60,9 +61,11 @@ from ._hub import HubThread
 from ._shutdown import started, stopping
 from .arrow_rows import WIRE_ID, message_rows
 from .consuming import (
+    HOLD_WAIT,
     ReadMaxRows,
     SupportsTriggerAvailableNow,
     close_all,
+    hold_first_batch,
     rdy_shares,
     read_limit,
     set_rdy,
@@ -75,17 +78,13 @@ from .segments import Position, SegmentIndex, offset, position, split_slices
 from .wal import WalStorageError, WalStore
 from .wal_rows import Dedup, NSQWalPartition, read_partition
 
-__all__ = ["NSQWalPartition", "NSQWalStreamReader", "read_partition"]
+__all__ = ["HOLD_WAIT", "NSQWalPartition", "NSQWalStreamReader", "read_partition"]
 
 log = logging.getLogger(__name__)
 
 #: Received messages reach the source at the latest this long after arriving, in seconds
 #: (the consumer's ``batch_timeout``; bursts reach it at once, as starvation or a full batch).
 INTAKE_DELAY = 0.005
-
-#: Seconds ``latestOffset`` waits for a held batch to fill before answering "nothing yet":
-#: Spark asks again at once (every 10-30 ms), each time at a CPU cost to ingestion.
-HOLD_WAIT = 0.2
 
 
 class NSQWalStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
@@ -120,6 +119,7 @@ class NSQWalStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
         self._paused = False
         self._dedup = Dedup(2 * options.max_in_flight)
         self._available_now = False
+        self._answered = False  # latestOffset answered once in this process
         self._available_now_end: Position | None = None
         self._pid = 0
         self._stopped = False
@@ -353,6 +353,14 @@ class NSQWalStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
             return offset(min(end, max(begin, self._available_now_end)))
         if min_rows is not None and self._index.rows_after(begin) < min_rows:
             return offset(begin)
+        if not self._answered:
+            self._answered = True
+            if self.options.wal_batch_delay > 0 and self._grown is not None:
+                hold_first_batch(lambda: self._index.advance(begin, max_rows) != begin,
+                                 self._grown, lambda: self._filling(begin, max_rows),
+                                 lambda: self._await_fill(begin, max_rows),
+                                 lambda: self._stopped or self._failure is not None)
+            return offset(self._index.advance(begin, max_rows))
         end = self._index.advance(begin, max_rows)
         if end != begin and self._filling(begin, max_rows):
             if not self._await_fill(begin, max_rows):
@@ -374,16 +382,12 @@ class NSQWalStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
         return True
 
     def _filling(self, begin: Position, max_rows: int | None) -> bool:
-        """Hold the next batch back while a flood of messages fills it.
+        """Hold the next batch back while a flood fills it (the module docstring says why).
 
-        Each micro-batch costs Spark a fixed planning and scheduling time; while
-        the source drains a backlog, planning whatever the WAL holds at every
-        trigger makes many small batches whose overhead takes the CPU
-        ingestion needs. So while segments are cut at least half full (half of
-        ``walSegmentMessages`` arrived within ``walFlushInterval``) and messages
-        keep coming, a batch waits until ``maxMessagesPerBatch`` rows are there,
-        or at most ``walBatchDelay`` seconds after its oldest segment became
-        durable. A slower stream (smaller segments) is planned at once.
+        While segments are cut at least half full (half of ``walSegmentMessages``
+        within ``walFlushInterval``) and messages keep coming, a batch waits for
+        ``maxMessagesPerBatch`` rows, at most ``walBatchDelay`` s after its
+        oldest segment became durable; a slower stream is planned at once.
         """
         o = self.options
         if o.wal_batch_delay <= 0 or self._paused or not self._flooding:
@@ -467,12 +471,9 @@ class NSQWalStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
         return hub.call(self._latest, start, max_rows, min_rows)
 
     def reportLatestOffset(self) -> dict[str, int] | None:
-        """The position after every durable row, and the backlog; does not block.
+        """The position after every durable row, and the backlog (Spark's progress); no block.
 
-        Spark shows it as the source's ``latestOffset`` in the query's
-        progress (and uses it for nothing else): ``walRows`` and
-        ``walBytes`` are the WAL's uncommitted rows and bytes, ``buffered``
-        the messages received and not yet durable in the WAL.
+        ``walRows``/``walBytes``: uncommitted WAL; ``buffered``: received, not yet durable.
         """
         hub = self._hub
         if hub is None or not hub.running or self._pid != os.getpid():

@@ -199,6 +199,10 @@ def test_a_flood_fills_batches_for_up_to_wal_batch_delay_a_trickle_is_planned_at
 
     try:
         start = reader.initialOffset()
+        began = time.monotonic()
+        # The first answer waits for a first segment (up to HOLD_WAIT): none comes.
+        assert reader.latestOffset(start) == start
+        assert time.monotonic() - began >= HOLD_WAIT * 0.9
         feeder = gevent.spawn(flood)
         wait_until(lambda: rows_in(wal) > 0, timeout=30, interval=0.005)
         first_durable = time.monotonic()
@@ -236,6 +240,25 @@ def test_a_flood_fills_batches_for_up_to_wal_batch_delay_a_trickle_is_planned_at
         assert sorted(bodies(reader, rest, got)) == [b"t-1", b"t-2", b"t-3"]
     finally:
         stop.set()
+        reader.stop()
+
+
+def test_a_new_querys_first_batch_waits_for_the_backlog_instead_of_planning_nothing(
+    nsqd: NsqdServer, tmp_path: Path
+) -> None:
+    # Spark runs a new query's first batch even when latestOffset answers "no new
+    # data": the first answer waits for the backlog's segments and while they fill it.
+    wal = tmp_path / "wal"
+    count, per_batch = 6000, 4000
+    publish(nsqd, [f"b-{i}".encode() for i in range(count)], TOPIC)
+    reader = make_reader(nsqd, wal, maxInFlight=1000, walSegmentMessages=500,
+                         maxMessagesPerBatch=per_batch, walBatchDelay=5.0)
+    try:
+        start = reader.initialOffset()
+        end = reader.latestOffset(start)
+        assert len(bodies(reader, start, end)) == per_batch
+        reader.commit(end)
+    finally:
         reader.stop()
 
 
