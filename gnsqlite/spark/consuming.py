@@ -38,6 +38,7 @@ __all__ = [
     "HOLD_WAIT",
     "ReadMaxRows",
     "SupportsTriggerAvailableNow",
+    "await_fill",
     "close_all",
     "hold_first_batch",
     "rdy_shares",
@@ -79,6 +80,24 @@ def hold_first_batch(has_rows: Callable[[], bool], grown: gevent.event.Event,
         gevent.sleep(settle)
     while filling() and not done():
         await_fill()
+
+
+def await_fill(filling: Callable[[], bool], grown: gevent.event.Event, step: float,
+               done: Callable[[], bool]) -> bool:
+    """Wait (in the hub) up to :data:`HOLD_WAIT` s while ``filling()``; ``True`` once it ends.
+
+    ``grown`` is set as messages come; ``filling()`` is asked again then,
+    and at least every ``step`` s. ``False`` at the deadline, or once
+    ``done()`` (the source stopping or failed) while still filling.
+    """
+    deadline = time.monotonic() + HOLD_WAIT
+    while filling():
+        left = deadline - time.monotonic()
+        if left <= 0 or done():
+            return False
+        grown.clear()
+        grown.wait(min(left, step))
+    return True
 
 
 def rdy_shares(max_in_flight: int, connections: int) -> list[int]:

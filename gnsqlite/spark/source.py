@@ -48,6 +48,7 @@ from .consuming import (
     HOLD_WAIT,
     ReadMaxRows,
     SupportsTriggerAvailableNow,
+    await_fill,
     close_all,
     hold_first_batch,
     rdy_shares,
@@ -357,14 +358,8 @@ class NSQStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
         """Wait (in the hub) up to :data:`HOLD_WAIT` s: ``True`` once :meth:`_filling` ends."""
         arrival = self._arrival
         assert arrival is not None
-        deadline = time.monotonic() + HOLD_WAIT
-        while self._filling(max_rows):
-            left = deadline - time.monotonic()
-            if left <= 0 or self._stopped:
-                return False
-            arrival.clear()
-            arrival.wait(min(left, FLOOD_WINDOW))
-        return True
+        return await_fill(lambda: self._filling(max_rows), arrival, FLOOD_WINDOW,
+                          lambda: self._stopped)
 
     def _wait_available_now(self, max_rows: int | None) -> None:
         """Trigger.AvailableNow: wait until a batch is full or the topic went quiet.

@@ -64,6 +64,7 @@ from .consuming import (
     HOLD_WAIT,
     ReadMaxRows,
     SupportsTriggerAvailableNow,
+    await_fill,
     close_all,
     hold_first_batch,
     rdy_shares,
@@ -372,14 +373,9 @@ class NSQWalStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
         """Wait (in the hub) up to :data:`HOLD_WAIT` s: ``True`` once :meth:`_filling` ends."""
         grown = self._grown
         assert grown is not None
-        deadline = time.monotonic() + HOLD_WAIT
-        while self._filling(begin, max_rows):
-            left = deadline - time.monotonic()
-            if left <= 0 or self._stopped or self._failure is not None:
-                return False
-            grown.clear()
-            grown.wait(min(left, self.options.wal_flush_interval))
-        return True
+        return await_fill(lambda: self._filling(begin, max_rows), grown,
+                          self.options.wal_flush_interval,
+                          lambda: self._stopped or self._failure is not None)
 
     def _filling(self, begin: Position, max_rows: int | None) -> bool:
         """Hold the next batch back while a flood fills it (the module docstring says why).
