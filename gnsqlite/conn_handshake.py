@@ -21,7 +21,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import gevent
-import gevent.socket
 import gevent.ssl
 
 from .codecs import Codec, make_codec
@@ -43,7 +42,7 @@ from .protocol import (
     Event,
     Identified,
 )
-from .tcp import set_nodelay
+from .tcp import connect_tcp
 
 __all__ = ["Handshake"]
 
@@ -131,9 +130,7 @@ class Handshake:
             deadline.close()
 
     def _handshake(self) -> None:
-        sock = gevent.socket.create_connection(self.address)
-        set_nodelay(sock)
-        self._sock = sock
+        sock = self._sock = connect_tcp(self.address)
         hostname = self.config.hostname or _stdlib_socket.gethostname()
         body = self.config.identify_body(_default_client_id(), hostname)
         sock.sendall(self.protocol.start(body))

@@ -6,7 +6,7 @@ topics and channels); :class:`LookupdClient` covers nsqlookupd's
 (``lookup``, ``topics``, ``channels``, ``nodes``).
 
 They are built on the standard library's :mod:`http.client`, with its socket
-made by ``gevent.socket.create_connection``: a request blocks only the
+made by :func:`gnsqlite.tcp.connect_tcp` (a gevent socket): a request blocks only the
 calling greenlet, whether or not the process is patched. Why not a library
 such as ``geventhttpclient``: the core's runtime dependencies are gevent and
 python-snappy only, and these APIs are a handful of small requests to one
@@ -34,7 +34,6 @@ from typing import Any
 from urllib.parse import urlencode
 
 import gevent
-import gevent.socket
 
 from .errors import (
     BrokenConnectionError,
@@ -45,7 +44,7 @@ from .errors import (
 )
 from .net import parse_address
 from .protocol import as_body, check_channel_name, check_topic_name, to_milliseconds
-from .tcp import set_nodelay
+from .tcp import connect_tcp
 
 __all__ = ["HTTPError", "NsqdHTTPClient", "LookupdClient", "http_request"]
 
@@ -77,8 +76,7 @@ class _GeventHTTPConnection(http.client.HTTPConnection):
     """An HTTPConnection whose socket is a gevent socket."""
 
     def connect(self) -> None:
-        self.sock = gevent.socket.create_connection((self.host, self.port), self.timeout)
-        set_nodelay(self.sock)
+        self.sock = connect_tcp((self.host, self.port), self.timeout)
 
 
 def http_request(

@@ -32,6 +32,7 @@ from ..errors import BrokenConnectionError, NSQTimeoutError, RemoteProtocolError
 from ..http import http_request
 from ..net import parse_address
 from ..protocol import identify
+from ..tcp import connect_tcp
 
 __all__ = ["BrokerLike", "LookupPeer", "LookupPeers", "attach", "register_commands"]
 
@@ -182,7 +183,7 @@ class LookupPeer:
 
     def _session(self) -> None:
         self._registered_once = False
-        sock = gevent.socket.create_connection((self.host, self.port), timeout=self.timeout)
+        sock = connect_tcp((self.host, self.port), self.timeout)
         sock.settimeout(None)
         self._sock = sock
         responses: gevent.queue.Queue[bytes | Exception] = gevent.queue.Queue()

@@ -17,11 +17,11 @@ from typing import Any, NoReturn
 
 import gevent
 import gevent.event
-import gevent.socket
 
 from .. import net
 from ..errors import NSQError
 from ..net import parse_address
+from ..tcp import connect_tcp
 
 __all__ = [
     "EXIT_ERROR",
@@ -89,7 +89,7 @@ def check_reachable(address: str, what: str, timeout: float = 5.0) -> None:
     """
     host, port = parse_address(address)
     try:
-        sock = gevent.socket.create_connection((host, port), timeout=timeout)
+        sock = connect_tcp((host, port), timeout)
     except OSError as exc:
         reason = exc.strerror or str(exc) or type(exc).__name__
         raise CommandError(f"cannot reach {what} at {address}: {reason}") from None

@@ -15,9 +15,9 @@ from typing import Any
 
 import gevent.pywsgi
 import gevent.server
-import gevent.socket
 import pytest
 
+import gnsqlite.http
 from gnsqlite.errors import BrokenConnectionError, ConfigError, NSQTimeoutError
 from gnsqlite.http import HTTPError, LookupdClient, NsqdHTTPClient, http_request
 from gnsqlite.testing.waiting import wait_until
@@ -167,13 +167,13 @@ def test_the_connect_timeout_bounds_the_connect_alone(monkeypatch: pytest.Monkey
     server.start()
     address = f"127.0.0.1:{server.server_port}"
     connects: list[float] = []
-    real_create_connection = gevent.socket.create_connection
+    real_connect_tcp = gnsqlite.http.connect_tcp
 
-    def create_connection(target: Any, timeout: float, *args: Any) -> Any:
+    def connect_tcp(target: Any, timeout: float) -> Any:
         connects.append(timeout)
-        return real_create_connection(target, timeout, *args)
+        return real_connect_tcp(target, timeout)
 
-    monkeypatch.setattr(gevent.socket, "create_connection", create_connection)
+    monkeypatch.setattr(gnsqlite.http, "connect_tcp", connect_tcp)
     try:
         assert http_request(address, "GET", "/ping", timeout=5, connect_timeout=0.1) == b"OK"
         assert http_request(address, "GET", "/ping", timeout=0.05 + 5, connect_timeout=9) == b"OK"
