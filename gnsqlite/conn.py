@@ -325,13 +325,20 @@ class Connection(Handshake, Reader, Writer):
             self._check_open()  # raises the error that says why, before the protocol would
         self._queue(self.protocol.rdy(count))
 
-    def finish(self, message_id: bytes | str) -> None:
-        """FIN a message. Does not block."""
+    def finish(self, message_id: bytes | str, now: bool = False) -> None:
+        """FIN a message. Does not block.
+
+        ``now``: send it (and what is queued before it) at once, as
+        :meth:`flush` does, rather than with the hub's next flush; for a
+        caller that knows no other FIN of this turn would share the write.
+        """
         if self.closed or self._draining or self._reader is None:
             self._check_open()  # raises the error that says why
         outbox = self._outbox
         outbox.append(self.protocol.fin(message_id))  # _queue, inlined: a flush is usually due
-        if self._tls or not self._flush_scheduled or len(outbox) >= FLUSH_AT:
+        if now and not self._tls:
+            self.flush()
+        elif self._tls or not self._flush_scheduled or len(outbox) >= FLUSH_AT:
             self._queued()
 
     def finish_many(self, message_ids: Sequence[bytes | str]) -> None:

@@ -149,9 +149,15 @@ class Link:
     # -- the message's responder -------------------------------------------------------
 
     def on_finish(self, message: Message) -> None:
-        """FIN ``message`` and count a success; called by :meth:`Message.finish`. Never blocks."""
+        """FIN ``message`` and count a success; called by :meth:`Message.finish`. Never blocks.
+
+        The FIN of the connection's last message in flight goes out at once:
+        no other answer of this turn would share its write, and nsqd starts
+        on the next message while the counting below runs (at
+        ``max_in_flight=1``, every FIN).
+        """
         try:
-            self.conn.finish(message.wire_id)
+            self.conn.finish(message.wire_id, len(self.unanswered) <= 1)
         except NSQConnectionError as exc:
             log.debug("%s: not sent (%s); nsqd redelivers what is unanswered", self, exc)
         if self.active:

@@ -27,6 +27,7 @@ from test_conn_script import (
 )
 
 from gnsqlite.conn import Connection
+from gnsqlite.consumer import Consumer
 from gnsqlite.errors import BrokenConnectionError, ConnectionClosedError, RemoteProtocolError
 from gnsqlite.producer import Producer
 from gnsqlite.protocol import (
@@ -282,3 +283,53 @@ def test_a_blocking_publish_cut_short_leaves_the_next_one_sent_at_once(scripted:
         assert recording.sends == [(gevent.getcurrent(), b"PUB t\n\x00\x00\x00\x04next")]
     finally:
         producer.close()
+
+
+def test_at_max_in_flight_1_the_handler_sends_its_fin_itself_before_it_yields(
+    scripted: Any,
+) -> None:
+    # The FIN of a connection's last message in flight goes out from the
+    # handler's greenlet at once, not from the hub's flush after the handler
+    # yields: nsqd gets it while the consumer does its counting. Each message
+    # here is sent only after the FIN of the one before it, as nsqd does at RDY 1.
+    fins: list[bytes] = []
+    subscribed = gevent.event.Event()
+    recording_on = gevent.event.Event()
+    finished = gevent.event.Event()
+
+    def script(peer: Peer) -> None:
+        peer.handshake()
+        assert peer.read_command()[0].startswith(b"SUB t c")
+        peer.respond()
+        subscribed.set()
+        while not peer.read_command()[0].startswith(b"RDY"):
+            pass
+        assert recording_on.wait(5)
+        for number in range(3):
+            peer.send(message_frame(number))
+            line = peer.read_command()[0]
+            while not line.startswith(b"FIN"):
+                line = peer.read_command()[0]
+            fins.append(line)
+        finished.set()
+        until_eof(peer)
+
+    handlers: list[Any] = []
+    consumer = Consumer(
+        "t", "c", lambda message: handlers.append(gevent.getcurrent()),
+        nsqd_tcp_addresses=[scripted(script).address], max_in_flight=1,
+    )  # fmt: skip
+    consumer.start()
+    try:
+        assert subscribed.wait(5)
+        wait_until(lambda: len(consumer.connections) == 1, timeout=5)
+        with RecordingSends(consumer.connections[0]) as recording:
+            recording_on.set()
+            assert finished.wait(5)
+        assert fins == [b"FIN %016d" % number for number in range(3)]
+        fin_senders = [who for who, data in recording.sends if data.startswith(b"FIN")]
+        assert len(fin_senders) == 3 and handlers
+        assert all(who is not gevent.get_hub() for who in fin_senders)
+        assert set(fin_senders) <= set(handlers)
+    finally:
+        consumer.close(timeout=5)

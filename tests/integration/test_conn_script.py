@@ -457,6 +457,41 @@ def test_flush_sends_what_is_queued_from_the_calling_greenlet(scripted: Any) -> 
         conn.close()
 
 
+def test_a_finish_sent_now_goes_out_at_once_with_what_was_queued_before_it(
+    scripted: Any,
+) -> None:
+    # A consumer's FIN of its connection's last message in flight (every FIN at
+    # max_in_flight=1) is not left for the hub's flush: nsqd starts on the
+    # next message while the handler's greenlet does its counting.
+    got = gevent.event.Event()
+    lines: list[bytes] = []
+
+    def script(peer: Peer) -> None:
+        peer.handshake()
+        assert peer.read_command()[0] == b"SUB t c"
+        peer.respond()
+        lines.extend(peer.read_command()[0] for _ in range(2))
+        got.set()
+        until_eof(peer)
+
+    conn = Connection(scripted(script).address)
+    conn.connect()
+    conn.subscribe("t", "c", timeout=5)
+    try:
+        with RecordingSends(conn) as recording:
+            conn.ready(1)
+            assert recording.sends == []  # queued for the hub's flush
+            conn.finish("0000000000000001", now=True)
+            assert recording.sends == [
+                (gevent.getcurrent(), b"RDY 1\nFIN 0000000000000001\n")
+            ]  # one send, from here, before any yield
+            assert got.wait(5)
+            assert lines == [b"RDY 1", b"FIN 0000000000000001"]
+            assert len(recording.sends) == 1  # the hub's scheduled flush found nothing left
+    finally:
+        conn.close()
+
+
 def test_a_flush_the_socket_takes_in_part_is_finished_before_later_commands(
     scripted: Any,
 ) -> None:
