@@ -250,13 +250,34 @@ def test_a_batch_travels_as_arrow_and_reads_back_as_record_batches_of_the_schema
 
 
 def test_while_a_backlog_drains_a_batch_waits_to_fill_up_to_max_messages_per_batch(
-    nsqd: NsqdServer,
+    nsqd: NsqdServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Spark plans a batch every time latestOffset answers with new messages; a
     # backlog arriving at full speed would otherwise go out in small batches,
     # each paying Spark's fixed cost per batch.
+    import gnsqlite.spark.source
+    from gnsqlite.spark.flood import FloodMeter
     from gnsqlite.spark.options import parse_source_options
     from gnsqlite.spark.source import HOLD_WAIT, NSQStreamReader
+
+    # By default a flood is 1,250 messages within 50 ms. On a loaded machine the
+    # drain pauses longer than that (a batch of 10,012 rows in a CI run; under three
+    # busy loops here 2,508 and 5,012 rows, the meter reading no flood after
+    # 0.12-0.17 s), which ends the hold by design. The hold is what is tested here,
+    # so the flood's line is put where any machine stays above it while a backlog
+    # drains, 100 messages within 1 s (test_options_ledger.py tests the default
+    # line), and Spark's first question waits until the meter saw that flood.
+    flooded = threading.Event()
+
+    class Meter(FloodMeter):
+        def arrived(self, count: int, now: float) -> None:
+            super().arrived(count, now)
+            if self.flooding(now):
+                flooded.set()
+
+    monkeypatch.setattr(
+        gnsqlite.spark.source, "FloodMeter", lambda: Meter(window=1.0, messages=100)
+    )
 
     per_batch, count = 20_000, 30_000
     publish(nsqd, [b"b-%d" % i for i in range(count)], TOPIC)
@@ -268,6 +289,7 @@ def test_while_a_backlog_drains_a_batch_waits_to_fill_up_to_max_messages_per_bat
     try:
         start = reader.initialOffset()
         began = time.monotonic()
+        assert flooded.wait(10), "the backlog never arrived at a flood's rate"
         while (end := reader.latestOffset(start, None)) == start:
             assert time.monotonic() - began < 10.0, "never planned"
             time.sleep(0.01)  # Spark's pollingDelay
