@@ -424,7 +424,8 @@ def test_a_lone_request_goes_out_from_the_hub_without_waking_the_writer(scripted
         conn.close()
 
 
-def test_flush_sends_what_is_queued_from_the_calling_greenlet(scripted: Any) -> None:
+def subscribed_reading_two(scripted: Any) -> tuple[Connection, gevent.event.Event, list[bytes]]:
+    """A connection subscribed to t/c, and the next two command lines nsqd reads (set ``got``)."""
     got = gevent.event.Event()
     lines: list[bytes] = []
 
@@ -439,6 +440,11 @@ def test_flush_sends_what_is_queued_from_the_calling_greenlet(scripted: Any) -> 
     conn = Connection(scripted(script).address)
     conn.connect()
     conn.subscribe("t", "c", timeout=5)
+    return conn, got, lines
+
+
+def test_flush_sends_what_is_queued_from_the_calling_greenlet(scripted: Any) -> None:
+    conn, got, lines = subscribed_reading_two(scripted)
     try:
         with RecordingSends(conn) as recording:
             conn.finish("0000000000000001")
@@ -463,20 +469,7 @@ def test_a_finish_sent_now_goes_out_at_once_with_what_was_queued_before_it(
     # A consumer's FIN of its connection's last message in flight (every FIN at
     # max_in_flight=1) is not left for the hub's flush: nsqd starts on the
     # next message while the handler's greenlet does its counting.
-    got = gevent.event.Event()
-    lines: list[bytes] = []
-
-    def script(peer: Peer) -> None:
-        peer.handshake()
-        assert peer.read_command()[0] == b"SUB t c"
-        peer.respond()
-        lines.extend(peer.read_command()[0] for _ in range(2))
-        got.set()
-        until_eof(peer)
-
-    conn = Connection(scripted(script).address)
-    conn.connect()
-    conn.subscribe("t", "c", timeout=5)
+    conn, got, lines = subscribed_reading_two(scripted)
     try:
         with RecordingSends(conn) as recording:
             conn.ready(1)
