@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import pytest
 from spark_support import channel_stats, consume, drained, publish, read_rows
@@ -13,10 +13,21 @@ from spark_support import channel_stats, consume, drained, publish, read_rows
 from gnsqlite.spark.ledger import Ledger
 from gnsqlite.testing import NsqdServer, wait_until
 
+if TYPE_CHECKING:
+    from gnsqlite.spark.options import SourceOptions
+
 pytest.importorskip("pyspark", reason="the spark extra (PySpark) is not installed")
 
 TOPIC = "driver"
 CHANNEL = "spark"
+
+
+def source_options(server: NsqdServer, **extra: str) -> SourceOptions:
+    """The source's options for TOPIC/CHANNEL on ``server``, plus ``extra`` as Spark passes them."""
+    from gnsqlite.spark.options import parse_source_options
+
+    base = {"nsqdTcpAddresses": server.tcp_address, "topic": TOPIC, "channel": CHANNEL}
+    return parse_source_options({**base, **extra})
 
 
 class RecordingLedger(Ledger[Any]):
@@ -33,15 +44,11 @@ def test_spark_calls_reach_the_ledger_only_through_the_hub_thread(
     nsqd: NsqdServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import gnsqlite.spark.source as source
-    from gnsqlite.spark.options import parse_source_options
 
     monkeypatch.setattr(source, "Ledger", RecordingLedger)
     RecordingLedger.threads = set()
     publish(nsqd, [b"a", b"b", b"c"], TOPIC)
-    options = parse_source_options(
-        {"nsqdTcpAddresses": nsqd.tcp_address, "topic": TOPIC, "channel": CHANNEL,
-         "availableNowIdleTimeout": "0.5", "maxInFlight": "100"}
-    )  # fmt: skip
+    options = source_options(nsqd, availableNowIdleTimeout="0.5", maxInFlight="100")
     reader = source.NSQStreamReader(options)
     try:
         start = reader.initialOffset()
@@ -63,14 +70,12 @@ def test_spark_calls_reach_the_ledger_only_through_the_hub_thread(
 def test_the_source_consumer_dead_letters_what_it_gives_up(nsqd: NsqdServer) -> None:
     from gnsqlite.deadletter import decode_envelope
     from gnsqlite.message import Message
-    from gnsqlite.spark.options import parse_source_options
     from gnsqlite.spark.source import source_consumer
 
     publish(nsqd, [b"kept", b"failing"], TOPIC)
-    options = parse_source_options(
-        {"nsqdTcpAddresses": nsqd.tcp_address, "topic": TOPIC, "channel": CHANNEL,
-         "maxAttempts": "1", "deadLetterTopic": "driver.dead", "deadLetterEnvelope": "true"}
-    )  # fmt: skip
+    options = source_options(
+        nsqd, maxAttempts="1", deadLetterTopic="driver.dead", deadLetterEnvelope="true"
+    )
 
     def on_message(message: Message) -> None:  # a batch that failed: nsqd redelivers it
         if message.body == b"failing":
@@ -134,15 +139,11 @@ def test_the_source_with_a_wal_does_not_warn(
 
 
 def test_a_batch_is_not_capped_by_nsqds_default_max_rdy_count(nsqd: NsqdServer) -> None:
-    from gnsqlite.spark.options import parse_source_options
     from gnsqlite.spark.source import NSQStreamReader
 
     count = 6000  # above one connection's RDY cap: nsqd's default --max-rdy-count, 2500
     publish(nsqd, [b"m-%d" % i for i in range(count)], TOPIC)
-    options = parse_source_options(
-        {"nsqdTcpAddresses": nsqd.tcp_address, "topic": TOPIC, "channel": CHANNEL,
-         "maxMessagesPerBatch": str(count)}
-    )  # fmt: skip
+    options = source_options(nsqd, maxMessagesPerBatch=str(count))
     assert options.connections_per_nsqd == 5  # ceil(2 x 6000 / 2500)
     reader = NSQStreamReader(options)
     try:
@@ -169,15 +170,12 @@ def test_messages_held_from_the_first_delivery_on_outlive_a_short_msg_timeout(
 ) -> None:
     # Spark's first batch can take longer than nsqd's msg_timeout (a loaded
     # machine, a slow sink): the source must TOUCH from the first delivery on.
-    from gnsqlite.spark.options import parse_source_options
     from gnsqlite.spark.source import NSQStreamReader
 
     msg_timeout = 2.0  # seconds, nsqd's --msg-timeout
     server = nsqd_factory(msg_timeout=msg_timeout)
     publish(server, [b"held-%d" % i for i in range(100)], TOPIC)
-    options = parse_source_options(
-        {"nsqdTcpAddresses": server.tcp_address, "topic": TOPIC, "channel": CHANNEL}
-    )  # fmt: skip
+    options = source_options(server)
     reader = NSQStreamReader(options)
     stats = lambda: channel_stats(server, TOPIC, CHANNEL)  # noqa: E731
     try:
@@ -207,16 +205,12 @@ def test_a_batch_travels_as_arrow_and_reads_back_as_record_batches_of_the_schema
 
     import pyarrow as pa
 
-    from gnsqlite.spark.options import parse_source_options
     from gnsqlite.spark.source import SCHEMA, NSQPartition, NSQStreamReader
 
     count = 1000
     bodies = [b"arrow-%04d" % i for i in range(count)]
     publish(nsqd, bodies, TOPIC)
-    options = parse_source_options(
-        {"nsqdTcpAddresses": nsqd.tcp_address, "topic": TOPIC, "channel": CHANNEL,
-         "maxMessagesPerBatch": str(count), "numPartitions": "3"}
-    )  # fmt: skip
+    options = source_options(nsqd, maxMessagesPerBatch=str(count), numPartitions="3")
     reader = NSQStreamReader(options)
     try:
         start = reader.initialOffset()
@@ -257,7 +251,6 @@ def test_while_a_backlog_drains_a_batch_waits_to_fill_up_to_max_messages_per_bat
     # each paying Spark's fixed cost per batch.
     import gnsqlite.spark.source
     from gnsqlite.spark.flood import FloodMeter
-    from gnsqlite.spark.options import parse_source_options
     from gnsqlite.spark.source import HOLD_WAIT, NSQStreamReader
 
     # By default a flood is 1,250 messages within 50 ms. On a loaded machine the
@@ -281,10 +274,7 @@ def test_while_a_backlog_drains_a_batch_waits_to_fill_up_to_max_messages_per_bat
 
     per_batch, count = 20_000, 30_000
     publish(nsqd, [b"b-%d" % i for i in range(count)], TOPIC)
-    options = parse_source_options(
-        {"nsqdTcpAddresses": nsqd.tcp_address, "topic": TOPIC, "channel": CHANNEL,
-         "maxMessagesPerBatch": str(per_batch), "walBatchDelay": "5"}
-    )  # fmt: skip
+    options = source_options(nsqd, maxMessagesPerBatch=str(per_batch), walBatchDelay="5")
     reader = NSQStreamReader(options)
     try:
         start = reader.initialOffset()
