@@ -43,6 +43,26 @@ def channel(server: NsqdServer, topic: str = TOPIC) -> dict[str, Any]:
     return server.channel_stats(topic, CHANNEL)
 
 
+def answered_after_close(server: NsqdServer, expected: tuple[int, int, int]) -> dict[str, Any]:
+    """The channel's stats once (requeue, in flight, depth) is ``expected``; waits up to 5 s.
+
+    close() returns once the answers are written; nsqd reads and applies them
+    from its own loop, so its stats may lag by a moment. An answer never sent
+    would keep its message in flight until nsqd's msg_timeout (60 s), far past
+    this wait.
+    """
+
+    def reached() -> dict[str, Any] | None:
+        stats = channel(server)
+        counts = (stats["requeue_count"], stats["in_flight_count"], stats["depth"])
+        return stats if counts == expected else None
+
+    found: dict[str, Any] = wait_until(
+        reached, timeout=5, message=f"(requeue, in flight, depth) == {expected}"
+    )
+    return found
+
+
 def bodies(prefix: str, n: int) -> list[bytes]:
     return [f"{prefix}{i}".encode() for i in range(n)]
 
@@ -358,7 +378,7 @@ def test_close_requeues_the_batch_being_collected_and_leaves_nothing(
     consumer = batch_consumer(
         consumers, nsqd, recorder, batch_size=10, batch_timeout=60.0, max_in_flight=100
     )
-    publish(nsqd, bodies("c", 4))  # first: its threadpool (DNS) is not the consumer's
+    publish(nsqd, bodies("c", 4))  # first: nothing it leaves behind is the consumer's
     before = live_greenlets()
     consumer.start()
     wait_until(lambda: batch_stats(consumer)["pending"] == 4, timeout=10)
@@ -368,8 +388,7 @@ def test_close_requeues_the_batch_being_collected_and_leaves_nothing(
     assert wheel.owned_by(batcher)  # the batch timeout and the touch timer
     consumer.close(timeout=5.0)
     assert recorder.batches == []  # never handed over
-    stats = channel(nsqd)
-    assert (stats["requeue_count"], stats["in_flight_count"], stats["depth"]) == (4, 0, 4)
+    answered_after_close(nsqd, (4, 0, 4))
     assert wheel.owned_by(batcher) == [] and wheel.owned_by(consumer) == []
     wait_until(lambda: live_greenlets() <= before, timeout=5, message="consumer greenlets ended")
 
@@ -409,6 +428,5 @@ def test_close_lets_a_running_batch_finish_and_answer(
     release.set()
     closing.get(timeout=10)
     assert len(handled) == 2
-    stats = channel(nsqd)
-    assert (stats["requeue_count"], stats["in_flight_count"], stats["depth"]) == (1, 0, 1)
+    stats = answered_after_close(nsqd, (1, 0, 1))
     assert stats["timeout_count"] == 0
