@@ -2,26 +2,12 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import gevent
 import pytest
 
 from gnsqlite.broker import Broker
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 5.0, interval: float = 0.01) -> Any:
-    """Poll ``predicate`` (yielding to the hub) until it is truthy; fail after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout} s: {predicate}")
-        gevent.sleep(interval)
 
 
 @pytest.fixture

@@ -25,12 +25,12 @@ from typing import Any
 import gevent
 import gevent.socket
 import pytest
-from conftest import wait_for
 from nsqd_raw import Closed, RawClient
 
 from gnsqlite.broker import Broker
 from gnsqlite.broker.client import DECODE_STEP, MAX_QUEUED_OUTPUT
 from gnsqlite.protocol.frames import FRAME_TYPE_RESPONSE
+from gnsqlite.testing import wait_until
 from gnsqlite.testing.servers import NsqdServer
 
 
@@ -134,7 +134,7 @@ def test_a_subscriber_that_stops_reading_is_dropped(
             server.http.mpub("limits", [body] * 64)
         client.command(b"RDY 1000")
         # never read again: the broker must give up on this client
-        wait_for(lambda: server.channel_stats("limits", "c").get("clients") == [], timeout=20)
+        wait_until(lambda: server.channel_stats("limits", "c").get("clients") == [], timeout=20)
     finally:
         sock.close()
 
@@ -155,7 +155,7 @@ def test_an_idle_handshake_is_closed_after_client_timeout(
         _read_until_closed(client, timeout=8)
         elapsed = time.monotonic() - start
     assert 0.8 < elapsed < 4, elapsed
-    wait_for(lambda: not broker.clients)
+    wait_until(lambda: not broker.clients)
 
 
 @pytest.mark.embedded_only
@@ -166,14 +166,14 @@ def test_max_connections_closes_what_is_over_the_limit(
     first = RawClient(broker.tcp_address)
     second = RawClient(broker.tcp_address)
     try:
-        wait_for(lambda: len(broker.clients) == 2)
+        wait_until(lambda: len(broker.clients) == 2)
         with RawClient(broker.tcp_address) as third:
             _read_until_closed(third, timeout=5)
         for client in (first, second):  # those within the limit still work
             client.command(b"PUB t", b"x")
             assert client.response() == b"OK"
         first.close()
-        wait_for(lambda: len(broker.clients) == 1)
+        wait_until(lambda: len(broker.clients) == 1)
         with RawClient(broker.tcp_address) as fourth:  # room again
             fourth.command(b"PUB t", b"y")
             assert fourth.response() == b"OK"
@@ -192,7 +192,7 @@ def test_a_client_that_sends_without_reading_cannot_grow_the_output_queue(
     # a long heartbeat interval: the write deadline stays out of the way
     sock.sendall(b"  V2IDENTIFY\n" + struct.pack(">i", 28) + b'{"heartbeat_interval":60000}')
     sock.sendall(b"SUB flood c\n")
-    wait_for(lambda: broker.clients)
+    wait_until(lambda: broker.clients)
     session: Any = next(iter(broker.clients))
     # 400,000 FINs of unknown ids (8 MB): each is answered by a non-fatal
     # E_FIN_FAILED of about 60 bytes (24 MB of answers) the client never reads

@@ -8,10 +8,10 @@ from collections.abc import Callable
 
 import gevent
 import pytest
-from conftest import wait_for
 from nsqd_raw import RawClient
 
 from gnsqlite.broker import Broker
+from gnsqlite.testing import wait_until
 
 pytestmark = pytest.mark.embedded_only
 
@@ -44,7 +44,7 @@ def test_channel_subscribers_share_its_messages(broker: Broker) -> None:
     with raw(broker) as a, raw(broker) as b, raw(broker) as p:
         a.sub("t", "ch", rdy=10)
         b.sub("t", "ch", rdy=10)
-        wait_for(lambda: sum(c.ready_count for c in broker.clients) == 20)
+        wait_until(lambda: sum(c.ready_count for c in broker.clients) == 20)
         p.mpub("t", [b"%d" % i for i in range(10)])
         got_a = drain(a)
         got_b = drain(b)
@@ -179,7 +179,7 @@ def test_ephemeral_channel_and_topic_vanish_with_their_last_client(broker: Broke
     assert ("REGISTER", "t#ephemeral", None) in events
     assert ("REGISTER", "t#ephemeral", "ch#ephemeral") in events
     c.close()
-    wait_for(lambda: "t#ephemeral" not in broker.topics)
+    wait_until(lambda: "t#ephemeral" not in broker.topics)
     assert events[-2:] == [
         ("UNREGISTER", "t#ephemeral", "ch#ephemeral"),
         ("UNREGISTER", "t#ephemeral", None),
@@ -192,7 +192,7 @@ def test_ephemeral_channel_on_normal_topic(broker: Broker) -> None:
         c = raw(broker)
         c.sub("t", "tmp#ephemeral")
         c.close()
-        wait_for(lambda: "tmp#ephemeral" not in broker.topics["t"].channels)
+        wait_until(lambda: "tmp#ephemeral" not in broker.topics["t"].channels)
         assert "durable" in broker.topics["t"].channels
 
 

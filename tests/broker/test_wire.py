@@ -18,13 +18,13 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from conftest import wait_for
 
 from gnsqlite.broker import Broker
 from gnsqlite.broker.wire import empty_flush_writes, flush_writes
 from gnsqlite.codecs import DeflateCodec, SnappyCodec, make_codec
 from gnsqlite.protocol.frames import HEARTBEAT, OK
 from gnsqlite.protocol.server import response_frame
+from gnsqlite.testing import wait_until
 
 pytestmark = pytest.mark.embedded_only
 
@@ -93,16 +93,16 @@ def _session_writes(broker: Broker, kind: str) -> tuple[list[bytes], Callable[[]
     host, port = broker.tcp_address.rsplit(":", 1)
     client = socket.create_connection((host, int(port)))
     client.sendall(b"  V2")
-    session = wait_for(lambda: next(iter(broker.clients), None))
+    session = wait_until(lambda: next(iter(broker.clients), None))
     recorder = RecordingSocket(session.sock)
     session.sock = recorder
     body = json.dumps({kind: True, "feature_negotiation": True}).encode()
     client.sendall(b"IDENTIFY\n" + struct.pack(">I", len(body)) + body)
     codec = make_codec(kind)
-    wait_for(lambda: len(recorder.writes) >= 3)
+    wait_until(lambda: len(recorder.writes) >= 3)
     client.sendall(codec.encode(b"SUB t c\n"))
     before = len(recorder.writes)
-    wait_for(lambda: len(recorder.writes) >= before + 2)
+    wait_until(lambda: len(recorder.writes) >= before + 2)
 
     def close() -> list[bytes]:
         client.close()
@@ -117,7 +117,7 @@ def test_session_upgrade_writes_match_nsqd(
 ) -> None:
     broker = make_broker()
     writes, close = _session_writes(broker, kind)
-    wait_for(lambda: len(writes) >= (4 if kind == "snappy" else 7))
+    wait_until(lambda: len(writes) >= (4 if kind == "snappy" else 7))
     writes = close()
     identify_response = writes[0]
     assert identify_response[8:9] == b"{"  # the plain JSON response, alone
