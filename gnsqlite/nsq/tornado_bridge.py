@@ -7,12 +7,14 @@ cases, each handled here:
 * **The program calls** :func:`~gnsqlite.nsq.run`: gevent is the outer loop,
   and :func:`pump` runs the asyncio loop one iteration at a time in a
   greenlet, so the program's ``PeriodicCallback`` still fires.
-* **The program runs the IOLoop itself** (``IOLoop.current().start()``, a
-  tornado web app): a Reader or Writer built while tornado is imported puts
-  one callback on that loop (:func:`schedule_start`). When the loop runs it,
-  the clients start, and from then on the loop gives gevent a slice of
-  :data:`GEVENT_SLICE` seconds on every turn, so connections, handlers and
-  heartbeats run while tornado serves its own sockets between slices.
+* **The program runs the loop itself**: tornado's (``IOLoop.current().start()``,
+  a tornado web app) or a plain asyncio one (``asyncio.run(main())``, no
+  tornado imported). A Reader or Writer built while tornado is imported, or
+  while an asyncio loop runs, puts one callback on that loop
+  (:func:`schedule_start`). When the loop runs it, the clients start, and
+  from then on the loop gives gevent a slice of :data:`GEVENT_SLICE` seconds
+  on every turn, so connections, handlers and heartbeats run while the loop
+  serves its own tasks and sockets between slices.
 * **A handler returns a coroutine or a Future** (``async def``,
   ``@tornado.gen.coroutine``), or code awaits ``Writer.pub()``:
   :func:`resolve` blocks the handler's greenlet until it is done, driving
@@ -39,6 +41,7 @@ __all__ = [
     "GEVENT_SLICE",
     "PUMP_INTERVAL",
     "hold_pump",
+    "loop_running",
     "pump",
     "resolve",
     "schedule_start",
@@ -56,6 +59,15 @@ GEVENT_SLICE = 0.005
 def tornado_in_use() -> bool:
     """``True`` when the program imported ``tornado.ioloop``."""
     return "tornado.ioloop" in sys.modules
+
+
+def loop_running() -> bool:
+    """``True`` when this thread's asyncio loop is running (``asyncio.run()``, an IOLoop)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def _current_loop() -> asyncio.AbstractEventLoop:
@@ -210,13 +222,15 @@ _starter = _Starter()
 
 
 def schedule_start(start: Callable[[], None] | None = None) -> None:
-    """Call ``start`` (in a greenlet) when the program runs its IOLoop itself.
+    """Call ``start`` (in a greenlet) when the program runs its loop itself.
 
-    A Reader or Writer built while tornado is imported calls this; if the
-    program calls :func:`~gnsqlite.nsq.run` instead, run() starts it and this
-    does nothing. Without ``start`` it only makes sure that loop, when the
+    Every Reader and Writer calls this when it is built; it acts when
+    tornado is imported or an asyncio loop is running (a client built in a
+    coroutine under ``asyncio.run()``), else does nothing. If the program
+    calls :func:`~gnsqlite.nsq.run` instead, run() starts the client and the
+    callback does nothing. Without ``start`` it only makes sure that loop, when the
     program runs it, gives gevent its turns (an ``AsyncConn`` connecting).
     Does not block; opens nothing.
     """
-    if tornado_in_use():
+    if tornado_in_use() or loop_running():
         _starter.schedule(start)
