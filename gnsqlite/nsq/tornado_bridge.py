@@ -38,6 +38,7 @@ import gevent
 import gevent.event
 
 __all__ = [
+    "CANCEL_TIMEOUT",
     "GEVENT_SLICE",
     "PUMP_INTERVAL",
     "hold_pump",
@@ -54,6 +55,8 @@ log = logging.getLogger(__name__)
 PUMP_INTERVAL = 0.005
 #: Seconds gevent runs on each turn of a loop the program runs itself.
 GEVENT_SLICE = 0.005
+#: Seconds a killed :func:`resolve` waits for its coroutine to take the cancellation.
+CANCEL_TIMEOUT = 1.0
 
 
 def tornado_in_use() -> bool:
@@ -162,7 +165,9 @@ def resolve(awaitable: Awaitable[Any]) -> Any:
     Blocks the calling greenlet, never the hub; raises what the awaitable
     raised. It runs on the thread's asyncio loop, driven by the program if
     it runs that loop, else by :func:`pump` (see :func:`_current_loop`
-    for the loop it takes).
+    for the loop it takes). If the greenlet is killed meanwhile, the
+    awaitable is cancelled (``CancelledError`` at its ``await``) and given
+    up to :data:`CANCEL_TIMEOUT` seconds to end.
     """
     if isinstance(awaitable, asyncio.Future) and awaitable.done():
         return awaitable.result()
@@ -180,9 +185,20 @@ def resolve(awaitable: Awaitable[Any]) -> Any:
 
     future.add_done_callback(copy)
     if _pump.driven_elsewhere(loop):
-        return done.get()
+        return _wait(future, done)
     with _pump.held(loop):
+        return _wait(future, done)
+
+
+def _wait(future: asyncio.Future[Any], done: gevent.event.AsyncResult[Any]) -> Any:
+    """``done``'s value; if the greenlet is killed first, cancel ``future``. Blocks."""
+    try:
         return done.get()
+    except BaseException:  # GreenletExit, a gevent Timeout: the waiter is gone
+        if not future.done():
+            future.cancel()
+            done.wait(CANCEL_TIMEOUT)  # the loop's next turn runs the cancellation
+        raise
 
 
 class _Starter:
