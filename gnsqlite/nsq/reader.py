@@ -21,6 +21,7 @@ RDY, backoff, lookupd polling and reconnection are the Consumer's.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 from collections.abc import Callable, Iterable
@@ -219,7 +220,7 @@ class Reader:
             )
         self.consumer.start()
 
-    def close(self, timeout: float | None = None) -> None:
+    def close(self, timeout: float | None = None) -> asyncio.Future[None] | None:
         """Stop consuming, drained; blocks up to about ``timeout`` seconds.
 
         In-flight handlers finish and answer, held (``enable_async()``)
@@ -228,7 +229,15 @@ class Reader:
         :meth:`gnsqlite.consumer.Consumer.close`). :meth:`skip_close_wait`
         ends that wait early. pynsq's ``close()`` drops connections at once
         instead. Safe to call twice.
+
+        Called from a coroutine of an asyncio loop the program runs
+        (``asyncio.run()``), it does not block that loop, whose tasks the
+        handlers may be awaiting: it returns a Future, ``await
+        reader.close()``, and closes in a greenlet meanwhile.
         """
+        return tornado_bridge.off_the_loop(lambda: self._close(timeout))
+
+    def _close(self, timeout: float | None) -> None:
         TimerWheel.for_hub().cancel_owner(self)
         self.consumer.close(self.close_timeout if timeout is None else timeout)
         self.consumer.hooks.kill()
@@ -405,7 +414,13 @@ class Reader:
             return
         if not isinstance(result, bool) and inspect.isawaitable(result):
             message.enable_async()  # as pynsq: the handler's return no longer answers
-            if not tornado_bridge.resolve(result) and not message.has_responded():
+            try:
+                ok = tornado_bridge.resolve(result)
+            except asyncio.CancelledError:  # asyncio.run() ending cancels every task
+                log.info("[%s] message %s: handler cancelled; requeued", self.name, message.id)
+                message.requeue(delay=0, backoff=False)
+                return
+            if not ok and not message.has_responded():
                 message.requeue()
             elif not message.has_responded():
                 message.finish()

@@ -56,7 +56,7 @@ class Client(Protocol):
         """Connect and begin working."""
         ...
 
-    def close(self, timeout: float | None = None) -> None:
+    def close(self, timeout: float | None = None) -> object:
         """Stop gracefully; blocks up to ``timeout`` s (``None``: :attr:`close_timeout`)."""
         ...
 

@@ -20,6 +20,11 @@ cases, each handled here:
   :func:`resolve` blocks the handler's greenlet until it is done, driving
   the loop with :func:`pump` when nothing else does.
 
+And one the other way round: a coroutine on a loop the program runs calls
+``close()``, which must not block that loop (the handlers it waits for may
+await on it): it runs the close in a greenlet and gives
+the coroutine a Future to await (:func:`off_the_loop`).
+
 gnsqlite never imports tornado: it only uses the asyncio loop that tornado
 (when the program imported it) runs on.
 """
@@ -43,6 +48,7 @@ __all__ = [
     "PUMP_INTERVAL",
     "hold_pump",
     "loop_running",
+    "off_the_loop",
     "pump",
     "resolve",
     "schedule_start",
@@ -207,6 +213,8 @@ class _Starter:
     def __init__(self) -> None:
         self.pending: list[Callable[[], None]] = []
         self.slicing: asyncio.AbstractEventLoop | None = None
+        #: The greenlet that runs the loop the program runs (usually the main one).
+        self.loop_greenlet: Any = None
 
     def schedule(self, start: Callable[[], None] | None) -> None:
         loop = _current_loop()
@@ -218,6 +226,7 @@ class _Starter:
         if not _pump.driven_elsewhere(loop):  # gevent drives this loop: run() starts clients
             self.pending.clear()
             return
+        self.loop_greenlet = gevent.getcurrent()
         starts, self.pending = self.pending, []
         for start in starts:
             gevent.spawn(start)
@@ -250,3 +259,44 @@ def schedule_start(start: Callable[[], None] | None = None) -> None:
     """
     if tornado_in_use() or loop_running():
         _starter.schedule(start)
+
+
+def off_the_loop(work: Callable[[], None]) -> asyncio.Future[None] | None:
+    """Run ``work``; from a loop the program runs, in a greenlet, returning a Future.
+
+    Anywhere but a callback or coroutine of an asyncio loop the program
+    runs itself, this calls ``work`` and returns ``None`` once it returned
+    (it blocks as ``work`` does). From such a callback or coroutine,
+    blocking would stop the loop and whatever ``work`` waits for on it, so
+    ``work`` runs in a greenlet and this returns at once a Future of that
+    loop, done when ``work`` returned (or failed with what it raised), for
+    the coroutine to ``await``; the work goes on whether it is awaited or not.
+    """
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        loop = None
+    if (
+        loop is None
+        or not _pump.driven_elsewhere(loop)
+        or gevent.getcurrent() is not _starter.loop_greenlet
+    ):
+        work()
+        return None
+    future: asyncio.Future[None] = loop.create_future()
+
+    def copy(done: gevent.Greenlet[[], None]) -> None:  # in the hub
+        if not loop.is_closed():
+            loop.call_soon(_settle, future, done.exception)
+
+    gevent.spawn(work).rawlink(copy)
+    return future
+
+
+def _settle(future: asyncio.Future[None], error: BaseException | None) -> None:
+    if future.done():
+        return
+    if error is None:
+        future.set_result(None)
+    else:
+        future.set_exception(error)

@@ -181,15 +181,20 @@ class Writer:
         self._greenlets.spawn(self._run_callbacks)
         self.producer.start()
 
-    def close(self, timeout: float | None = None) -> None:
+    def close(self, timeout: float | None = None) -> asyncio.Future[None] | None:
         """Wait up to ``timeout`` seconds for nsqd to answer what was sent, then close.
 
         ``timeout`` defaults to :attr:`close_timeout` (5 s);
         :meth:`skip_close_wait` ends the wait early. Callbacks of publishes
         still unanswered then get a ``ConnectionClosedError``; every
         callback has run when this returns. Safe to call twice. (pynsq's
-        Writer has no ``close()``.)
+        Writer has no ``close()``.) Called from a coroutine of an asyncio
+        loop the program runs, it returns a Future instead of blocking the
+        loop, as :meth:`Reader.close` does: ``await writer.close()``.
         """
+        return tornado_bridge.off_the_loop(lambda: self._close(timeout))
+
+    def _close(self, timeout: float | None) -> None:
         if self._closed:
             return
         self._closed = True
