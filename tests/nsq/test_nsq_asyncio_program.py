@@ -124,3 +124,44 @@ def test_ctrl_c_in_an_asyncio_run_program_closes_drained(
     stats = channel_stats(nsqd, "aio_int", "c")
     assert stats["message_count"] == 3 and stats["requeue_count"] == 0, stats
     assert stats["depth"] == 0 and stats["in_flight_count"] == 0, stats
+
+
+UNCLOSED = """\
+import asyncio
+
+from gnsqlite import nsq
+
+
+async def main():
+    started = 0
+
+    async def handler(message):
+        nonlocal started
+        started += 1
+        print('started', started)
+        await asyncio.Event().wait()  # asyncio.run() cancels it on Ctrl-C
+        return True
+
+    nsq.Reader(topic='aio_cancel', channel='c', message_handler=handler,
+               nsqd_tcp_addresses=['{nsqd}'], max_in_flight=3)
+    await asyncio.Event().wait()
+
+
+try:
+    asyncio.run(main())
+except KeyboardInterrupt:
+    print('interrupted')
+"""
+
+
+def test_handlers_cancelled_by_asyncio_run_are_requeued_without_a_crash(
+    nsqd: NsqdServer, programs: Callable[[str], Program]
+) -> None:
+    """No close(): asyncio.run() cancels the handler tasks; each message is requeued (REQ 0)."""
+    NsqdHTTPClient(nsqd.http_address).mpub("aio_cancel", [b"a", b"b", b"c"])
+    program = programs(UNCLOSED.format(nsqd=nsqd.tcp_address))
+    program.wait_for(lambda lines: "started 3" in lines)
+    assert program.stop(signal.SIGINT, timeout=15) == 0, program.output
+    assert program.lines[-1] == "interrupted", program.output
+    assert "Traceback" not in program.output and "CancelledError" not in program.output
+    assert channel_stats(nsqd, "aio_cancel", "c")["requeue_count"] >= 3
