@@ -70,17 +70,18 @@ async def main():
         nonlocal started
         started += 1
         print('started', started)
-        await asyncio.sleep(0.5)  # still awaiting on the loop when Ctrl-C comes
+        await {handler_awaits}
         print('finished', message.body.decode())
         return True
 
-    reader = nsq.Reader(topic='aio_int', channel='c', message_handler=handler,
+    reader = nsq.Reader(topic='{topic}', channel='c', message_handler=handler,
                         nsqd_tcp_addresses=['{nsqd}'], max_in_flight=3)
     try:
         await asyncio.Event().wait()
     finally:
-        await reader.close()  # drains: the loop runs the handlers meanwhile
-        print('closed')
+        if {close}:
+            await reader.close()  # drains: the loop runs the handlers meanwhile
+            print('closed')
 
 
 try:
@@ -88,6 +89,19 @@ try:
 except KeyboardInterrupt:
     print('interrupted')
 """
+
+
+def interrupted(
+    nsqd: NsqdServer, programs: Callable[[str], Program], topic: str, **source: str
+) -> Program:
+    """Run INTERRUPTED with 3 messages in its handlers, Ctrl-C it, check it ended cleanly."""
+    NsqdHTTPClient(nsqd.http_address).mpub(topic, [b"a", b"b", b"c"])
+    program = programs(INTERRUPTED.format(nsqd=nsqd.tcp_address, topic=topic, **source))
+    program.wait_for(lambda lines: "started 3" in lines)
+    assert program.stop(signal.SIGINT, timeout=15) == 0, program.output
+    assert program.lines[-1] == "interrupted", program.output
+    assert "Traceback" not in program.output and "CancelledError" not in program.output
+    return program
 
 
 def test_an_asyncio_run_program_connects_publishes_and_consumes(
@@ -110,58 +124,25 @@ def test_an_asyncio_run_program_connects_publishes_and_consumes(
 def test_ctrl_c_in_an_asyncio_run_program_closes_drained(
     nsqd: NsqdServer, programs: Callable[[str], Program]
 ) -> None:
-    NsqdHTTPClient(nsqd.http_address).mpub("aio_int", [b"a", b"b", b"c"])
-    program = programs(INTERRUPTED.format(nsqd=nsqd.tcp_address))
-    program.wait_for(lambda lines: "started 3" in lines)
-    assert program.stop(signal.SIGINT, timeout=15) == 0, program.output
-    assert program.lines[-2:] == ["closed", "interrupted"], program.output
+    program = interrupted(
+        nsqd, programs, "aio_int", handler_awaits="asyncio.sleep(0.5)", close="True"
+    )  # the handlers still await on the loop when Ctrl-C comes
+    assert program.lines[-2] == "closed", program.output
     assert sorted(line for line in program.lines if line.startswith("finished")) == [
         "finished a",
         "finished b",
         "finished c",
     ], program.output
-    assert "Traceback" not in program.output
     stats = channel_stats(nsqd, "aio_int", "c")
     assert stats["message_count"] == 3 and stats["requeue_count"] == 0, stats
     assert stats["depth"] == 0 and stats["in_flight_count"] == 0, stats
-
-
-UNCLOSED = """\
-import asyncio
-
-from gnsqlite import nsq
-
-
-async def main():
-    started = 0
-
-    async def handler(message):
-        nonlocal started
-        started += 1
-        print('started', started)
-        await asyncio.Event().wait()  # asyncio.run() cancels it on Ctrl-C
-        return True
-
-    nsq.Reader(topic='aio_cancel', channel='c', message_handler=handler,
-               nsqd_tcp_addresses=['{nsqd}'], max_in_flight=3)
-    await asyncio.Event().wait()
-
-
-try:
-    asyncio.run(main())
-except KeyboardInterrupt:
-    print('interrupted')
-"""
 
 
 def test_handlers_cancelled_by_asyncio_run_are_requeued_without_a_crash(
     nsqd: NsqdServer, programs: Callable[[str], Program]
 ) -> None:
     """No close(): asyncio.run() cancels the handler tasks; each message is requeued (REQ 0)."""
-    NsqdHTTPClient(nsqd.http_address).mpub("aio_cancel", [b"a", b"b", b"c"])
-    program = programs(UNCLOSED.format(nsqd=nsqd.tcp_address))
-    program.wait_for(lambda lines: "started 3" in lines)
-    assert program.stop(signal.SIGINT, timeout=15) == 0, program.output
-    assert program.lines[-1] == "interrupted", program.output
-    assert "Traceback" not in program.output and "CancelledError" not in program.output
+    interrupted(
+        nsqd, programs, "aio_cancel", handler_awaits="asyncio.Event().wait()", close="False"
+    )
     assert channel_stats(nsqd, "aio_cancel", "c")["requeue_count"] >= 3
