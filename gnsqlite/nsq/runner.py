@@ -100,8 +100,11 @@ def stop() -> None:
 def run() -> None:
     """Start every Reader and Writer and block until SIGINT, SIGTERM or :func:`stop`.
 
-    Then closes every Reader (drained), then every Writer, and returns.
-    Must be called from the main thread (signal handlers).
+    Then closes every Reader (drained, up to 30 s), then every Writer (up
+    to 5 s), saying in a warning what it waits for, and returns. A second
+    SIGINT or SIGTERM meanwhile stops the waiting: unanswered messages are
+    requeued at once (see the module docstring). Must be called from the
+    main thread (signal handlers).
     """
     stopping = gevent.event.Event()
     _registry.stopping = stopping
