@@ -16,8 +16,11 @@ pynsq's public surface, mapped onto gnsqlite's gevent
   ``nsq.event``, ``nsq.message``, ``nsq.sync``, ``nsq.backoff_timer``).
 
 Handlers may return coroutines or Futures (they are awaited), ``pub()``
-returns an awaitable, and a program that runs tornado's IOLoop itself
-instead of :func:`run` works too (see :mod:`.tornado_bridge`).
+returns an awaitable, and a program that runs tornado's IOLoop itself, or
+a plain asyncio loop (``asyncio.run()``), instead of :func:`run` works too
+(see :mod:`.tornado_bridge`). Under :func:`run`, a first Ctrl-C closes
+drained and says what it waits for; a second requeues what is unanswered
+and returns (see :mod:`.runner`).
 
 Importing it imports no tornado and patches nothing. What differs from pynsq
 is listed in docs/migrating-pynsq.md.

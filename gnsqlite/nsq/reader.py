@@ -21,6 +21,7 @@ RDY, backoff, lookupd polling and reconnection are the Consumer's.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 from collections.abc import Callable, Iterable
@@ -37,7 +38,7 @@ from ..errors import ConfigError
 from ..message import Message as _Delivered
 from ..net import normalize_address
 from ..timers import TimerWheel
-from . import runner, tornado_bridge
+from . import event, runner, tornado_bridge
 from .backoff_timer import BackoffTimer
 from .conn import AsyncConn
 from .conns import ConnectionView
@@ -107,6 +108,8 @@ class Reader:
 
     #: :func:`~gnsqlite.nsq.run` closes Readers before Writers.
     close_order = 0
+    #: Seconds :meth:`close` waits by default for the handlers' answers.
+    close_timeout = 30.0
 
     def __init__(
         self,
@@ -178,6 +181,10 @@ class Reader:
         self._paused = False
         self._started = False
         self._closed = gevent.event.Event()
+        #: Handlers running now, by greenlet, and the messages they were given.
+        self._running: dict[Any, Message] = {}
+        #: Messages a handler returned from with ``enable_async()``, not answered yet.
+        self._held: dict[bytes, Message] = {}
         runner.register(self)
         tornado_bridge.schedule_start(self.start)
 
@@ -213,15 +220,26 @@ class Reader:
             )
         self.consumer.start()
 
-    def close(self, timeout: float = 30.0) -> None:
+    def close(self, timeout: float | None = None) -> asyncio.Future[None] | None:
         """Stop consuming, drained; blocks up to about ``timeout`` seconds.
 
-        In-flight handlers finish and answer; what is left is requeued (see
-        :meth:`gnsqlite.consumer.Consumer.close`). pynsq's ``close()`` drops
-        connections at once instead. Safe to call twice.
+        In-flight handlers finish and answer, held (``enable_async()``)
+        messages get their answers, for up to ``timeout`` seconds (default
+        :attr:`close_timeout`, 30 s); what is left is then requeued (see
+        :meth:`gnsqlite.consumer.Consumer.close`). :meth:`skip_close_wait`
+        ends that wait early. pynsq's ``close()`` drops connections at once
+        instead. Safe to call twice.
+
+        Called from a coroutine of an asyncio loop the program runs
+        (``asyncio.run()``), it does not block that loop, whose tasks the
+        handlers may be awaiting: it returns a Future, ``await
+        reader.close()``, and closes in a greenlet meanwhile.
         """
+        return tornado_bridge.off_the_loop(lambda: self._close(timeout))
+
+    def _close(self, timeout: float | None) -> None:
         TimerWheel.for_hub().cancel_owner(self)
-        self.consumer.close(timeout)
+        self.consumer.close(self.close_timeout if timeout is None else timeout)
         self.consumer.hooks.kill()
         runner.unregister(self)
         self._closed.set()
@@ -229,6 +247,38 @@ class Reader:
     def join(self, timeout: float | None = None) -> bool:
         """Block until the Reader was closed; ``True`` if it was within ``timeout`` s."""
         return bool(self._closed.wait(timeout))
+
+    def pending(self) -> int:
+        """How many messages :meth:`close` would wait for. Does not block.
+
+        Those whose handler is still running (awaiting a coroutine
+        included) and those held with ``enable_async()`` and not answered.
+        Not in pynsq.
+        """
+        return len(self._unanswered())
+
+    def skip_close_wait(self) -> int:
+        """Requeue every message :meth:`close` waits for, and stop their handlers.
+
+        Each message gets ``REQ`` with no delay and no backoff, so nsqd
+        delivers it again at once (to this channel's other consumers, or
+        to this one after a restart) instead of after its ``msg_timeout``;
+        an answer the program gives it later does nothing. Handlers still
+        running are killed (``GreenletExit``) so that a :meth:`close` under
+        way returns. :func:`~gnsqlite.nsq.run` calls this on a second
+        SIGINT or SIGTERM. Returns how many messages were requeued; does
+        not block. Not in pynsq.
+        """
+        messages = self._unanswered()
+        for message in messages:
+            message.requeue(delay=0, backoff=False)
+        current = gevent.getcurrent()
+        gevent.killall([g for g in self._running if g is not current], block=False)
+        return len(messages)
+
+    def _unanswered(self) -> list[Message]:
+        held = (*self._running.values(), *self._held.values())
+        return [message for message in held if not message.has_responded()]
 
     # -- pynsq's methods and attributes ----------------------------------------
 
@@ -333,6 +383,26 @@ class Reader:
     def _handle(self, delivered: _Delivered) -> None:
         """Run the hooks for one message; in a handler greenlet of the Consumer."""
         message = Message._wrap(delivered)
+        me = gevent.getcurrent()
+        self._running[me] = message
+        try:
+            self._run_hooks(message)
+        finally:
+            del self._running[me]
+            if message.is_async() and not message.has_responded():
+                self._hold(message)
+
+    def _hold(self, message: Message) -> None:
+        """Remember ``message`` until it is answered (see :meth:`pending`)."""
+        self._held[message.id] = message
+        message.on(event.FINISH, self._release)
+        message.on(event.REQUEUE, self._release)
+
+    def _release(self, message: Message, **_: Any) -> None:
+        self._held.pop(message.id, None)
+
+    def _run_hooks(self, message: Message) -> None:
+        """``preprocess_message``, ``validate_message``, ``process_message``; then answer."""
         if not self.validate_message(self.preprocess_message(message)):
             message.finish()
             return
@@ -344,7 +414,13 @@ class Reader:
             return
         if not isinstance(result, bool) and inspect.isawaitable(result):
             message.enable_async()  # as pynsq: the handler's return no longer answers
-            if not tornado_bridge.resolve(result) and not message.has_responded():
+            try:
+                ok = tornado_bridge.resolve(result)
+            except asyncio.CancelledError:  # asyncio.run() ending cancels every task
+                log.info("[%s] message %s: handler cancelled; requeued", self.name, message.id)
+                message.requeue(delay=0, backoff=False)
+                return
+            if not ok and not message.has_responded():
                 message.requeue()
             elif not message.has_responded():
                 message.finish()

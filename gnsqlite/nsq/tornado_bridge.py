@@ -7,16 +7,23 @@ cases, each handled here:
 * **The program calls** :func:`~gnsqlite.nsq.run`: gevent is the outer loop,
   and :func:`pump` runs the asyncio loop one iteration at a time in a
   greenlet, so the program's ``PeriodicCallback`` still fires.
-* **The program runs the IOLoop itself** (``IOLoop.current().start()``, a
-  tornado web app): a Reader or Writer built while tornado is imported puts
-  one callback on that loop (:func:`schedule_start`). When the loop runs it,
-  the clients start, and from then on the loop gives gevent a slice of
-  :data:`GEVENT_SLICE` seconds on every turn, so connections, handlers and
-  heartbeats run while tornado serves its own sockets between slices.
+* **The program runs the loop itself**: tornado's (``IOLoop.current().start()``,
+  a tornado web app) or a plain asyncio one (``asyncio.run(main())``, no
+  tornado imported). A Reader or Writer built while tornado is imported, or
+  while an asyncio loop runs, puts one callback on that loop
+  (:func:`schedule_start`). When the loop runs it, the clients start, and
+  from then on the loop gives gevent a slice of :data:`GEVENT_SLICE` seconds
+  on every turn, so connections, handlers and heartbeats run while the loop
+  serves its own tasks and sockets between slices.
 * **A handler returns a coroutine or a Future** (``async def``,
   ``@tornado.gen.coroutine``), or code awaits ``Writer.pub()``:
   :func:`resolve` blocks the handler's greenlet until it is done, driving
   the loop with :func:`pump` when nothing else does.
+
+And one the other way round: a coroutine on a loop the program runs calls
+``close()``, which must not block that loop (the handlers it waits for may
+await on it): it runs the close in a greenlet and gives
+the coroutine a Future to await (:func:`off_the_loop`).
 
 gnsqlite never imports tornado: it only uses the asyncio loop that tornado
 (when the program imported it) runs on.
@@ -36,9 +43,12 @@ import gevent
 import gevent.event
 
 __all__ = [
+    "CANCEL_TIMEOUT",
     "GEVENT_SLICE",
     "PUMP_INTERVAL",
     "hold_pump",
+    "loop_running",
+    "off_the_loop",
     "pump",
     "resolve",
     "schedule_start",
@@ -51,11 +61,22 @@ log = logging.getLogger(__name__)
 PUMP_INTERVAL = 0.005
 #: Seconds gevent runs on each turn of a loop the program runs itself.
 GEVENT_SLICE = 0.005
+#: Seconds a killed :func:`resolve` waits for its coroutine to take the cancellation.
+CANCEL_TIMEOUT = 1.0
 
 
 def tornado_in_use() -> bool:
     """``True`` when the program imported ``tornado.ioloop``."""
     return "tornado.ioloop" in sys.modules
+
+
+def loop_running() -> bool:
+    """``True`` when this thread's asyncio loop is running (``asyncio.run()``, an IOLoop)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def _current_loop() -> asyncio.AbstractEventLoop:
@@ -150,7 +171,9 @@ def resolve(awaitable: Awaitable[Any]) -> Any:
     Blocks the calling greenlet, never the hub; raises what the awaitable
     raised. It runs on the thread's asyncio loop, driven by the program if
     it runs that loop, else by :func:`pump` (see :func:`_current_loop`
-    for the loop it takes).
+    for the loop it takes). If the greenlet is killed meanwhile, the
+    awaitable is cancelled (``CancelledError`` at its ``await``) and given
+    up to :data:`CANCEL_TIMEOUT` seconds to end.
     """
     if isinstance(awaitable, asyncio.Future) and awaitable.done():
         return awaitable.result()
@@ -168,9 +191,20 @@ def resolve(awaitable: Awaitable[Any]) -> Any:
 
     future.add_done_callback(copy)
     if _pump.driven_elsewhere(loop):
-        return done.get()
+        return _wait(future, done)
     with _pump.held(loop):
+        return _wait(future, done)
+
+
+def _wait(future: asyncio.Future[Any], done: gevent.event.AsyncResult[Any]) -> Any:
+    """``done``'s value; if the greenlet is killed first, cancel ``future``. Blocks."""
+    try:
         return done.get()
+    except BaseException:  # GreenletExit, a gevent Timeout: the waiter is gone
+        if not future.done():
+            future.cancel()
+            done.wait(CANCEL_TIMEOUT)  # the loop's next turn runs the cancellation
+        raise
 
 
 class _Starter:
@@ -179,6 +213,8 @@ class _Starter:
     def __init__(self) -> None:
         self.pending: list[Callable[[], None]] = []
         self.slicing: asyncio.AbstractEventLoop | None = None
+        #: The greenlet that runs the loop the program runs (usually the main one).
+        self.loop_greenlet: Any = None
 
     def schedule(self, start: Callable[[], None] | None) -> None:
         loop = _current_loop()
@@ -190,6 +226,7 @@ class _Starter:
         if not _pump.driven_elsewhere(loop):  # gevent drives this loop: run() starts clients
             self.pending.clear()
             return
+        self.loop_greenlet = gevent.getcurrent()
         starts, self.pending = self.pending, []
         for start in starts:
             gevent.spawn(start)
@@ -210,13 +247,56 @@ _starter = _Starter()
 
 
 def schedule_start(start: Callable[[], None] | None = None) -> None:
-    """Call ``start`` (in a greenlet) when the program runs its IOLoop itself.
+    """Call ``start`` (in a greenlet) when the program runs its loop itself.
 
-    A Reader or Writer built while tornado is imported calls this; if the
-    program calls :func:`~gnsqlite.nsq.run` instead, run() starts it and this
-    does nothing. Without ``start`` it only makes sure that loop, when the
+    Every Reader and Writer calls this when it is built; it acts when
+    tornado is imported or an asyncio loop is running (a client built in a
+    coroutine under ``asyncio.run()``), else does nothing. If the program
+    calls :func:`~gnsqlite.nsq.run` instead, run() starts the client and the
+    callback does nothing. Without ``start`` it only makes sure that loop, when the
     program runs it, gives gevent its turns (an ``AsyncConn`` connecting).
     Does not block; opens nothing.
     """
-    if tornado_in_use():
+    if tornado_in_use() or loop_running():
         _starter.schedule(start)
+
+
+def off_the_loop(work: Callable[[], None]) -> asyncio.Future[None] | None:
+    """Run ``work``; from a loop the program runs, in a greenlet, returning a Future.
+
+    Anywhere but a callback or coroutine of an asyncio loop the program
+    runs itself, this calls ``work`` and returns ``None`` once it returned
+    (it blocks as ``work`` does). From such a callback or coroutine,
+    blocking would stop the loop and whatever ``work`` waits for on it, so
+    ``work`` runs in a greenlet and this returns at once a Future of that
+    loop, done when ``work`` returned (or failed with what it raised), for
+    the coroutine to ``await``; the work goes on whether it is awaited or not.
+    """
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        loop = None
+    if (
+        loop is None
+        or not _pump.driven_elsewhere(loop)
+        or gevent.getcurrent() is not _starter.loop_greenlet
+    ):
+        work()
+        return None
+    future: asyncio.Future[None] = loop.create_future()
+
+    def copy(done: gevent.Greenlet[[], None]) -> None:  # in the hub
+        if not loop.is_closed():
+            loop.call_soon(_settle, future, done.exception)
+
+    gevent.spawn(work).rawlink(copy)
+    return future
+
+
+def _settle(future: asyncio.Future[None], error: BaseException | None) -> None:
+    if future.done():
+        return
+    if error is None:
+        future.set_result(None)
+    else:
+        future.set_exception(error)

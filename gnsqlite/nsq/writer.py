@@ -121,6 +121,8 @@ class Writer:
 
     #: :func:`~gnsqlite.nsq.run` closes Readers before Writers.
     close_order = 1
+    #: Seconds :meth:`close` waits by default for nsqd's answers.
+    close_timeout = 5.0
 
     def __init__(
         self,
@@ -152,6 +154,7 @@ class Writer:
         self._pending = 0
         self._idle = gevent.event.Event()
         self._idle.set()
+        self._skip_wait = gevent.event.Event()
         self._started = False
         self._closed = False
         runner.register(self)
@@ -178,23 +181,45 @@ class Writer:
         self._greenlets.spawn(self._run_callbacks)
         self.producer.start()
 
-    def close(self, timeout: float = 5.0) -> None:
+    def close(self, timeout: float | None = None) -> asyncio.Future[None] | None:
         """Wait up to ``timeout`` seconds for nsqd to answer what was sent, then close.
 
-        Callbacks of publishes still unanswered then get a
-        ``ConnectionClosedError``; every callback has run when this returns.
-        Safe to call twice. (pynsq's Writer has no ``close()``.)
+        ``timeout`` defaults to :attr:`close_timeout` (5 s);
+        :meth:`skip_close_wait` ends the wait early. Callbacks of publishes
+        still unanswered then get a ``ConnectionClosedError``; every
+        callback has run when this returns. Safe to call twice. (pynsq's
+        Writer has no ``close()``.) Called from a coroutine of an asyncio
+        loop the program runs, it returns a Future instead of blocking the
+        loop, as :meth:`Reader.close` does: ``await writer.close()``.
         """
+        return tornado_bridge.off_the_loop(lambda: self._close(timeout))
+
+    def _close(self, timeout: float | None) -> None:
         if self._closed:
             return
         self._closed = True
-        self._idle.wait(timeout)
+        timeout = self.close_timeout if timeout is None else timeout
+        gevent.wait([self._idle, self._skip_wait], timeout=timeout, count=1)
         self.producer.close()
         self._idle.wait(1.0)  # the failures of what was left reach the queue
         self._jobs.put(None)
         self._greenlets.join(timeout=max(1.0, timeout))
         self._greenlets.kill(block=True)
         runner.unregister(self)
+
+    def pending(self) -> int:
+        """How many publishes still wait for nsqd's answer. Does not block. Not in pynsq."""
+        return self._pending
+
+    def skip_close_wait(self) -> int:
+        """Make a :meth:`close` under way (or the next one) stop waiting for answers.
+
+        The publishes still unanswered then fail with ``ConnectionClosedError``
+        (their callbacks say so); nsqd may still have taken them. Returns how
+        many there were; does not block. Not in pynsq.
+        """
+        self._skip_wait.set()
+        return self._pending
 
     @property
     def conns(self) -> dict[str, ConnectionView]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import gevent
@@ -14,7 +15,7 @@ from gnsqlite import nsq
 from gnsqlite.http import NsqdHTTPClient
 from gnsqlite.nsq import reader as reader_module
 from gnsqlite.nsq import runner
-from gnsqlite.testing import NsqdServer, wait_until
+from gnsqlite.testing import FaultProxy, NsqdServer, wait_until
 
 TOPIC = "dropin"
 CHANNEL = "ch"
@@ -197,6 +198,24 @@ def test_writer_close_waits_for_every_answer(nsqd: NsqdServer) -> None:
     writer.close()
     assert answers == [b"OK"] * 200
     assert topic_stats(nsqd, TOPIC)["message_count"] == 200
+
+
+def test_skip_close_wait_ends_a_writers_wait_and_fails_what_is_unanswered(
+    nsqd: NsqdServer, fault_proxy: Callable[[str], FaultProxy]
+) -> None:
+    """What run() does on a second Ctrl-C: the close stops waiting, the callback is told."""
+    proxy = fault_proxy(nsqd.tcp_address)
+    answers: list[Any] = []
+    writer = nsq.Writer(proxy.address)
+    writer.start()
+    proxy.stall()  # nsqd's answer never comes back
+    writer.pub(TOPIC, b"unanswered", lambda conn, data: answers.append(data))
+    assert writer.pending() == 1
+    closing = gevent.spawn(writer.close)  # would wait close_timeout (5 s) for the answer
+    assert writer.skip_close_wait() == 1
+    closing.join(timeout=2)
+    assert closing.ready(), "close() still waits for the answer"
+    assert len(answers) == 1 and isinstance(answers[0], nsq.ConnectionClosedError), answers
 
 
 def test_run_starts_everything_and_stop_closes_it_drained(nsqd: NsqdServer) -> None:
