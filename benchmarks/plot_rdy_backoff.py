@@ -5,6 +5,7 @@ Not a benchmark: it draws ``docs/img/rdy-backoff.png`` from a real run::
     python benchmarks/plot_rdy_backoff.py                       # two embedded nsqd
     python benchmarks/plot_rdy_backoff.py --out /tmp/rdy.png --json /tmp/rdy.json
     python benchmarks/plot_rdy_backoff.py --nsqd 127.0.0.1:4150 --nsqd 127.0.0.1:5150
+    python benchmarks/plot_rdy_backoff.py --duration 4 --fail 1 1.5   # a shorter run
 
 A producer publishes steadily to each nsqd; one Consumer (``max_in_flight``
 20, exponential backoff from 0.25 s) reads from all of them through a
@@ -240,6 +241,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--from-json", metavar="PATH", help="plot a recording, run nothing")
     parser.add_argument("--nsqd", action="append", metavar="HOST:PORT",
                         help="an nsqd to use (repeatable; default: two embedded ones)")  # fmt: skip
+    parser.add_argument("--duration", type=float, default=DURATION,
+                        help=f"seconds to run (default {DURATION})")  # fmt: skip
+    parser.add_argument("--fail", type=float, nargs=2, default=[FAIL_FROM, FAIL_UNTIL],
+                        metavar=("FROM", "UNTIL"),
+                        help=f"seconds between which the handler raises (default {FAIL_FROM}"
+                        f" {FAIL_UNTIL})")  # fmt: skip
     args = parser.parse_args(argv)
     # The handler fails on purpose: one traceback per failure would bury the summary.
     logging.getLogger("gnsqlite").setLevel(logging.CRITICAL)
@@ -247,10 +254,10 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.from_json) as f:
             report = json.load(f)
     elif args.nsqd:
-        report = run(args.nsqd)
+        report = run(args.nsqd, args.duration, *args.fail)
     else:
         with embedded_nsqd(2) as addresses:
-            report = run(addresses)
+            report = run(addresses, args.duration, *args.fail)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1)
