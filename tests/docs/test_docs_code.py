@@ -6,12 +6,15 @@
   test's nsqd (the embedded one, or the real one with ``GNSQLITE_NSQD``), with
   ``127.0.0.1:4150`` replaced by its address; a block that defines ``test_*(nsqd)``
   functions has them called;
+* no example a reader copies (a ``python`` block of the pages or of README.md) waits
+  by polling: no ``while`` loop around a ``sleep``; they wait on an Event;
 * every relative link of README.md and of the pages names a file that exists, so the
   pages read on GitHub as they do on the built site (``tox -e docs`` checks the site).
 """
 
 from __future__ import annotations
 
+import ast
 import doctest
 import re
 import textwrap
@@ -120,6 +123,31 @@ def test_runnable_blocks_run_against_nsqd(block: Block, nsqd: Any) -> None:
     )
     for func in tests:
         func(nsqd)
+
+
+def _polling_loops(code: str) -> list[int]:
+    """The lines of ``while`` loops in ``code`` whose body calls a ``sleep``."""
+    found = []
+    for loop in ast.walk(ast.parse(code)):
+        if isinstance(loop, ast.While):
+            calls = (n.func for n in ast.walk(loop) if isinstance(n, ast.Call))
+            names = {getattr(f, "attr", getattr(f, "id", None)) for f in calls}
+            if "sleep" in names:
+                found.append(loop.lineno)
+    return found
+
+
+README_PYTHON = [b for b in blocks(ROOT / "README.md") if b.lang == "python"]
+
+
+@pytest.mark.no_server
+@pytest.mark.parametrize("block", PYTHON + README_PYTHON, ids=lambda b: b.name)
+def test_examples_wait_on_events_not_polling_loops(block: Block) -> None:
+    loops = _polling_loops(block.code)
+    assert not loops, (
+        f"{block.name}: a while loop around sleep() at line(s) {loops} of the block;"
+        " wait on a gevent.event.Event (or consumer.join()) with a timeout instead"
+    )
 
 
 def _relative_links(page: Path) -> list[str]:
