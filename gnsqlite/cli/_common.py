@@ -25,6 +25,7 @@ from ..tcp import connect_tcp
 
 __all__ = [
     "EXIT_ERROR",
+    "EXIT_INTERRUPTED",
     "EXIT_USAGE",
     "CommandError",
     "Parser",
@@ -41,6 +42,8 @@ log = logging.getLogger(__name__)
 EXIT_ERROR = 1
 #: Exit status for bad input (flags, names, addresses), like argparse's.
 EXIT_USAGE = 2
+#: Exit status when Ctrl-C (SIGINT) cut a job with an end short (128 + SIGINT).
+EXIT_INTERRUPTED = 130
 
 
 class CommandError(Exception):
@@ -124,7 +127,7 @@ def run(command: Callable[[argparse.Namespace], int], args: argparse.Namespace) 
         print(f"{prog}: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
 
 
 def _one_line(exc: BaseException) -> str:

@@ -1,0 +1,86 @@
+"""``gnsqlite pub`` reading a pipe fed slowly (``tail -f app.log | gnsqlite pub``), and Ctrl-C."""
+
+from __future__ import annotations
+
+import subprocess
+from typing import Any
+
+from cli_helpers import interrupt, start, unread_bytes
+
+from gnsqlite.testing import wait_until
+
+
+def _count(nsqd: Any, topic: str) -> int:
+    for t in nsqd.stats(topic=topic).get("topics") or []:
+        if t["topic_name"] == topic:
+            return int(t["message_count"])
+    return 0
+
+
+def _pub(nsqd: Any, topic: str, *extra: str) -> subprocess.Popen[bytes]:
+    args = ["pub", "--topic", topic, "--nsqd-tcp-address", nsqd.tcp_address, *extra]
+    return start(args, stdin=subprocess.PIPE)
+
+
+def _write(proc: subprocess.Popen[bytes], data: bytes) -> None:
+    assert proc.stdin is not None
+    proc.stdin.write(data)
+    proc.stdin.flush()
+
+
+def test_pub_publishes_a_slow_pipe_line_by_line_as_lines_arrive(nsqd: Any) -> None:
+    # Each line is published while the writer is still writing: the pipe stays
+    # open and holds 6 bytes, far from a batch of 100 or a 64 KiB read.
+    proc = _pub(nsqd, "slow", "--batch", "100", "--flush-interval", "0.05")
+    try:
+        for n in range(1, 6):
+            _write(proc, b"line%d\n" % n)
+            wait_until(lambda n=n: _count(nsqd, "slow") == n, timeout=5,
+                       message=f"line {n} published before the next was written")  # fmt: skip
+        out, err = proc.communicate(timeout=15)  # closes the pipe: the input ends
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert b"published 5 messages to 'slow' in 5 MPUB batches" in out, out
+    assert _count(nsqd, "slow") == 5
+
+
+def test_ctrl_c_on_an_open_pipe_stops_at_once_and_publishes_what_was_read(nsqd: Any) -> None:
+    # A batch that would wait a minute for more input holds 3 records when
+    # Ctrl-C comes; the writer never closes the pipe.
+    proc = _pub(nsqd, "cut", "--batch", "100", "--flush-interval", "60")
+    try:
+        assert proc.stdin is not None
+        _write(proc, b"one\ntwo\nthree\n")
+        wait_until(lambda: unread_bytes(proc.stdin) == 0, timeout=10,  # type: ignore[arg-type]
+                   message="pub read the three lines")  # fmt: skip
+        assert _count(nsqd, "cut") == 0  # held, waiting for a full batch or a pause
+        result = interrupt(proc, timeout=5.0)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert result.returncode == 130, result
+    assert "published 3 messages to 'cut' in 1 MPUB batches" in result.stdout, result
+    assert "(interrupted)" in result.stdout
+    assert "Traceback" not in result.stderr and "not published" not in result.stderr
+    assert _count(nsqd, "cut") == 3
+
+
+def test_ctrl_c_counts_an_unfinished_record_as_not_published(nsqd: Any) -> None:
+    proc = _pub(nsqd, "part", "--flush-interval", "0.05")
+    try:
+        assert proc.stdin is not None
+        _write(proc, b"whole\nhalf a li")
+        wait_until(lambda: _count(nsqd, "part") == 1, timeout=10, message="the whole line")
+        result = interrupt(proc, timeout=5.0)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert result.returncode == 130, result
+    assert "published 1 messages" in result.stdout, result
+    assert result.stderr.strip() == (
+        "gnsqlite pub: not published: 1 unfinished record (9 bytes read with no"
+        " delimiter after them when Ctrl-C came)"
+    ), result.stderr
+    assert _count(nsqd, "part") == 1
