@@ -19,9 +19,10 @@ import gevent
 import gevent.event
 
 from .. import net
-from ..errors import NSQError
-from ..net import parse_address
-from ..tcp import connect_tcp
+from ..config import ConnectionConfig
+from ..conn import Connection
+from ..errors import NSQError, WrongPortError
+from ..http import LookupdClient, NsqdHTTPClient
 
 __all__ = [
     "EXIT_ERROR",
@@ -29,9 +30,12 @@ __all__ = [
     "EXIT_USAGE",
     "CommandError",
     "Parser",
-    "check_reachable",
+    "check_http",
+    "check_nsqd_tcp",
     "configure_logging",
     "normalize_address",
+    "one_line",
+    "reach_error",
     "run",
     "stop_on_signals",
 ]
@@ -84,19 +88,57 @@ def normalize_address(address: str, what: str) -> str:
         raise CommandError(f"bad {what} address {address!r}: {exc}", EXIT_USAGE) from None
 
 
-def check_reachable(address: str, what: str, timeout: float = 5.0) -> None:
-    """Open and close a TCP connection to ``address``; blocks up to ``timeout`` seconds.
+def check_nsqd_tcp(address: str, timeout: float = 5.0) -> None:
+    """Connect to nsqd's TCP port at ``address`` and IDENTIFY, then close; blocks.
 
-    Raises :class:`CommandError` naming the server when nothing answers, so a
-    command fails at once instead of retrying in the background forever.
+    Takes up to ``timeout`` seconds. Raises :class:`CommandError` when
+    nothing answers, or when something other than nsqd's TCP port does (its
+    HTTP port, nsqlookupd's): an error retrying cannot heal, said at once.
     """
-    host, port = parse_address(address)
+    conn = Connection(address, ConnectionConfig(connect_timeout=timeout))
     try:
-        sock = connect_tcp((host, port), timeout)
-    except OSError as exc:
-        reason = exc.strerror or str(exc) or type(exc).__name__
-        raise CommandError(f"cannot reach {what} at {address}: {reason}") from None
-    sock.close()
+        conn.connect()
+    except NSQError as exc:
+        raise reach_error("nsqd", address, exc) from None
+    finally:
+        conn.close(0)
+
+
+def check_http(client: NsqdHTTPClient | LookupdClient) -> None:
+    """Ping an nsqd or nsqlookupd HTTP API; blocks up to the client's timeout.
+
+    Raises :class:`CommandError` in :func:`reach_error`'s words when it fails.
+    """
+    what = "nsqlookupd" if isinstance(client, LookupdClient) else "nsqd"
+    try:
+        client.ping()
+    except NSQError as exc:
+        raise reach_error(what, client.address, exc) from None
+
+
+def reach_error(what: str, address: str, exc: BaseException) -> CommandError:
+    """The one wording of "this server cannot be used", for every command and example.
+
+    ``cannot reach nsqd at 127.0.0.1:4150: Connection refused`` when nothing
+    answers (the system's reason, the address once); ``wrong port for nsqd at
+    127.0.0.1:4151: it answered in HTTP ...; give nsqd's TCP port (usually 4150)``
+    when another protocol answers.
+    """
+    if isinstance(exc, WrongPortError):
+        said = one_line(exc).removeprefix(f"{address}: ")
+        return CommandError(f"wrong port for {what} at {address}: {said}")
+    return CommandError(f"cannot reach {what} at {address}: {_reason(exc, address)}")
+
+
+def _reason(exc: BaseException, address: str) -> str:
+    """Why ``exc`` happened, in a few words: the system's reason when there is one."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, OSError) and cause.strerror and not isinstance(cause, NSQError):
+            return cause.strerror
+        cause = cause.__cause__ or cause.__context__
+    text = one_line(exc)
+    return text.removeprefix(f"{address}: ") or type(exc).__name__
 
 
 @contextlib.contextmanager
@@ -121,14 +163,15 @@ def run(command: Callable[[argparse.Namespace], int], args: argparse.Namespace) 
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return exc.status
     except ValueError as exc:  # ConfigError, InvalidNameError: bad input
-        print(f"{prog}: error: {_one_line(exc)}", file=sys.stderr)
+        print(f"{prog}: error: {one_line(exc)}", file=sys.stderr)
         return EXIT_USAGE
     except (NSQError, OSError) as exc:
-        print(f"{prog}: error: {_one_line(exc)}", file=sys.stderr)
+        print(f"{prog}: error: {one_line(exc)}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
 
 
-def _one_line(exc: BaseException) -> str:
+def one_line(exc: BaseException) -> str:
+    """``str(exc)`` on one line (newlines and runs of spaces made one space)."""
     return " ".join(str(exc).split()) or type(exc).__name__

@@ -26,7 +26,7 @@ from ..consumer import Consumer
 from ..net import parse_address
 from ..producer import Producer
 from ._bench_workloads import BATCH, CONCURRENCY, PUBLISH_MODES, time_publishes
-from ._common import CommandError, Parser, check_reachable, normalize_address, run, stop_on_signals
+from ._common import CommandError, Parser, check_nsqd_tcp, normalize_address, run, stop_on_signals
 
 __all__ = [
     "build_parser",
@@ -209,7 +209,7 @@ def _capture(args: Any, flights: list[int], peers: list[str]) -> Exception | Non
 def _run_all(args: Any, flights: list[int], peers: list[str]) -> None:
     if args.nsqd_tcp_address:
         address = normalize_address(args.nsqd_tcp_address, "nsqd TCP")
-        check_reachable(address, "nsqd")
+        check_nsqd_tcp(address)
         _run_workloads(address, args, flights, peers)
         return
     from ..testing.servers import NsqdServer

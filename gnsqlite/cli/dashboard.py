@@ -16,6 +16,7 @@ from ..http import LookupdClient, NsqdHTTPClient
 from ._common import (
     CommandError,
     Parser,
+    check_http,
     configure_logging,
     normalize_address,
     run,
@@ -73,9 +74,9 @@ def _dashboard(args: Any) -> int:
     nsqds = [normalize_address(a, "nsqd HTTP") for a in args.nsqd_http_address]
     lookupds = [normalize_address(a, "nsqlookupd HTTP") for a in args.lookupd_http_address]
     for address in nsqds:
-        _ping(NsqdHTTPClient(address, 5.0), "nsqd")
+        check_http(NsqdHTTPClient(address, 5.0))
     for address in lookupds:
-        _ping(LookupdClient(address, 5.0), "nsqlookupd")
+        check_http(LookupdClient(address, 5.0))
     try:
         from ..dashboard import Dashboard
 
@@ -95,10 +96,3 @@ def _dashboard(args: Any) -> int:
         finally:
             dashboard.stop()
     return 0
-
-
-def _ping(client: NsqdHTTPClient | LookupdClient, what: str) -> None:
-    try:
-        client.ping()
-    except Exception as exc:
-        raise CommandError(f"cannot reach {what} at {client.address}: {exc}") from None

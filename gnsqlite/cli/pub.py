@@ -37,7 +37,7 @@ from ._common import (
     EXIT_INTERRUPTED,
     CommandError,
     Parser,
-    check_reachable,
+    check_nsqd_tcp,
     configure_logging,
     normalize_address,
     run,
@@ -183,7 +183,7 @@ def _pub(args: Any) -> int:
         total = os.fstat(fd).st_size
     try:
         for address in addresses:
-            check_reachable(address, "nsqd")
+            check_nsqd_tcp(address)
         reader = RecordReader(fd, delimiter)
         return _publish_all(args, topic, addresses, reader, total)
     finally:
@@ -238,7 +238,7 @@ def _publish_all(
     batch: list[bytes] = []
     with stop_on_signals(stop), producer:
         if not producer.connections:
-            raise CommandError(f"cannot connect to nsqd at {', '.join(addresses)}")
+            raise CommandError(f"cannot reach nsqd at {', '.join(addresses)}: no connection")
         while not reader.eof and not stop.is_set():
             # Wait for input without limit while nothing is held; else send what
             # is held once the input pauses for --flush-interval.

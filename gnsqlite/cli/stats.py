@@ -16,7 +16,7 @@ import gevent
 from ..errors import NSQError
 from ..http import LookupdClient, NsqdHTTPClient
 from ..protocol import check_topic_name
-from ._common import CommandError, Parser, normalize_address, run
+from ._common import CommandError, Parser, check_http, normalize_address, one_line, run
 
 __all__ = ["build_parser", "collect", "format_table", "main", "nsqd_http_addresses"]
 
@@ -154,12 +154,16 @@ def _stats(args: Any) -> int:
         check_topic_name(args.topic)
     nsqds = [normalize_address(a, "nsqd HTTP") for a in args.nsqd_http_address]
     lookupds = [normalize_address(a, "nsqlookupd HTTP") for a in args.lookupd_http_address]
+    for address in nsqds:
+        check_http(NsqdHTTPClient(address, args.timeout))
+    for address in lookupds:
+        check_http(LookupdClient(address, args.timeout))
     try:
         if lookupds:
             nsqds += nsqd_http_addresses(lookupds, args.timeout)
         topics = collect(list(dict.fromkeys(nsqds)), args.topic, args.timeout)
     except NSQError as exc:
-        raise CommandError(" ".join(str(exc).split())) from None
+        raise CommandError(one_line(exc)) from None
     if args.json:
         json.dump(topics, sys.stdout, indent=2)
         sys.stdout.write("\n")

@@ -28,7 +28,8 @@ from ..protocol import check_channel_name, check_topic_name
 from ._common import (
     CommandError,
     Parser,
-    check_reachable,
+    check_http,
+    check_nsqd_tcp,
     configure_logging,
     normalize_address,
     run,
@@ -165,12 +166,9 @@ def _tail(args: Any) -> int:
     nsqds = [normalize_address(a, "nsqd TCP") for a in args.nsqd_tcp_address]
     lookupds = [normalize_address(a, "nsqlookupd HTTP") for a in args.lookupd_http_address]
     for address in nsqds:
-        check_reachable(address, "nsqd")
+        check_nsqd_tcp(address)
     for address in lookupds:
-        try:
-            LookupdClient(address, timeout=5.0).ping()
-        except Exception as exc:
-            raise CommandError(f"cannot reach nsqlookupd at {address}: {exc}") from None
+        check_http(LookupdClient(address, timeout=5.0))
 
     out: BinaryIO = sys.stdout.buffer
     stop = gevent.event.Event()
