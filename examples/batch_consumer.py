@@ -25,6 +25,7 @@ import sys
 
 import gevent.event
 
+from gnsqlite.cli.wording import EXIT_INTERRUPTED, fail
 from gnsqlite.conn import Connection
 from gnsqlite.consumer import Consumer
 from gnsqlite.errors import NSQError
@@ -92,20 +93,22 @@ def main() -> int:
                 producer.multi_publish(args.topic, bodies[start : start + 100])
 
     consumer.start()
+    interrupted = False
     try:
         store.done.wait()
     except KeyboardInterrupt:
-        pass
+        interrupted = True
     finally:
         consumer.close()
     handed = consumer.stats()["batches"]["handed_over"]
     print("batches: " + ", ".join(f"{n} {reason}" for reason, n in handed.items()))
     print(f"done: {store.processed} messages, {store.rows()} rows")
-    return 0
+    # --count N is a job with an end; without it, Ctrl-C is how it ends (docs/cli.md)
+    return EXIT_INTERRUPTED if interrupted and args.count is not None else 0
 
 
 if __name__ == "__main__":
     try:
         sys.exit(main())
     except NSQError as exc:  # a bad option, or no nsqd: one line, not a traceback
-        sys.exit(f"batch_consumer: {exc}")
+        fail("batch_consumer", exc)

@@ -21,6 +21,7 @@ import sys
 import gevent
 import gevent.event
 
+from gnsqlite.cli.wording import fail
 from gnsqlite.consumer import Consumer
 from gnsqlite.dashboard import Dashboard
 from gnsqlite.errors import NSQError
@@ -70,4 +71,4 @@ if __name__ == "__main__":
     try:
         sys.exit(main())
     except (NSQError, OSError) as exc:  # a bad option, a port in use: one line
-        sys.exit(f"dashboard_consumer: {exc}")
+        fail("dashboard_consumer", exc)

@@ -26,6 +26,7 @@ import sys
 
 import gevent.event
 
+from gnsqlite.cli.wording import EXIT_INTERRUPTED, fail
 from gnsqlite.conn import Connection
 from gnsqlite.consumer import Consumer
 from gnsqlite.deadletter import decode_envelope
@@ -103,13 +104,13 @@ def main() -> int:
         orders.start()
         try:
             if not given_up.wait(args.timeout):
-                sys.exit(f"dead_letters: only {len(dead_lettered)} dead-lettered in time")
+                sys.exit(f"dead_letters: error: only {len(dead_lettered)} dead-lettered in time")
             print(f"billed {len(billing.billed)} orders; {len(dead_lettered)} dead-lettered,"
                   f" stats {orders.stats()['dead_letters']}", flush=True)  # fmt: skip
             billing.fixed = True  # the bug fix is deployed: re-publish the dead letters
             redriver.start()
             if not billing.all_billed.wait(args.timeout):
-                sys.exit(f"dead_letters: only {len(billing.billed)} orders billed in time")
+                sys.exit(f"dead_letters: error: only {len(billing.billed)} orders billed in time")
         finally:
             redriver.close()
             orders.close()
@@ -123,4 +124,7 @@ if __name__ == "__main__":
     try:
         sys.exit(main())
     except NSQError as exc:  # a bad option, or no nsqd: one line, not a traceback
-        sys.exit(f"dead_letters: {exc}")
+        fail("dead_letters", exc)
+    except KeyboardInterrupt:  # Ctrl-C before the end (docs/cli.md's exit rule)
+        print("dead_letters: interrupted before every order was billed", file=sys.stderr)
+        sys.exit(EXIT_INTERRUPTED)

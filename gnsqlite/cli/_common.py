@@ -21,8 +21,17 @@ import gevent.event
 from .. import net
 from ..config import ConnectionConfig
 from ..conn import Connection
-from ..errors import NSQError, WrongPortError
+from ..errors import NSQError
 from ..http import LookupdClient, NsqdHTTPClient
+from .wording import (
+    EXIT_ERROR,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    error_line,
+    exit_status,
+    one_line,
+    unreachable,
+)
 
 __all__ = [
     "EXIT_ERROR",
@@ -42,12 +51,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: Exit status for a failure at run time (unreachable server, refused publish).
-EXIT_ERROR = 1
-#: Exit status for bad input (flags, names, addresses), like argparse's.
-EXIT_USAGE = 2
-#: Exit status when Ctrl-C (SIGINT) cut a job with an end short (128 + SIGINT).
-EXIT_INTERRUPTED = 130
 
 
 class CommandError(Exception):
@@ -117,28 +120,8 @@ def check_http(client: NsqdHTTPClient | LookupdClient) -> None:
 
 
 def reach_error(what: str, address: str, exc: BaseException) -> CommandError:
-    """The one wording of "this server cannot be used", for every command and example.
-
-    ``cannot reach nsqd at 127.0.0.1:4150: Connection refused`` when nothing
-    answers (the system's reason, the address once); ``wrong port for nsqd at
-    127.0.0.1:4151: it answered in HTTP ...; give nsqd's TCP port (usually 4150)``
-    when another protocol answers.
-    """
-    if isinstance(exc, WrongPortError):
-        said = one_line(exc).removeprefix(f"{address}: ")
-        return CommandError(f"wrong port for {what} at {address}: {said}")
-    return CommandError(f"cannot reach {what} at {address}: {_reason(exc, address)}")
-
-
-def _reason(exc: BaseException, address: str) -> str:
-    """Why ``exc`` happened, in a few words: the system's reason when there is one."""
-    cause: BaseException | None = exc
-    while cause is not None:
-        if isinstance(cause, OSError) and cause.strerror and not isinstance(cause, NSQError):
-            return cause.strerror
-        cause = cause.__cause__ or cause.__context__
-    text = one_line(exc)
-    return text.removeprefix(f"{address}: ") or type(exc).__name__
+    """:func:`~gnsqlite.cli.wording.unreachable`'s words as a :class:`CommandError` (status 1)."""
+    return CommandError(unreachable(what, address, exc))
 
 
 @contextlib.contextmanager
@@ -155,23 +138,15 @@ def stop_on_signals(
 
 
 def run(command: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
-    """Run a subcommand; errors become one line on stderr and an exit status."""
+    """Run a subcommand; errors become one line on stderr and an exit status (docs/cli.md)."""
     prog = getattr(args, "prog", "gnsqlite")
     try:
         return command(args)
     except CommandError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return exc.status
-    except ValueError as exc:  # ConfigError, InvalidNameError: bad input
-        print(f"{prog}: error: {one_line(exc)}", file=sys.stderr)
-        return EXIT_USAGE
-    except (NSQError, OSError) as exc:
-        print(f"{prog}: error: {one_line(exc)}", file=sys.stderr)
-        return EXIT_ERROR
+    except (NSQError, ValueError, OSError) as exc:  # ValueError: ConfigError ..., bad input
+        print(error_line(prog, exc), file=sys.stderr)
+        return exit_status(exc)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
-
-
-def one_line(exc: BaseException) -> str:
-    """``str(exc)`` on one line (newlines and runs of spaces made one space)."""
-    return " ".join(str(exc).split()) or type(exc).__name__

@@ -26,7 +26,15 @@ from ..consumer import Consumer
 from ..net import parse_address
 from ..producer import Producer
 from ._bench_workloads import BATCH, CONCURRENCY, PUBLISH_MODES, time_publishes
-from ._common import CommandError, Parser, check_nsqd_tcp, normalize_address, run, stop_on_signals
+from ._common import (
+    EXIT_INTERRUPTED,
+    CommandError,
+    Parser,
+    check_nsqd_tcp,
+    normalize_address,
+    run,
+    stop_on_signals,
+)
 
 __all__ = [
     "build_parser",
@@ -190,7 +198,7 @@ def _bench(args: Any) -> int:
         if not job.ready():
             job.kill()
             print("interrupted", file=sys.stderr)
-            return 130
+            return EXIT_INTERRUPTED
         error = job.get()
         if error is not None:
             raise error

@@ -2,7 +2,8 @@
 
 It subscribes on an ephemeral channel (``tail123456#ephemeral``) unless
 ``--channel`` names one, finishes every message once printed, and stops
-after ``-n`` messages or on Ctrl-C, closing the consumer cleanly (exit 0).
+after ``-n`` messages or on Ctrl-C, closing the consumer cleanly: exit 0,
+or 130 when Ctrl-C came before the ``-n`` messages (docs/cli.md's rule).
 With ``--dead-letter`` each message is read as a dead-letter envelope (see
 :mod:`gnsqlite.deadletter`) and printed with where it came from, its
 attempts and its last error.
@@ -17,6 +18,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, BinaryIO
 
+import gevent
 import gevent.event
 
 from ..consumer import Consumer
@@ -26,6 +28,7 @@ from ..http import LookupdClient
 from ..message import Message, RequeueMessage
 from ..protocol import check_channel_name, check_topic_name
 from ._common import (
+    EXIT_INTERRUPTED,
     CommandError,
     Parser,
     check_http,
@@ -171,12 +174,13 @@ def _tail(args: Any) -> int:
         check_http(LookupdClient(address, timeout=5.0))
 
     out: BinaryIO = sys.stdout.buffer
-    stop = gevent.event.Event()
+    stop = gevent.event.Event()  # -n reached, or the reader went away
+    interrupted = gevent.event.Event()  # Ctrl-C, SIGTERM
     printed = 0
 
     def handle(message: Message) -> None:
         nonlocal printed
-        if stop.is_set():
+        if stop.is_set() or interrupted.is_set():
             raise RequeueMessage(0.0)  # not printed: back to the channel, without backoff
         try:
             out.write(_format(message, args.format, args.dead_letter))
@@ -198,10 +202,12 @@ def _tail(args: Any) -> int:
         concurrency=1,  # keeps the output in arrival order
         backoff=None,
     )
-    with stop_on_signals(stop):
+    with stop_on_signals(interrupted):
         consumer.start()
         try:
-            stop.wait()
+            gevent.wait([stop, interrupted], count=1)
         finally:
             consumer.close(timeout=5.0)
+    if args.count and printed < args.count and interrupted.is_set():
+        return EXIT_INTERRUPTED  # a job with an end, cut short
     return 0
