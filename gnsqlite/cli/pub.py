@@ -72,15 +72,20 @@ def build_parser() -> Parser:
     """The ``pub`` argument parser."""
     parser = Parser(
         prog="gnsqlite pub",
+        usage="%(prog)s --topic TOPIC --nsqd-tcp-address ADDR [options] [FILE]\n"
+        "       %(prog)s --from-dead-letter TOPIC --nsqd-tcp-address ADDR [options]",
         description="Publish the records of FILE (or stdin) to a topic, in MPUB batches.",
         epilog=_EXAMPLES,
     )
     parser.add_argument("file", nargs="?", default="-", metavar="FILE",
-                        help="the input file; '-' or nothing reads stdin")  # fmt: skip
-    parser.add_argument("--topic", help="the topic to publish to (unless --from-dead-letter)")
+                        help="the input file; '-' or nothing reads stdin (default -)")  # fmt: skip
+    parser.add_argument(
+        "--topic", help="the topic to publish to (required, unless --from-dead-letter)"
+    )
     parser.add_argument(
         "--nsqd-tcp-address", action="append", default=[], metavar="ADDR", required=True,
-        help="nsqd TCP address host:port (repeatable: batches are spread, with failover)",
+        help="nsqd TCP address host:port (required; repeatable: batches are spread,"
+        " with failover)",
     )  # fmt: skip
     parser.add_argument("--batch", type=int, default=100,
                         help="records per MPUB (default %(default)s)")  # fmt: skip
@@ -94,10 +99,12 @@ def build_parser() -> Parser:
     parser.add_argument("--verbose", action="store_true", help="log connections to stderr")
     dead = parser.add_argument_group("re-publishing dead letters")
     dead.add_argument("--from-dead-letter", metavar="TOPIC",
-                      help="re-publish the dead letters of TOPIC to their original topic")
+                      help="re-publish the dead letters of TOPIC to their original topic"
+                      " (default: publish FILE to --topic)")
     dead.add_argument("--channel", help="the channel of TOPIC to read (default redrive)")
     dead.add_argument("--to", metavar="TOPIC",
-                      help="publish every body to this topic (needed for raw dead letters)")
+                      help="publish every body to this topic (needed for raw dead letters;"
+                      " default: each envelope's original topic)")
     dead.add_argument("-n", "--count", type=int, metavar="N",
                       help="stop after N dead letters (default 0: until idle)")
     dead.add_argument("--idle-timeout", type=float, metavar="S",

@@ -53,15 +53,18 @@ def build_parser() -> Parser:
     )
     parser.add_argument(
         "--nsqd-http-address", action="append", default=[], metavar="ADDR",
-        help="nsqd HTTP address host:port (repeatable)",
+        help="nsqd HTTP address host:port (repeatable; this or --lookupd-http-address"
+        " is required)",
     )  # fmt: skip
     parser.add_argument(
         "--lookupd-http-address", action="append", default=[], metavar="ADDR",
-        help="nsqlookupd HTTP address host:port (repeatable): every registered nsqd is asked",
+        help="nsqlookupd HTTP address host:port (repeatable): every registered nsqd is"
+        " asked (this or --nsqd-http-address is required)",
     )  # fmt: skip
-    parser.add_argument("--topic", help="only this topic")
+    parser.add_argument("--topic", help="only this topic (default: every topic)")
     parser.add_argument("--json", action="store_true", help="print the merged figures as JSON")
-    parser.add_argument("--timeout", type=float, default=5.0, help="seconds per HTTP request")
+    parser.add_argument("--timeout", type=float, default=5.0,
+                        help="seconds per HTTP request (default %(default)g)")  # fmt: skip
     return parser
 
 

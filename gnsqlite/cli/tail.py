@@ -72,23 +72,26 @@ def build_parser() -> Parser:
         description="Print the messages of a topic as they arrive.",
         epilog=_EXAMPLES,
     )
-    parser.add_argument("--topic", required=True, help="the topic to read")
+    parser.add_argument("--topic", required=True, help="the topic to read (required)")
     parser.add_argument(
         "--channel", help="the channel (default: a new ephemeral one, so nothing is taken away)"
     )
     parser.add_argument(
         "--nsqd-tcp-address", action="append", default=[], metavar="ADDR",
-        help="nsqd TCP address host:port (repeatable)",
+        help="nsqd TCP address host:port (repeatable; this or --lookupd-http-address"
+        " is required)",
     )  # fmt: skip
     parser.add_argument(
         "--lookupd-http-address", action="append", default=[], metavar="ADDR",
-        help="nsqlookupd HTTP address host:port (repeatable)",
+        help="nsqlookupd HTTP address host:port (repeatable; this or --nsqd-tcp-address"
+        " is required)",
     )  # fmt: skip
     parser.add_argument(
         "-n", "--count", type=int, default=0, metavar="N",
         help="exit after N messages (default 0: run until Ctrl-C)",
     )  # fmt: skip
-    parser.add_argument("--format", choices=("raw", "json"), default="raw", help="output format")
+    parser.add_argument("--format", choices=("raw", "json"), default="raw",
+                        help="output format: raw or json (default %(default)s)")  # fmt: skip
     parser.add_argument(
         "--dead-letter", action="store_true",
         help="decode dead-letter envelopes: original topic, attempts, error, body",
