@@ -29,6 +29,7 @@ from .wording import (
     EXIT_USAGE,
     error_line,
     exit_status,
+    log_on_one_line,
     one_line,
     unreachable,
 )
@@ -76,11 +77,7 @@ class Parser(argparse.ArgumentParser):
 
 def configure_logging(verbose: bool = False) -> None:
     """Library warnings as ``gnsqlite: ...`` lines on stderr (INFO too when ``verbose``)."""
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING,
-        format="gnsqlite: %(levelname)s: %(message)s",
-        stream=sys.stderr,
-    )
+    log_on_one_line("gnsqlite", logging.INFO if verbose else logging.WARNING)
 
 
 def normalize_address(address: str, what: str) -> str:

@@ -11,11 +11,13 @@ the same way::
 with the address once and the system's reason, not the library's chain of
 ``host:port: connect failed: [Errno 111] ...``. Exit statuses are the
 :data:`EXIT_*` constants; docs/cli.md states the rule. Examples end with
-:func:`fail`; only it does I/O (stderr).
+:func:`fail`, and log the library's warnings the same way with
+:func:`log_on_one_line` (an exception named, not its traceback).
 """
 
 from __future__ import annotations
 
+import logging
 import re
 import sys
 from typing import NoReturn
@@ -33,10 +35,12 @@ __all__ = [
     "EXIT_INTERRUPTED",
     "EXIT_OK",
     "EXIT_USAGE",
+    "OneLineFormatter",
     "describe",
     "error_line",
     "exit_status",
     "fail",
+    "log_on_one_line",
     "one_line",
     "unreachable",
 ]
@@ -100,6 +104,35 @@ def fail(program: str, exc: BaseException, what: str = "nsqd") -> NoReturn:
     """Print :func:`error_line` on stderr and exit with :func:`exit_status` (an example's end)."""
     print(error_line(program, exc, what), file=sys.stderr)
     raise SystemExit(exit_status(exc))
+
+
+class OneLineFormatter(logging.Formatter):
+    """A log record as one line, ``<program>: <level>: <message> (<Type>: <error>)``.
+
+    A record logged with an exception (the consumer's ``handler failed on ...``)
+    names it at the end instead of printing its traceback.
+    """
+
+    def __init__(self, program: str) -> None:
+        super().__init__()
+        self.program = program
+
+    def format(self, record: logging.LogRecord) -> str:
+        """The one line (no newline in it)."""
+        message = record.getMessage()
+        if record.exc_info and record.exc_info[1] is not None:
+            exc = record.exc_info[1]
+            message += f" ({type(exc).__name__}: {exc})"
+        return " ".join(f"{self.program}: {record.levelname.lower()}: {message}".split())
+
+
+def log_on_one_line(program: str, level: int = logging.WARNING) -> None:
+    """Print the library's log records of ``level`` and above on stderr, one line each."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(OneLineFormatter(program))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
 
 
 def _reason(exc: BaseException) -> str | None:

@@ -48,8 +48,13 @@ def start(args: Sequence[str], stdin: int = subprocess.DEVNULL) -> subprocess.Po
 
     ``stdin=subprocess.PIPE`` gives a pipe the test feeds as slowly as it likes.
     """
+    return start_script(["-m", "gnsqlite", *args], stdin)
+
+
+def start_script(argv: Sequence[str], stdin: int = subprocess.DEVNULL) -> subprocess.Popen[bytes]:
+    """Start ``python argv`` (an example script and its options) like :func:`start`."""
     return subprocess.Popen(
-        [sys.executable, "-m", "gnsqlite", *args],
+        [sys.executable, *argv],
         stdin=stdin,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -10,11 +10,18 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
 
 import pytest
 from cli_helpers import gnsqlite
 
 from gnsqlite.cli import COMMANDS
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def _flags(parser: argparse.ArgumentParser) -> list[argparse.Action]:
@@ -22,10 +29,8 @@ def _flags(parser: argparse.ArgumentParser) -> list[argparse.Action]:
             and not isinstance(a, argparse._HelpAction)]  # fmt: skip
 
 
-@pytest.mark.no_server
-@pytest.mark.parametrize("name", list(COMMANDS))
-def test_every_flag_has_help_and_its_default(name: str) -> None:
-    parser = importlib.import_module(f"gnsqlite.cli.{name}").build_parser()
+def _undocumented(parser: argparse.ArgumentParser) -> list[str]:
+    """The flags of ``parser`` with no help, or whose help says neither default nor required."""
     formatter = parser._get_formatter()
     missing = []
     for action in _flags(parser):
@@ -33,7 +38,47 @@ def test_every_flag_has_help_and_its_default(name: str) -> None:
         switch = action.nargs == 0  # --verbose, --json: off unless given
         if not text.strip() or not (switch or "default" in text or "required" in text):
             missing.append(f"{'/'.join(action.option_strings)}: {text!r}")
+    return missing
+
+
+@pytest.mark.no_server
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_every_flag_has_help_and_its_default(name: str) -> None:
+    parser = importlib.import_module(f"gnsqlite.cli.{name}").build_parser()
+    missing = _undocumented(parser)
     assert not missing, "\n".join(missing)
+
+
+def _example(path: Path) -> ModuleType:
+    sys.path.insert(0, str(path.parent))  # the crawler imports its sibling module
+    try:
+        spec = importlib.util.spec_from_file_location(f"example_{path.stem}", path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(path.parent))
+
+
+@pytest.mark.no_server
+@pytest.mark.parametrize("path", ["batch_consumer.py", "dead_letters.py",
+                                  "dashboard_consumer.py", "crawler/pipeline.py"])  # fmt: skip
+def test_every_example_option_has_help_and_its_default(path: str) -> None:
+    missing = _undocumented(_example(EXAMPLES / path).build_parser())
+    assert not missing, "\n".join(missing)
+
+
+@pytest.mark.no_server
+def test_the_gunicorn_example_s_help_lists_every_setting() -> None:
+    pytest.importorskip("flask")
+    app = _example(EXAMPLES / "gunicorn_flask" / "app.py")
+    done = subprocess.run([sys.executable, str(EXAMPLES / "gunicorn_flask" / "app.py"), "--help"],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    for name in app.SETTINGS:
+        assert f"\n  {name} " in done.stdout, (name, done.stdout)
+    assert "gunicorn -c examples/gunicorn_flask/gunicorn.conf.py" in done.stdout
 
 
 @pytest.mark.no_server
