@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import selectors
@@ -11,7 +12,7 @@ import subprocess
 import sys
 import termios
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -60,6 +61,17 @@ def start_script(argv: Sequence[str], stdin: int = subprocess.DEVNULL) -> subpro
         stderr=subprocess.PIPE,
         env=_env(),
     )
+
+
+@contextlib.contextmanager
+def killed_at_exit(proc: subprocess.Popen[bytes]) -> Iterator[subprocess.Popen[bytes]]:
+    """``proc`` for the block; killed after it if still running (a failed assertion)."""
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
 
 
 def read_until(proc: subprocess.Popen[bytes], text: str, timeout: float = TIMEOUT) -> str:

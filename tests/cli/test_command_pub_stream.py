@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from typing import Any
 
-from cli_helpers import interrupt, start, unread_bytes
+from cli_helpers import interrupt, killed_at_exit, start, unread_bytes
 
 from gnsqlite.testing import wait_until
 
@@ -31,16 +31,12 @@ def _write(proc: subprocess.Popen[bytes], data: bytes) -> None:
 def test_pub_publishes_a_slow_pipe_line_by_line_as_lines_arrive(nsqd: Any) -> None:
     # Each line is published while the writer is still writing: the pipe stays
     # open and holds 6 bytes, far from a batch of 100 or a 64 KiB read.
-    proc = _pub(nsqd, "slow", "--batch", "100", "--flush-interval", "0.05")
-    try:
+    with killed_at_exit(_pub(nsqd, "slow", "--batch", "100", "--flush-interval", "0.05")) as proc:
         for n in range(1, 6):
             _write(proc, b"line%d\n" % n)
             wait_until(lambda n=n: _count(nsqd, "slow") == n, timeout=5,
                        message=f"line {n} published before the next was written")  # fmt: skip
         out, err = proc.communicate(timeout=15)  # closes the pipe: the input ends
-    finally:
-        if proc.poll() is None:
-            proc.kill()
     assert proc.returncode == 0, err
     assert b"published 5 messages to 'slow' in 5 MPUB batches" in out, out
     assert _count(nsqd, "slow") == 5
@@ -49,17 +45,12 @@ def test_pub_publishes_a_slow_pipe_line_by_line_as_lines_arrive(nsqd: Any) -> No
 def test_ctrl_c_on_an_open_pipe_stops_at_once_and_publishes_what_was_read(nsqd: Any) -> None:
     # A batch that would wait a minute for more input holds 3 records when
     # Ctrl-C comes; the writer never closes the pipe.
-    proc = _pub(nsqd, "cut", "--batch", "100", "--flush-interval", "60")
-    try:
-        assert proc.stdin is not None
+    with killed_at_exit(_pub(nsqd, "cut", "--batch", "100", "--flush-interval", "60")) as proc:
         _write(proc, b"one\ntwo\nthree\n")
         wait_until(lambda: unread_bytes(proc.stdin) == 0, timeout=10,  # type: ignore[arg-type]
                    message="pub read the three lines")  # fmt: skip
         assert _count(nsqd, "cut") == 0  # held, waiting for a full batch or a pause
         result = interrupt(proc, timeout=5.0)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
     assert result.returncode == 130, result
     assert "published 3 messages to 'cut' in 1 MPUB batches" in result.stdout, result
     assert "(interrupted)" in result.stdout
@@ -68,15 +59,10 @@ def test_ctrl_c_on_an_open_pipe_stops_at_once_and_publishes_what_was_read(nsqd: 
 
 
 def test_ctrl_c_counts_an_unfinished_record_as_not_published(nsqd: Any) -> None:
-    proc = _pub(nsqd, "part", "--flush-interval", "0.05")
-    try:
-        assert proc.stdin is not None
+    with killed_at_exit(_pub(nsqd, "part", "--flush-interval", "0.05")) as proc:
         _write(proc, b"whole\nhalf a li")
         wait_until(lambda: _count(nsqd, "part") == 1, timeout=10, message="the whole line")
         result = interrupt(proc, timeout=5.0)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
     assert result.returncode == 130, result
     assert "published 1 messages" in result.stdout, result
     assert result.stderr.strip() == (

@@ -53,30 +53,21 @@ def test_connection_refused_is_worded_one_way(program: str) -> None:
     assert done.returncode == 1
 
 
-def test_ctrl_c_before_tail_n_has_its_messages_exits_130(nsqd: Any) -> None:
+@pytest.mark.parametrize(("extra", "status"), [
+    (["-n", "5"], 130),  # 1 of the 5 asked for when Ctrl-C came: a job cut short
+    ([], 0),  # running until stopped was the job
+], ids=["tail -n 5", "tail"])  # fmt: skip
+def test_ctrl_c_ends_tail_with_the_rule_s_status(nsqd: Any, extra: list[str], status: int) -> None:
     nsqd.http.create_topic("few")
-    proc = start(["tail", "--topic", "few", "--nsqd-tcp-address", nsqd.tcp_address, "-n", "5"])
+    proc = start(["tail", "--topic", "few", "--nsqd-tcp-address", nsqd.tcp_address, *extra])
     try:
         nsqd.http.pub("few", b"only one")
         wait_until(lambda: _channel_depth_and_in_flight(nsqd, "few") == (0, 0), timeout=15,
                    message="tail subscribed and printed the one message")  # fmt: skip
     finally:
         result = interrupt(proc)
-    assert result.returncode == 130, result  # 1 of the 5 asked for: cut short
+    assert result.returncode == status, result
     assert result.stdout == "only one\n"
-
-
-def test_ctrl_c_ends_tail_without_n_with_0(nsqd: Any) -> None:
-    nsqd.http.create_topic("endless")
-    proc = start(["tail", "--topic", "endless", "--nsqd-tcp-address", nsqd.tcp_address])
-    try:
-        nsqd.http.pub("endless", b"hello")
-        wait_until(lambda: _channel_depth_and_in_flight(nsqd, "endless") == (0, 0), timeout=15,
-                   message="tail printed the message")  # fmt: skip
-    finally:
-        result = interrupt(proc)
-    assert result.returncode == 0, result  # running until stopped was the job
-    assert result.stdout == "hello\n"
 
 
 def _channel_depth_and_in_flight(nsqd: Any, topic: str) -> tuple[int, int] | None:
