@@ -6,11 +6,11 @@ refuses empty bodies. On a terminal a progress line shows the count and
 rate; otherwise one summary line is printed at the end.
 
 Input is published as it arrives: a batch goes when it holds ``--batch``
-records, or when the input pauses for ``--flush-interval`` seconds, so
-``tail -f app.log | gnsqlite pub ...`` publishes line by line. Ctrl-C stops
-reading at once; every record read before it is published (its answer
-awaited) or counted on stderr as not published (exit 130; 1 if nsqd refused
-any).
+records, or ``--flush-interval`` seconds after its first record came, so
+``tail -f app.log | gnsqlite pub ...`` publishes each line within that time
+whatever the pace of the input. Ctrl-C stops reading at once; every record
+read before it is published (its answer awaited) or counted on stderr as not
+published (exit 130; 1 if nsqd refused any).
 
 ``--from-dead-letter TOPIC`` instead re-publishes the dead letters of TOPIC
 to their original topics (see :mod:`gnsqlite.cli._redrive`).
@@ -91,8 +91,8 @@ def build_parser() -> Parser:
                         help="records per MPUB (default %(default)s)")  # fmt: skip
     parser.add_argument(
         "--flush-interval", type=float, default=0.1, metavar="S",
-        help="send a partial batch once the input pauses for S seconds, so a pipe"
-        " (tail -f) is published line by line as lines come (default %(default)s)",
+        help="send a partial batch S seconds after its first record came, so a pipe"
+        " (tail -f) is published as lines come (default %(default)s)",
     )  # fmt: skip
     parser.add_argument("--delimiter", default="\\n",
                         help="record separator, escapes allowed (default '\\n')")  # fmt: skip
@@ -246,16 +246,16 @@ def _publish_all(
     with stop_on_signals(stop), producer:
         if not producer.connections:
             raise CommandError(f"cannot reach nsqd at {', '.join(addresses)}: no connection")
+        due = 0.0  # when the batch held must go: --flush-interval after its first record
         while not reader.eof and not stop.is_set():
-            # Wait for input without limit while nothing is held; else send what
-            # is held once the input pauses for --flush-interval.
-            records = reader.read(stop, args.flush_interval if batch else None)
-            if records is None:
-                if batch and not stop.is_set():
-                    batches.send(batch)
-                    batch = []
-                continue
-            for record in records:
+            if batch and time.monotonic() >= due:
+                batches.send(batch)
+                batch = []
+            # Wait for input without limit while nothing is held, else until it is due.
+            records = reader.read(stop, max(0.0, due - time.monotonic()) if batch else None)
+            for record in records or ():
+                if not batch:
+                    due = time.monotonic() + args.flush_interval
                 batch.append(record)
                 if len(batch) >= args.batch:
                     batches.send(batch)

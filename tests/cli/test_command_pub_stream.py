@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import threading
 from typing import Any
 
 from cli_helpers import interrupt, killed_at_exit, start, unread_bytes
@@ -40,6 +41,31 @@ def test_pub_publishes_a_slow_pipe_line_by_line_as_lines_arrive(nsqd: Any) -> No
     assert proc.returncode == 0, err
     assert b"published 5 messages to 'slow' in 5 MPUB batches" in out, out
     assert _count(nsqd, "slow") == 5
+
+
+def test_a_steady_stream_is_held_no_longer_than_the_flush_interval(nsqd: Any) -> None:
+    # 20 lines a second never pause for the 1 s interval: a batch still goes 1 s
+    # after its first line, not when 100 lines (5 s) filled it.
+    with killed_at_exit(_pub(nsqd, "steady", "--batch", "100", "--flush-interval", "1")) as proc:
+        done = threading.Event()
+
+        def write() -> None:
+            n = 0
+            while not done.is_set():
+                _write(proc, b"line%d\n" % n)
+                n += 1
+                done.wait(0.05)  # the writer's pace
+
+        writer = threading.Thread(target=write, daemon=True)
+        writer.start()
+        try:
+            wait_until(lambda: _count(nsqd, "steady") >= 10, timeout=4,
+                       message="a batch sent while the stream went on")  # fmt: skip
+        finally:
+            done.set()
+            writer.join(5)
+        proc.communicate(timeout=15)
+    assert proc.returncode == 0
 
 
 def test_ctrl_c_on_an_open_pipe_stops_at_once_and_publishes_what_was_read(nsqd: Any) -> None:
