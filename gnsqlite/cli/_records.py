@@ -93,7 +93,8 @@ class RecordReader:
         return self.splitter.feed(chunk)
 
     def _wait_readable(self, stop: gevent.event.Event, timeout: float | None) -> bool:
-        if self._regular:
+        if self._regular:  # always readable: yield once, so a Ctrl-C is seen on a big file
+            gevent.sleep(0)
             return not stop.is_set()
         readable = gevent.event.Event()
         watcher = gevent.get_hub().loop.io(self.fd, 1)  # 1: READ
