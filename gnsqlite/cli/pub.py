@@ -216,7 +216,12 @@ class _Batches:
         """Send ``batch`` as one MPUB; blocks while :data:`_WINDOW` batches await answers."""
         while len(self._pending) >= _WINDOW:
             self._settle_first()
-        self._pending.append((self.producer.multi_publish_async(self.topic, batch), len(batch)))
+        try:
+            result = self.producer.multi_publish_async(self.topic, batch)
+        except NSQError as exc:  # refused before sending: a record above nsqd's size limit
+            self._failed(len(batch), exc)
+            return
+        self._pending.append((result, len(batch)))
         self.sent += 1
 
     def settle(self) -> None:
@@ -230,9 +235,12 @@ class _Batches:
             result.get()
             self.published += size
         except NSQError as exc:
-            self.failed += size
-            self.error = self.error or exc
+            self._failed(size, exc)
         self._pending.popleft()
+
+    def _failed(self, size: int, exc: NSQError) -> None:
+        self.failed += size
+        self.error = self.error or exc
 
 
 def _publish_all(
@@ -283,7 +291,8 @@ def _report_unpublished(batches: _Batches, unfinished: bytes, interrupted: bool)
     if batches.failed:
         reason = " ".join(str(batches.error).split())
         print(
-            f"gnsqlite pub: error: not published: {batches.failed:,} records read ({reason})",
+            f"gnsqlite pub: error: not published: {batches.failed:,}"
+            f" record{'s' if batches.failed != 1 else ''} read ({reason})",
             file=sys.stderr,
         )
         return EXIT_ERROR

@@ -6,7 +6,7 @@ import subprocess
 import threading
 from typing import Any
 
-from cli_helpers import interrupt, killed_at_exit, start, unread_bytes
+from cli_helpers import gnsqlite, interrupt, killed_at_exit, start, unread_bytes
 
 from gnsqlite.testing import wait_until
 
@@ -96,3 +96,16 @@ def test_ctrl_c_counts_an_unfinished_record_as_not_published(nsqd: Any) -> None:
         " delimiter after them when Ctrl-C came)"
     ), result.stderr
     assert _count(nsqd, "part") == 1
+
+
+def test_a_record_nsqd_would_refuse_is_counted_and_the_rest_still_published(nsqd: Any) -> None:
+    too_big = b"x" * (1024 * 1024 + 1)  # nsqd's --max-msg-size is 1 MiB by default
+    result = gnsqlite(["pub", "--topic", "sized", "--nsqd-tcp-address", nsqd.tcp_address,
+                       "--batch", "1"], input=b"a\n" + too_big + b"\nc\n")  # fmt: skip
+    assert result.returncode == 1, result  # something read was not published
+    assert "published 2 messages to 'sized'" in result.stdout, result
+    assert result.stderr.startswith("gnsqlite pub: error: not published: 1 record read (a message"
+                                    " of 1048577 bytes exceeds"), result.stderr  # fmt: skip
+    assert len(result.stderr.splitlines()) == 1
+    assert _count(nsqd, "sized") == 2
+
