@@ -20,11 +20,14 @@ line on stderr and exit status 1. See docs/batches.md.
 from __future__ import annotations
 
 import argparse
+import signal
 import sqlite3
 import sys
 
+import gevent
 import gevent.event
 
+from gnsqlite.cli.wording import EXIT_INTERRUPTED, fail
 from gnsqlite.conn import Connection
 from gnsqlite.consumer import Consumer
 from gnsqlite.errors import NSQError
@@ -57,17 +60,34 @@ class EventStore:
         return int(self.db.execute("SELECT count(*) FROM events").fetchone()[0])
 
 
-def main() -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The options, each with its help and default."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--nsqd-tcp-address", required=True)
-    parser.add_argument("--topic", default="events")
-    parser.add_argument("--channel", default="batch")
-    parser.add_argument("--batch-size", type=int, default=100)
-    parser.add_argument("--batch-timeout", type=float, default=1.0, help="seconds")
-    parser.add_argument("--max-in-flight", type=int, default=200)
-    parser.add_argument("--database", default=":memory:", help="SQLite file (default: in memory)")
-    parser.add_argument("--publish", type=int, default=0, help="publish this many first")
-    parser.add_argument("--count", type=int, default=None, help="stop after this many")
+    parser.add_argument("--nsqd-tcp-address", required=True, metavar="ADDR",
+                        help="nsqd TCP address host:port (required)")
+    parser.add_argument("--topic", default="events",
+                        help="the topic to read (default %(default)s)")
+    parser.add_argument("--channel", default="batch",
+                        help="the channel to read (default %(default)s)")
+    parser.add_argument("--batch-size", type=int, default=100,
+                        help="most messages handed to the handler at once (default %(default)s)")
+    parser.add_argument("--batch-timeout", type=float, default=1.0, metavar="S",
+                        help="seconds a batch waits to fill after its first message"
+                        " (default %(default)g)")
+    parser.add_argument("--max-in-flight", type=int, default=200,
+                        help="messages in flight at once, at least --batch-size"
+                        " (default %(default)s)")
+    parser.add_argument("--database", default=":memory:", metavar="FILE",
+                        help="SQLite file to store the events in (default: in memory)")
+    parser.add_argument("--publish", type=int, default=0, metavar="N",
+                        help="publish N sample events to the topic first (default 0)")
+    parser.add_argument("--count", type=int, default=None, metavar="N",
+                        help="stop after N messages (default: run until Ctrl-C)")
+    return parser
+
+
+def main() -> int:
+    parser = build_parser()
     args = parser.parse_args()
     if not args.batch_timeout > 0:
         parser.error("--batch-timeout must be more than 0 seconds")
@@ -91,21 +111,29 @@ def main() -> int:
             for start in range(0, len(bodies), 100):
                 producer.multi_publish(args.topic, bodies[start : start + 100])
 
+    stop = gevent.event.Event()  # Ctrl-C or SIGTERM
+    handlers = [gevent.signal_handler(s, stop.set) for s in (signal.SIGINT, signal.SIGTERM)]
     consumer.start()
+    until = f"{args.count} messages" if args.count is not None else "Ctrl-C"
+    print(f"waiting for messages on {args.topic}/{args.channel} at {args.nsqd_tcp_address},"
+          f" stored in batches of up to {args.batch_size} (or every {args.batch_timeout:g} s),"
+          f" until {until}", flush=True)  # fmt: skip
     try:
-        store.done.wait()
-    except KeyboardInterrupt:
-        pass
+        gevent.wait([store.done, stop], count=1)
     finally:
         consumer.close()
+        for handler in handlers:
+            handler.cancel()
     handed = consumer.stats()["batches"]["handed_over"]
     print("batches: " + ", ".join(f"{n} {reason}" for reason, n in handed.items()))
     print(f"done: {store.processed} messages, {store.rows()} rows")
-    return 0
+    # --count N is a job with an end; without it, Ctrl-C is how it ends (docs/cli.md)
+    interrupted = stop.is_set() and not store.done.is_set()
+    return EXIT_INTERRUPTED if interrupted and args.count is not None else 0
 
 
 if __name__ == "__main__":
     try:
         sys.exit(main())
     except NSQError as exc:  # a bad option, or no nsqd: one line, not a traceback
-        sys.exit(f"batch_consumer: {exc}")
+        fail("batch_consumer", exc)

@@ -21,6 +21,7 @@ import sys
 import gevent
 import gevent.event
 
+from gnsqlite.cli.wording import fail
 from gnsqlite.consumer import Consumer
 from gnsqlite.dashboard import Dashboard
 from gnsqlite.errors import NSQError
@@ -32,14 +33,25 @@ def handle(message: Message) -> None:
     gevent.sleep(0.002)
 
 
-def main() -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The options, each with its help and default."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--topic", required=True)
-    parser.add_argument("--channel", default="dashboard-example")
-    parser.add_argument("--nsqd-tcp-address", action="append", default=[])
-    parser.add_argument("--lookupd-http-address", action="append", default=[])
-    parser.add_argument("--port", type=int, default=8080, help="0: any free port")
-    args = parser.parse_args()
+    parser.add_argument("--topic", required=True, help="the topic to read (required)")
+    parser.add_argument("--channel", default="dashboard-example",
+                        help="the channel to read (default %(default)s)")
+    parser.add_argument("--nsqd-tcp-address", action="append", default=[], metavar="ADDR",
+                        help="nsqd TCP address host:port (repeatable; this or"
+                        " --lookupd-http-address is required)")
+    parser.add_argument("--lookupd-http-address", action="append", default=[], metavar="ADDR",
+                        help="nsqlookupd HTTP address host:port (repeatable; this or"
+                        " --nsqd-tcp-address is required)")
+    parser.add_argument("--port", type=int, default=8080,
+                        help="dashboard port on 127.0.0.1, 0: any free one (default %(default)s)")
+    return parser
+
+
+def main() -> int:
+    args = build_parser().parse_args()
 
     consumer = Consumer(
         args.topic,
@@ -70,4 +82,4 @@ if __name__ == "__main__":
     try:
         sys.exit(main())
     except (NSQError, OSError) as exc:  # a bad option, a port in use: one line
-        sys.exit(f"dashboard_consumer: {exc}")
+        fail("dashboard_consumer", exc)

@@ -26,6 +26,7 @@ import sys
 
 import gevent.event
 
+from gnsqlite.cli.wording import EXIT_INTERRUPTED, fail, log_on_one_line
 from gnsqlite.conn import Connection
 from gnsqlite.consumer import Consumer
 from gnsqlite.deadletter import decode_envelope
@@ -53,14 +54,27 @@ class Billing:
             self.all_billed.set()
 
 
-def main() -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The options, each with its help and default."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--nsqd-tcp-address", required=True)
-    parser.add_argument("--topic", default="orders")
-    parser.add_argument("--orders", type=int, default=20)
-    parser.add_argument("--poison-every", type=int, default=5)
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds")
+    parser.add_argument("--nsqd-tcp-address", required=True, metavar="ADDR",
+                        help="nsqd TCP address host:port (required)")
+    parser.add_argument("--topic", default="orders",
+                        help="the orders topic; dead letters go to TOPIC.dead"
+                        " (default %(default)s)")
+    parser.add_argument("--orders", type=int, default=20, metavar="N",
+                        help="orders to publish (default %(default)s)")
+    parser.add_argument("--poison-every", type=int, default=5, metavar="K",
+                        help="every K-th order lacks its customer (default %(default)s)")
+    parser.add_argument("--timeout", type=float, default=60.0, metavar="S",
+                        help="seconds each stage may take (default %(default)g)")
+    return parser
+
+
+def main() -> int:
+    parser = build_parser()
     args = parser.parse_args()
+    log_on_one_line("dead_letters")  # the failures it causes: one line each, no traceback
     if args.orders < 1 or args.poison_every < 1:
         parser.error("--orders and --poison-every must be 1 or more")
     dead_topic = f"{args.topic}.dead"
@@ -103,13 +117,13 @@ def main() -> int:
         orders.start()
         try:
             if not given_up.wait(args.timeout):
-                sys.exit(f"dead_letters: only {len(dead_lettered)} dead-lettered in time")
+                sys.exit(f"dead_letters: error: only {len(dead_lettered)} dead-lettered in time")
             print(f"billed {len(billing.billed)} orders; {len(dead_lettered)} dead-lettered,"
                   f" stats {orders.stats()['dead_letters']}", flush=True)  # fmt: skip
             billing.fixed = True  # the bug fix is deployed: re-publish the dead letters
             redriver.start()
             if not billing.all_billed.wait(args.timeout):
-                sys.exit(f"dead_letters: only {len(billing.billed)} orders billed in time")
+                sys.exit(f"dead_letters: error: only {len(billing.billed)} orders billed in time")
         finally:
             redriver.close()
             orders.close()
@@ -123,4 +137,7 @@ if __name__ == "__main__":
     try:
         sys.exit(main())
     except NSQError as exc:  # a bad option, or no nsqd: one line, not a traceback
-        sys.exit(f"dead_letters: {exc}")
+        fail("dead_letters", exc)
+    except KeyboardInterrupt:  # Ctrl-C before the end (docs/cli.md's exit rule)
+        print("dead_letters: interrupted before every order was billed", file=sys.stderr)
+        sys.exit(EXIT_INTERRUPTED)

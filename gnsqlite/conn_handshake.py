@@ -32,6 +32,7 @@ from .errors import (
     NSQTimeoutError,
     RemoteProtocolError,
     ServerError,
+    WrongPortError,
     map_io_errors,
 )
 from .protocol import (
@@ -89,7 +90,8 @@ class Handshake:
         Raises :class:`~gnsqlite.errors.BrokenConnectionError` on network
         failure, :class:`~gnsqlite.errors.NSQTimeoutError` when the handshake
         exceeds ``connect_timeout`` seconds,
-        :class:`~gnsqlite.errors.NegotiationError` when nsqd cannot provide
+        :class:`~gnsqlite.errors.WrongPortError` when the address is an HTTP
+        port (or nsqlookupd's), :class:`~gnsqlite.errors.NegotiationError` when nsqd cannot provide
         TLS or AUTH as configured or its certificate is refused, and the
         server's error (``AuthFailedError``, ``UnauthorizedError``,
         ``BadBodyError`` ...) for a refused IDENTIFY or AUTH.
@@ -110,6 +112,10 @@ class Handshake:
             error: Exception = NSQTimeoutError(
                 f"{self.name}: the handshake took longer than {timeout} s"
             )
+            self._end(error)
+            raise error from None
+        except WrongPortError as exc:  # the decoder's words, without the address
+            error = WrongPortError(f"{self.name}: {exc}")
             self._end(error)
             raise error from None
         except NegotiationError as exc:

@@ -34,6 +34,7 @@ __all__ = [
     "ProtocolError",
     "LocalProtocolError",
     "RemoteProtocolError",
+    "WrongPortError",
     "NegotiationError",
     "ServerError",
     "InvalidError",
@@ -90,6 +91,12 @@ class LocalProtocolError(ProtocolError):
 
 class RemoteProtocolError(ProtocolError):
     """The peer sent bytes that break the NSQ protocol."""
+
+
+class WrongPortError(RemoteProtocolError):
+    """The server speaks another protocol on this port: nsqd's (or nsqlookupd's) HTTP
+    port given where its TCP port belongs, or back. Retrying cannot help; the
+    message names the port to give (see :mod:`gnsqlite.protocol.ports`)."""
 
 
 class NegotiationError(NSQError):

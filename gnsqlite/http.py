@@ -21,7 +21,9 @@ ones wrapped as ``{"status_code": 200, "status_txt": "OK", "data": ...}``.
 A non-2xx answer (in the HTTP status, or in an old-style ``status_code``)
 raises :class:`HTTPError` carrying the status and body; network failures
 raise :class:`~gnsqlite.errors.BrokenConnectionError` and timeouts
-:class:`~gnsqlite.errors.NSQTimeoutError`, both naming the address.
+:class:`~gnsqlite.errors.NSQTimeoutError`, both naming the address; an
+answer in NSQ's TCP protocol (a TCP port given for the HTTP one) raises
+:class:`~gnsqlite.errors.WrongPortError` naming the port to give.
 """
 
 from __future__ import annotations
@@ -41,9 +43,11 @@ from .errors import (
     NSQError,
     NSQTimeoutError,
     RemoteProtocolError,
+    WrongPortError,
 )
 from .net import parse_address
 from .protocol import as_body, check_channel_name, check_topic_name, to_milliseconds
+from .protocol.ports import tcp_answer_on_http_port
 from .tcp import connect_tcp
 
 __all__ = ["HTTPError", "NsqdHTTPClient", "LookupdClient", "http_request"]
@@ -107,6 +111,7 @@ def http_request(
     conn = _GeventHTTPConnection(host, port, timeout=connect_limit)
     deadline = gevent.Timeout(timeout)  # bounds the total, not only each socket call
     deadline.start()
+    failure: Exception | None = None
     try:
         if connect_limit < timeout:
             conn.connect()
@@ -122,13 +127,47 @@ def http_request(
     except TimeoutError as exc:
         raise NSQTimeoutError(f"{address}: {method} {path} took longer than {timeout} s") from exc
     except (OSError, http.client.HTTPException) as exc:
-        raise BrokenConnectionError(address, f"{method} {path} failed: {exc}") from exc
+        failure = exc
     finally:
         deadline.close()
         conn.close()
+    if failure is not None:
+        hint = _nsq_tcp_port_hint(failure, (host, port), connect_limit)
+        if hint is not None:
+            raise WrongPortError(f"{address}: {hint}") from failure
+        raise BrokenConnectionError(address, f"{method} {path} failed: {failure}") from failure
     if not 200 <= response.status < 300:
         raise HTTPError(address, response.status, data)
     return data
+
+
+def _nsq_tcp_port_hint(
+    failure: Exception, address: tuple[str, int], timeout: float
+) -> str | None:
+    """When a request got no HTTP answer: what to say if ``address`` is an NSQ TCP port.
+
+    nsqd and nsqlookupd read four bytes of protocol magic, answer
+    ``E_BAD_PROTOCOL`` and close. With the rest of the request unread that
+    close is a reset, which can beat the answer: then the same four bytes are
+    sent alone, so the answer arrives whole (blocks up to ``timeout`` seconds
+    twice at most). ``None`` when the server is no NSQ TCP port.
+    """
+    line = str(failure.args[0]) if failure.args else ""  # BadStatusLine's, in latin-1
+    if isinstance(failure, http.client.BadStatusLine) and line:
+        return tcp_answer_on_http_port(line.encode("latin-1", "replace"))
+    if not isinstance(failure, ConnectionResetError):  # RemoteDisconnected included
+        return None
+    try:
+        sock = connect_tcp(address, timeout)
+        try:
+            sock.settimeout(timeout)
+            sock.sendall(b"GET ")
+            answer = sock.recv(64)
+        finally:
+            sock.close()
+    except OSError:
+        return None
+    return tcp_answer_on_http_port(answer)
 
 
 def _unwrap(address: str, data: bytes) -> Any:

@@ -14,9 +14,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from pipeline import main  # noqa: E402
 
+from gnsqlite.cli.wording import EXIT_INTERRUPTED, fail  # noqa: E402
 from gnsqlite.errors import NSQError  # noqa: E402
 
 try:
     main()
 except NSQError as exc:  # a bad option, or no nsqd: one line, not a traceback
-    sys.exit(f"crawler: {exc}")
+    fail("crawler", exc)
+except KeyboardInterrupt:  # Ctrl-C before the crawl ended (docs/cli.md's exit rule)
+    print("crawler: interrupted before the crawl ended", file=sys.stderr)
+    sys.exit(EXIT_INTERRUPTED)

@@ -131,14 +131,29 @@ class Crawler:
             self.done.set()
 
 
+def build_parser() -> argparse.ArgumentParser:
+    """The options, each with its help and default."""
+    parser = argparse.ArgumentParser(prog="crawler",
+                                     description="Crawl a generated site through NSQ.")
+    parser.add_argument("--nsqd-tcp-address", required=True, metavar="ADDR",
+                        help="nsqd TCP address host:port (required)")
+    parser.add_argument("--pages", type=int, default=300, metavar="N",
+                        help="pages of the generated site (default %(default)s)")
+    parser.add_argument("--max-depth", type=int, default=6, metavar="D",
+                        help="follow links at most D clicks from the first page"
+                        " (default %(default)s)")
+    parser.add_argument("--fetchers", type=int, default=20, metavar="N",
+                        help="pages fetched at once: the fetch stage's max_in_flight"
+                        " (default %(default)s)")
+    parser.add_argument("--timeout", type=float, default=120.0, metavar="S",
+                        help="give up after S seconds (default %(default)g)")
+    parser.add_argument("--report", metavar="FILE",
+                        help="write a JSON report to FILE (default: none)")
+    return parser
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description="Crawl a generated site through NSQ.")
-    parser.add_argument("--nsqd-tcp-address", required=True)
-    parser.add_argument("--pages", type=int, default=300)
-    parser.add_argument("--max-depth", type=int, default=6)
-    parser.add_argument("--fetchers", type=int, default=20)
-    parser.add_argument("--timeout", type=float, default=120.0, help="seconds")
-    parser.add_argument("--report", help="write a JSON report to this file")
+    parser = build_parser()
     args = parser.parse_args()
     for name, value, least in (("pages", args.pages, 1), ("max-depth", args.max_depth, 0),
                                ("fetchers", args.fetchers, 1)):

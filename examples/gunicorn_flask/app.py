@@ -39,6 +39,7 @@ gunicorn calls it once, before starting any worker.
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import os
@@ -76,8 +77,29 @@ TRY_LATER = (NSQConnectionError, NSQTimeoutError, PubFailedError, MPubFailedErro
 RETRY_AFTER_SECONDS = 1
 
 
-def _number(name: str, default: str, kind: type[int] | type[float]) -> Any:
-    value = os.environ.get(name, default)
+#: The settings, read from the environment: name -> (default, what it is).
+#: ``python app.py --help`` prints them.
+SETTINGS: dict[str, tuple[str | None, str]] = {
+    "NSQD_TCP_ADDRESS": ("127.0.0.1:4150", "nsqd TCP address host:port"),
+    "NSQ_TOPIC": ("events", "the topic consumed, and published to by default"),
+    "NSQ_CHANNEL": ("web", "the channel each worker's Consumer reads"),
+    "NSQ_MAX_IN_FLIGHT": ("20", "messages in flight at once, per worker"),
+    "NSQ_PUBLISH_TIMEOUT": ("5", "seconds a publish may take before it answers 503"),
+    "RECORD_DIR": (None, "a directory: each worker appends the bodies it handles to"
+                   " RECORD_DIR/<pid>.log (default: none)"),
+    "BIND": ("127.0.0.1:8000", "where gunicorn listens (gunicorn.conf.py)"),
+    "PROMETHEUS_MULTIPROC_DIR": (None, "where the workers' metrics go (default: a fresh"
+                                 " temporary directory, gunicorn.conf.py)"),
+}
+
+
+def setting(name: str) -> str | None:
+    """The value of setting ``name``: the environment's, else its default."""
+    return os.environ.get(name, SETTINGS[name][0])
+
+
+def _number(name: str, kind: type[int] | type[float]) -> Any:
+    value = setting(name)
     try:
         return kind(value)
     except ValueError:
@@ -97,16 +119,14 @@ class Worker:
 
     def build(self) -> tuple[Producer, Consumer]:
         """Read the settings and build the clients (opens nothing); raises ``NSQError`` if bad."""
-        address = os.environ.get("NSQD_TCP_ADDRESS", "127.0.0.1:4150")
-        producer = Producer(
-            [address], timeout=_number("NSQ_PUBLISH_TIMEOUT", "5", float)
-        )
+        address = str(setting("NSQD_TCP_ADDRESS"))
+        producer = Producer([address], timeout=_number("NSQ_PUBLISH_TIMEOUT", float))
         consumer = Consumer(
-            os.environ.get("NSQ_TOPIC", "events"),
-            os.environ.get("NSQ_CHANNEL", "web"),
+            str(setting("NSQ_TOPIC")),
+            str(setting("NSQ_CHANNEL")),
             self.handle,
             nsqd_tcp_addresses=[address],
-            max_in_flight=_number("NSQ_MAX_IN_FLIGHT", "20", int),
+            max_in_flight=_number("NSQ_MAX_IN_FLIGHT", int),
         )
         return producer, consumer
 
@@ -114,7 +134,7 @@ class Worker:
         """Connect the Producer and start the Consumer (called after the fork)."""
         self.producer, self.consumer = self.build()
         self.topic = self.consumer.topic
-        record_dir = os.environ.get("RECORD_DIR")
+        record_dir = setting("RECORD_DIR")
         if record_dir:
             path = os.path.join(record_dir, f"{os.getpid()}.log")
             self._record = open(path, "ab", buffering=0)  # noqa: SIM115 - closed in stop()
@@ -232,3 +252,23 @@ def healthz() -> Any:
     body = {"ok": ok, "worker": os.getpid(), "consumer": consumer.as_dict(),
             "producer": producer.as_dict()}  # fmt: skip
     return jsonify(body), 200 if ok else 503
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """``python app.py --help``: how to run the app, and every setting with its default."""
+    lines = [f"  {name:<26}{text}" + ("" if default is None else f" (default {default})")
+             for name, (default, text) in SETTINGS.items()]  # fmt: skip
+    return argparse.ArgumentParser(
+        prog="app.py",
+        description="A Flask app under gunicorn's gevent worker that publishes to and"
+        " consumes from NSQ. Run it with gunicorn (see README.md):\n\n"
+        "  NSQD_TCP_ADDRESS=127.0.0.1:4150 gunicorn -c examples/gunicorn_flask/gunicorn.conf.py"
+        " --chdir examples/gunicorn_flask app:app",
+        epilog="settings (environment variables):\n" + "\n".join(lines),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
+
+if __name__ == "__main__":
+    build_parser().parse_args()
+    raise SystemExit("app.py: error: run it under gunicorn (see --help)")

@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-bind = os.environ.get("BIND", "127.0.0.1:8000")
+bind = os.environ.get("BIND", "127.0.0.1:8000")  # app.SETTINGS lists every setting
 workers = 2
 worker_class = "gevent"
 graceful_timeout = 20

@@ -20,9 +20,9 @@ import gevent.event
 
 from ..errors import ConfigError
 from .nsqd import NSQD_VERSION, Broker
-from .options import parse_duration
+from .options import BrokerOptions, parse_duration
 
-__all__ = ["main", "build_parser", "options_from_args"]
+__all__ = ["add_nsqd_flags", "build_parser", "main", "options_from_args", "options_from_namespace"]
 
 log = logging.getLogger(__name__)
 
@@ -135,34 +135,111 @@ _REFUSED = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser, accepting ``-flag`` and ``--flag`` forms."""
-    parser = argparse.ArgumentParser(
-        prog="python -m gnsqlite.broker",
-        description="An embedded nsqd-compatible broker (gnsqlite).",
-        allow_abbrev=False,
-    )
+# flag -> (metavar, help): nsqd v1.3.0's own words where they fit; the default
+# is appended from BrokerOptions, in nsqd's units.
+_HELP: dict[str, tuple[str, str]] = {
+    "tcp-address": ("ADDR", "address to listen on for TCP clients (port 0: a free one)"),
+    "http-address": ("ADDR", "address to listen on for HTTP clients (port 0: a free one)"),
+    "broadcast-address": ("HOST", "address registered with lookupd (default: the listening host)"),
+    "lookupd-tcp-address": ("ADDR", "nsqlookupd TCP address to register with (repeatable)"),
+    "data-path": ("PATH", "directory to persist messages to at stop (default: none, nothing kept)"),
+    "msg-timeout": ("DURATION", "default time before an unanswered message is requeued"),
+    "max-msg-timeout": ("DURATION", "longest message timeout a client can ask for"),
+    "max-msg-size": ("BYTES", "largest message body accepted"),
+    "max-body-size": ("BYTES", "largest command body accepted (an MPUB's whole batch)"),
+    "max-rdy-count": ("N", "largest RDY count a client may send"),
+    "max-channel-consumers": ("N", "consumer connections allowed per channel (0: no limit)"),
+    "max-connections": ("N", "TCP connections allowed (0: no limit; not an nsqd flag)"),
+    "max-heartbeat-interval": ("DURATION", "longest heartbeat interval a client can ask for"),
+    "max-req-timeout": ("DURATION", "longest requeue delay accepted"),
+    "max-output-buffer-size": ("BYTES", "largest output buffer a client can ask for"),
+    "output-buffer-timeout": ("DURATION", "default time between flushes to a client"),
+    "max-output-buffer-timeout": ("DURATION", "longest flush interval a client can ask for"),
+    "min-output-buffer-timeout": ("DURATION", "shortest flush interval a client can ask for"),
+    "snappy": ("BOOL", "offer snappy compression to clients"),
+    "deflate": ("BOOL", "offer deflate compression to clients"),
+    "max-deflate-level": ("N", "highest deflate level a client can ask for (1-9)"),
+    "https-address": ("ADDR", "address to serve the HTTP API over TLS on (needs --tls-cert)"),
+    "tls-cert": ("PATH", "PEM certificate file (TLS upgrades, --https-address)"),
+    "tls-key": ("PATH", "PEM key file of --tls-cert"),
+    "tls-root-ca-file": ("PATH", "PEM file of the CAs that sign client certificates"),
+    "tls-required": ("BOOL", "require TLS of clients: true, false or tcp-https (TCP only)"),
+    "tls-client-auth-policy": ("POLICY", "ask clients for a certificate: require, require-verify"),
+    "tls-min-version": ("VERSION", "oldest TLS accepted: tls1.0, tls1.1, tls1.2 or tls1.3"),
+    "auth-http-address": ("ADDR", "auth server host:port or URL to ask (repeatable)"),
+    "http-client-request-timeout": ("DURATION", "timeout of a request to lookupd or auth"),
+    "http-client-connect-timeout": ("DURATION", "timeout of a connect to lookupd or auth"),
+}
+
+
+def _shown(value: Any, convert: Callable[[str], Any]) -> str:
+    """``value`` (a BrokerOptions default) as nsqd's flags write it."""
+    if value is None or value == ():
+        return "none"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if convert is _duration:
+        seconds = float(value)
+        if seconds >= 3600 and seconds % 3600 == 0:
+            return f"{seconds / 3600:g}h"
+        if seconds >= 60 and seconds % 60 == 0:
+            return f"{seconds / 60:g}m"
+        return f"{seconds:g}s" if seconds >= 1 else f"{seconds * 1000:g}ms"
+    return str(value)
+
+
+def add_nsqd_flags(parser: Any) -> None:
+    """Add nsqd's flags, each with its help and default, to ``parser`` (or an argument group).
+
+    Each is accepted as ``--flag`` and as nsqd's ``-flag``; help lists the first.
+    """
+    defaults = BrokerOptions()
     for flag, (dest, convert, kind) in _FLAGS.items():
-        names = [f"--{flag}", f"-{flag}"]
+        metavar, text = _HELP[flag]
+        shown = text if "(default" in text else (
+            f"{text} (default {_shown(getattr(defaults, dest), convert)})"
+        )
+        options: dict[str, Any] = {"dest": dest, "type": convert}
         if kind == "bool":
-            parser.add_argument(*names, dest=dest, type=convert, nargs="?", const=True)
+            options.update(nargs="?", const=True)
         elif kind == "list":
-            parser.add_argument(*names, dest=dest, type=convert, action="append")
-        else:
-            parser.add_argument(*names, dest=dest, type=convert)
+            options.update(action="append")
+        parser.add_argument(f"--{flag}", metavar=metavar, help=shown, **options)
+        parser.add_argument(f"-{flag}", help=argparse.SUPPRESS, **options)
     for flag in (*_IGNORED_VALUE, *_REFUSED):
         dest = flag.replace("-", "_")
         parser.add_argument(f"--{flag}", f"-{flag}", dest=dest, help=argparse.SUPPRESS)
     # nsqd v1.3.0: "[deprecated] has no effect, use --log-level"
     parser.add_argument("--verbose", "-verbose", nargs="?", const=True, help=argparse.SUPPRESS)
-    parser.add_argument("--version", "-version", action="store_true", help="print the version")
+    parser.add_argument("--version", "-version", action="store_true",
+                        help="print the version and exit")  # fmt: skip
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser, accepting ``-flag`` and ``--flag`` forms."""
+    parser = argparse.ArgumentParser(
+        prog="python -m gnsqlite.broker",
+        usage="%(prog)s [options]",
+        description="An embedded nsqd-compatible broker (gnsqlite). Every flag is also"
+        " accepted in nsqd's one-dash form (-tcp-address); durations are Go's (60s, 1m0s,"
+        " 500ms).",
+        allow_abbrev=False,
+    )
+    add_nsqd_flags(parser)
     return parser
 
 
 def options_from_args(argv: Sequence[str]) -> dict[str, Any]:
     """Broker options (Python units) from a command line; exits on a bad flag."""
     parser = build_parser()
-    args = parser.parse_args(list(argv))
+    return options_from_namespace(parser, parser.parse_args(list(argv)))
+
+
+def options_from_namespace(parser: argparse.ArgumentParser, args: Any) -> dict[str, Any]:
+    """Broker options (Python units) from parsed nsqd flags; ``parser.error`` on a refused one.
+
+    ``--version`` prints the version and exits 0.
+    """
     for flag, advice in _REFUSED.items():
         if getattr(args, flag.replace("-", "_")):
             parser.error(f"--{flag}={getattr(args, flag.replace('-', '_'))}: {advice}")

@@ -290,7 +290,14 @@ class ClientSession(CommandHandlers):
                 if type(command) is not MpubStart:  # its body is still to come
                     self.last_command = time.monotonic()
             except ServerError as err:
-                log.info("%r: %s", self, err)
+                if err.code == "E_BAD_PROTOCOL":  # as nsqd logs it, one plain line
+                    log.warning(
+                        "TCP: client(%s) bad protocol magic (an HTTP client given the TCP"
+                        " port?); closing",
+                        self.remote_address,
+                    )
+                else:
+                    log.info("%r: %s", self, err)
                 self._send(error_frame(err))
                 if err.fatal:
                     return False

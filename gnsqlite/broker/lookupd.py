@@ -47,6 +47,7 @@ from .lookupd_db import PeerInfo, Registration, RegistrationDB
 from .lookupd_http import LookupdHttp
 from .lookupd_tcp import LookupdTcp
 from .options import parse_duration
+from .wsgi_log import PlainLogHandler
 
 __all__ = [
     "VERSION",
@@ -133,7 +134,11 @@ class Lookupd:
             parse_address(self.tcp_address), self._tcp.handle, spawn=self._tcp_pool
         )
         http = gevent.pywsgi.WSGIServer(
-            parse_address(self.http_address), self._http, log=None, error_log=log
+            parse_address(self.http_address),
+            self._http,
+            log=None,
+            error_log=log,
+            handler_class=PlainLogHandler,
         )
         tcp.start()
         try:

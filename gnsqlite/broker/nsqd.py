@@ -32,6 +32,7 @@ from .client import ClientSession
 from .http_api import HttpApi
 from .state import NSQD_VERSION, BrokerState, Listener
 from .tls import server_context
+from .wsgi_log import PlainLogHandler
 
 if TYPE_CHECKING:
     from .lookup_peer import LookupPeers
@@ -170,6 +171,7 @@ class Broker(BrokerState):
             spawn=self._pools[1],
             log=None,
             error_log=logging.getLogger(__name__ + (".https" if context else ".http")),
+            handler_class=PlainLogHandler,
             **tls,
         )
 

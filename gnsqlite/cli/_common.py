@@ -19,28 +19,39 @@ import gevent
 import gevent.event
 
 from .. import net
+from ..config import ConnectionConfig
+from ..conn import Connection
 from ..errors import NSQError
-from ..net import parse_address
-from ..tcp import connect_tcp
+from ..http import LookupdClient, NsqdHTTPClient
+from .wording import (
+    EXIT_ERROR,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    error_line,
+    exit_status,
+    log_on_one_line,
+    one_line,
+    unreachable,
+)
 
 __all__ = [
     "EXIT_ERROR",
+    "EXIT_INTERRUPTED",
     "EXIT_USAGE",
     "CommandError",
     "Parser",
-    "check_reachable",
+    "check_http",
+    "check_nsqd_tcp",
     "configure_logging",
     "normalize_address",
+    "one_line",
+    "reach_error",
     "run",
     "stop_on_signals",
 ]
 
 log = logging.getLogger(__name__)
 
-#: Exit status for a failure at run time (unreachable server, refused publish).
-EXIT_ERROR = 1
-#: Exit status for bad input (flags, names, addresses), like argparse's.
-EXIT_USAGE = 2
 
 
 class CommandError(Exception):
@@ -66,11 +77,7 @@ class Parser(argparse.ArgumentParser):
 
 def configure_logging(verbose: bool = False) -> None:
     """Library warnings as ``gnsqlite: ...`` lines on stderr (INFO too when ``verbose``)."""
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING,
-        format="gnsqlite: %(levelname)s: %(message)s",
-        stream=sys.stderr,
-    )
+    log_on_one_line("gnsqlite", logging.INFO if verbose else logging.WARNING)
 
 
 def normalize_address(address: str, what: str) -> str:
@@ -81,19 +88,37 @@ def normalize_address(address: str, what: str) -> str:
         raise CommandError(f"bad {what} address {address!r}: {exc}", EXIT_USAGE) from None
 
 
-def check_reachable(address: str, what: str, timeout: float = 5.0) -> None:
-    """Open and close a TCP connection to ``address``; blocks up to ``timeout`` seconds.
+def check_nsqd_tcp(address: str, timeout: float = 5.0) -> None:
+    """Connect to nsqd's TCP port at ``address`` and IDENTIFY, then close; blocks.
 
-    Raises :class:`CommandError` naming the server when nothing answers, so a
-    command fails at once instead of retrying in the background forever.
+    Takes up to ``timeout`` seconds. Raises :class:`CommandError` when
+    nothing answers, or when something other than nsqd's TCP port does (its
+    HTTP port, nsqlookupd's): an error retrying cannot heal, said at once.
     """
-    host, port = parse_address(address)
+    conn = Connection(address, ConnectionConfig(connect_timeout=timeout))
     try:
-        sock = connect_tcp((host, port), timeout)
-    except OSError as exc:
-        reason = exc.strerror or str(exc) or type(exc).__name__
-        raise CommandError(f"cannot reach {what} at {address}: {reason}") from None
-    sock.close()
+        conn.connect()
+    except NSQError as exc:
+        raise reach_error("nsqd", address, exc) from None
+    finally:
+        conn.close(0)
+
+
+def check_http(client: NsqdHTTPClient | LookupdClient) -> None:
+    """Ping an nsqd or nsqlookupd HTTP API; blocks up to the client's timeout.
+
+    Raises :class:`CommandError` in :func:`reach_error`'s words when it fails.
+    """
+    what = "nsqlookupd" if isinstance(client, LookupdClient) else "nsqd"
+    try:
+        client.ping()
+    except NSQError as exc:
+        raise reach_error(what, client.address, exc) from None
+
+
+def reach_error(what: str, address: str, exc: BaseException) -> CommandError:
+    """:func:`~gnsqlite.cli.wording.unreachable`'s words as a :class:`CommandError` (status 1)."""
+    return CommandError(unreachable(what, address, exc))
 
 
 @contextlib.contextmanager
@@ -110,22 +135,15 @@ def stop_on_signals(
 
 
 def run(command: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
-    """Run a subcommand; errors become one line on stderr and an exit status."""
+    """Run a subcommand; errors become one line on stderr and an exit status (docs/cli.md)."""
     prog = getattr(args, "prog", "gnsqlite")
     try:
         return command(args)
     except CommandError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return exc.status
-    except ValueError as exc:  # ConfigError, InvalidNameError: bad input
-        print(f"{prog}: error: {_one_line(exc)}", file=sys.stderr)
-        return EXIT_USAGE
-    except (NSQError, OSError) as exc:
-        print(f"{prog}: error: {_one_line(exc)}", file=sys.stderr)
-        return EXIT_ERROR
+    except (NSQError, ValueError, OSError) as exc:  # ValueError: ConfigError ..., bad input
+        print(error_line(prog, exc), file=sys.stderr)
+        return exit_status(exc)
     except KeyboardInterrupt:
-        return 130
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
+        return EXIT_INTERRUPTED

@@ -27,7 +27,13 @@ from ..errors import EnvelopeError, NSQError
 from ..message import Message, RequeueMessage
 from ..producer import Producer
 from ..protocol import check_channel_name, check_topic_name
-from ._common import CommandError, check_reachable, normalize_address, stop_on_signals
+from ._common import (
+    EXIT_INTERRUPTED,
+    CommandError,
+    check_nsqd_tcp,
+    normalize_address,
+    stop_on_signals,
+)
 
 __all__ = ["redrive"]
 
@@ -102,7 +108,7 @@ def redrive(args: Any) -> int:
         raise CommandError(f"--idle-timeout {idle_timeout} is out of range: use above 0", 2)
     addresses = [normalize_address(a, "nsqd TCP") for a in args.nsqd_tcp_address]
     for address in addresses:
-        check_reachable(address, "nsqd")
+        check_nsqd_tcp(address)
     producer = Producer(addresses, timeout=30.0)
     handler = _Redrive(producer, to, count)
     consumer = Consumer(
@@ -129,4 +135,4 @@ def redrive(args: Any) -> int:
         raise CommandError(f"{handler.failure} (requeued; {handler.done} re-published before)")
     topics = ", ".join(f"{t}: {n}" for t, n in sorted(handler.by_topic.items())) or "none"
     print(f"re-published {handler.done} dead letters from {source!r} ({topics})", file=sys.stdout)
-    return 130 if interrupted.is_set() else 0
+    return EXIT_INTERRUPTED if interrupted.is_set() else 0

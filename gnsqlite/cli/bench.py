@@ -26,7 +26,15 @@ from ..consumer import Consumer
 from ..net import parse_address
 from ..producer import Producer
 from ._bench_workloads import BATCH, CONCURRENCY, PUBLISH_MODES, time_publishes
-from ._common import CommandError, Parser, check_reachable, normalize_address, run, stop_on_signals
+from ._common import (
+    EXIT_INTERRUPTED,
+    CommandError,
+    Parser,
+    check_nsqd_tcp,
+    normalize_address,
+    run,
+    stop_on_signals,
+)
 
 __all__ = [
     "build_parser",
@@ -59,11 +67,14 @@ def build_parser() -> Parser:
         description="Publish and consume benchmarks (messages per second; higher is better).",
         epilog=_EXAMPLES,
     )
-    parser.add_argument("which", nargs="?", choices=("all", "publish", "consume"), default="all")
+    parser.add_argument("which", nargs="?", choices=("all", "publish", "consume"), default="all",
+                        help="which benchmarks: all, publish or consume (default %(default)s)")
     parser.add_argument("--nsqd-tcp-address", metavar="ADDR",
                         help="a running nsqd (default: start the embedded broker)")  # fmt: skip
-    parser.add_argument("--messages", type=int, default=20_000, help="messages per run")
-    parser.add_argument("--size", type=int, default=100, help="message body size in bytes")
+    parser.add_argument("--messages", type=int, default=20_000,
+                        help="messages per run (default %(default)s)")  # fmt: skip
+    parser.add_argument("--size", type=int, default=100,
+                        help="message body size in bytes (default %(default)s)")  # fmt: skip
     parser.add_argument("--max-in-flight", default="100,2500",
                         help="consume runs, comma-separated (default %(default)s)")  # fmt: skip
     parser.add_argument("--compare", action="store_true",
@@ -190,7 +201,7 @@ def _bench(args: Any) -> int:
         if not job.ready():
             job.kill()
             print("interrupted", file=sys.stderr)
-            return 130
+            return EXIT_INTERRUPTED
         error = job.get()
         if error is not None:
             raise error
@@ -209,7 +220,7 @@ def _capture(args: Any, flights: list[int], peers: list[str]) -> Exception | Non
 def _run_all(args: Any, flights: list[int], peers: list[str]) -> None:
     if args.nsqd_tcp_address:
         address = normalize_address(args.nsqd_tcp_address, "nsqd TCP")
-        check_reachable(address, "nsqd")
+        check_nsqd_tcp(address)
         _run_workloads(address, args, flights, peers)
         return
     from ..testing.servers import NsqdServer

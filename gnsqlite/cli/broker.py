@@ -12,14 +12,21 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import gevent.event
 
 from ..broker import Broker
-from ..broker.__main__ import build_parser as nsqd_parser
-from ..broker.__main__ import options_from_args
+from ..broker.__main__ import add_nsqd_flags, options_from_namespace
 from ..broker.lookupd import Lookupd
-from ._common import EXIT_ERROR, CommandError, Parser, normalize_address, stop_on_signals
+from ._common import (
+    EXIT_ERROR,
+    EXIT_USAGE,
+    CommandError,
+    Parser,
+    normalize_address,
+    stop_on_signals,
+)
 
 __all__ = ["build_parser", "main"]
 
@@ -31,24 +38,21 @@ examples:
   gnsqlite broker --lookupd                        # and nsqlookupd on :4160 (TCP), :4161 (HTTP)
   gnsqlite broker --tcp-address 127.0.0.1:5150 --http-address 127.0.0.1:5151 \\
       --lookupd-tcp-address 127.0.0.1:4160 --msg-timeout 30s
-
-Every nsqd flag of 'python -m gnsqlite.broker' is accepted (listed below).
 """
 
 
 def build_parser() -> Parser:
-    """The parser of the flags this command adds to nsqd's."""
+    """The parser: this command's flags, then every nsqd flag (one usage, one help)."""
     parser = Parser(
         prog="gnsqlite broker",
+        usage="%(prog)s [--lookupd] [nsqd flags]",
         description="Run the embedded nsqd-compatible broker until Ctrl-C.",
         epilog=_EXAMPLES,
-        add_help=False,
     )
-    parser.add_argument("-h", "--help", action="store_true", help="show this help and exit")
     parser.add_argument(
         "--lookupd",
         action="store_true",
-        help="also run an embedded nsqlookupd and register the broker with it",
+        help="also run an embedded nsqlookupd and register the broker with it (default off)",
     )
     parser.add_argument(
         "--lookupd-listen-tcp",
@@ -62,34 +66,35 @@ def build_parser() -> Parser:
         metavar="ADDR",
         help="with --lookupd: its HTTP address (default %(default)s)",
     )
+    add_nsqd_flags(
+        parser.add_argument_group(
+            "nsqd flags",
+            "nsqd's own, also in its one-dash form (-tcp-address); durations are Go's"
+            " (60s, 1m0s, 500ms)",
+        )
+    )
     return parser
 
 
 def main(argv: Sequence[str]) -> int:
     """Run the broker (and lookupd) until SIGINT/SIGTERM; returns the exit status."""
     parser = build_parser()
-    # nsqd's Go-style single-dash long flags (-tcp-address) become --tcp-address
-    argv = ["-" + a if a.startswith("-") and not a.startswith("--") and len(a) > 2 else a
-            for a in argv]  # fmt: skip
-    args, rest = parser.parse_known_args(list(argv))
-    if args.help:
-        parser.print_help()
-        print()
-        print(nsqd_parser().format_help().replace("python -m gnsqlite.broker", "gnsqlite broker"))
-        return 0
+    args = parser.parse_args(list(argv))  # exits 2 with one line on a bad flag
+    options = options_from_namespace(parser, args)
     logging.basicConfig(level=logging.INFO, format="[gnsqlite] %(asctime)s %(message)s")
     try:
-        return _run(args.lookupd, args.lookupd_listen_tcp, args.lookupd_listen_http, rest)
+        return _run(args.lookupd, args.lookupd_listen_tcp, args.lookupd_listen_http, options)
     except CommandError as exc:
         print(f"gnsqlite broker: error: {exc}", file=sys.stderr)
         return exc.status
     except ValueError as exc:  # a ConfigError from the broker's options
         print(f"gnsqlite broker: error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
 
 
-def _run(with_lookupd: bool, lookupd_tcp: str, lookupd_http: str, nsqd_argv: list[str]) -> int:
-    options = options_from_args(nsqd_argv)  # exits 2 with argparse's message on a bad flag
+def _run(
+    with_lookupd: bool, lookupd_tcp: str, lookupd_http: str, options: dict[str, Any]
+) -> int:
     lookupd: Lookupd | None = None
     stop = gevent.event.Event()
     with stop_on_signals(stop):

@@ -16,6 +16,7 @@ from ..http import LookupdClient, NsqdHTTPClient
 from ._common import (
     CommandError,
     Parser,
+    check_http,
     configure_logging,
     normalize_address,
     run,
@@ -44,15 +45,20 @@ def build_parser() -> Parser:
     )
     parser.add_argument(
         "--nsqd-http-address", action="append", default=[], metavar="ADDR",
-        help="nsqd HTTP address host:port (repeatable)",
+        help="nsqd HTTP address host:port (repeatable; this or --lookupd-http-address"
+        " is required)",
     )  # fmt: skip
     parser.add_argument(
         "--lookupd-http-address", action="append", default=[], metavar="ADDR",
-        help="nsqlookupd HTTP address host:port (repeatable): watches every nsqd registered",
+        help="nsqlookupd HTTP address host:port (repeatable): watches every nsqd"
+        " registered (this or --nsqd-http-address is required)",
     )  # fmt: skip
-    parser.add_argument("--host", default="127.0.0.1", help="address to serve on (%(default)s)")
-    parser.add_argument("--port", type=int, default=8080, help="port, 0: any free one (8080)")
-    parser.add_argument("--interval", type=float, default=1.0, help="seconds between polls")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to serve on (default %(default)s)")  # fmt: skip
+    parser.add_argument("--port", type=int, default=8080,
+                        help="port, 0: any free one (default %(default)s)")  # fmt: skip
+    parser.add_argument("--interval", type=float, default=1.0,
+                        help="seconds between polls (default %(default)g)")  # fmt: skip
     parser.add_argument("--verbose", action="store_true", help="log what the library does")
     return parser
 
@@ -73,9 +79,9 @@ def _dashboard(args: Any) -> int:
     nsqds = [normalize_address(a, "nsqd HTTP") for a in args.nsqd_http_address]
     lookupds = [normalize_address(a, "nsqlookupd HTTP") for a in args.lookupd_http_address]
     for address in nsqds:
-        _ping(NsqdHTTPClient(address, 5.0), "nsqd")
+        check_http(NsqdHTTPClient(address, 5.0))
     for address in lookupds:
-        _ping(LookupdClient(address, 5.0), "nsqlookupd")
+        check_http(LookupdClient(address, 5.0))
     try:
         from ..dashboard import Dashboard
 
@@ -95,10 +101,3 @@ def _dashboard(args: Any) -> int:
         finally:
             dashboard.stop()
     return 0
-
-
-def _ping(client: NsqdHTTPClient | LookupdClient, what: str) -> None:
-    try:
-        client.ping()
-    except Exception as exc:
-        raise CommandError(f"cannot reach {what} at {client.address}: {exc}") from None

@@ -55,12 +55,17 @@ def build_parser() -> Parser:
         description="Run a broker, lookupd, producer, consumer and the live dashboard.",
         epilog=_EXAMPLES,
     )
-    parser.add_argument("--host", default="127.0.0.1", help="dashboard address (%(default)s)")
-    parser.add_argument("--port", type=int, default=8080, help="dashboard port, 0: any free one")
-    parser.add_argument("--rate", type=float, default=50.0, help="records published per second")
-    parser.add_argument("--nsqd", type=int, default=3, help="embedded nsqd to start (1-10)")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="dashboard address (default %(default)s)")
+    parser.add_argument("--port", type=int, default=8080,
+                        help="dashboard port, 0: any free one (default %(default)s)")
+    parser.add_argument("--rate", type=float, default=50.0,
+                        help="records published per second (default %(default)g)")
+    parser.add_argument("--nsqd", type=int, default=3,
+                        help="embedded nsqd to start, 1-10 (default %(default)s)")
     parser.add_argument("--fail-rate", type=float, default=0.02,
-                        help="fraction of messages the handler fails (requeued)")  # fmt: skip
+                        help="fraction of messages the handler fails, requeued"
+                        " (default %(default)g)")  # fmt: skip
     parser.add_argument("--no-dashboard", action="store_true", help="do not serve the dashboard")
     parser.add_argument("--verbose", action="store_true", help="log what the library does")
     return parser

@@ -3,8 +3,14 @@
 Records are separated by ``--delimiter`` (a newline by default, escapes such
 as ``\\0`` or ``\\t`` understood); empty records are skipped, since nsqd
 refuses empty bodies. On a terminal a progress line shows the count and
-rate; otherwise one summary line is printed at the end. Ctrl-C stops after
-the batches already sent are answered.
+rate; otherwise one summary line is printed at the end.
+
+Input is published as it arrives: a batch goes when it holds ``--batch``
+records, or ``--flush-interval`` seconds after its first record came, so
+``tail -f app.log | gnsqlite pub ...`` publishes each line within that time
+whatever the pace of the input. Ctrl-C stops reading at once; every record
+read before it is published (its answer awaited) or counted on stderr as not
+published (exit 130; 1 if nsqd refused any).
 
 ``--from-dead-letter TOPIC`` instead re-publishes the dead letters of TOPIC
 to their original topics (see :mod:`gnsqlite.cli._redrive`).
@@ -17,30 +23,31 @@ import collections
 import os
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import IO, Any
 
 import gevent
 import gevent.event
-from gevent.fileobject import FileObjectPosix
 
-from ..errors import NoConnectionsError
+from ..errors import NSQError
 from ..producer import Producer
 from ..protocol import check_topic_name
 from ._common import (
+    EXIT_ERROR,
+    EXIT_INTERRUPTED,
     CommandError,
     Parser,
-    check_reachable,
+    check_nsqd_tcp,
     configure_logging,
     normalize_address,
     run,
     stop_on_signals,
 )
+from ._records import RecordReader, read_records
 from ._redrive import redrive
 
 __all__ = ["build_parser", "main", "read_records"]
 
-_CHUNK = 64 * 1024
 _WINDOW = 8  # MPUB batches awaiting nsqd's answer at once
 _PROGRESS_EVERY = 0.2  # seconds between progress redraws
 
@@ -65,47 +72,44 @@ def build_parser() -> Parser:
     """The ``pub`` argument parser."""
     parser = Parser(
         prog="gnsqlite pub",
+        usage="%(prog)s --topic TOPIC --nsqd-tcp-address ADDR [options] [FILE]\n"
+        "       %(prog)s --from-dead-letter TOPIC --nsqd-tcp-address ADDR [options]",
         description="Publish the records of FILE (or stdin) to a topic, in MPUB batches.",
         epilog=_EXAMPLES,
     )
     parser.add_argument("file", nargs="?", default="-", metavar="FILE",
-                        help="the input file; '-' or nothing reads stdin")  # fmt: skip
-    parser.add_argument("--topic", help="the topic to publish to (unless --from-dead-letter)")
+                        help="the input file; '-' or nothing reads stdin (default -)")  # fmt: skip
+    parser.add_argument(
+        "--topic", help="the topic to publish to (required, unless --from-dead-letter)"
+    )
     parser.add_argument(
         "--nsqd-tcp-address", action="append", default=[], metavar="ADDR", required=True,
-        help="nsqd TCP address host:port (repeatable: batches are spread, with failover)",
+        help="nsqd TCP address host:port (required; repeatable: batches are spread,"
+        " with failover)",
     )  # fmt: skip
     parser.add_argument("--batch", type=int, default=100,
                         help="records per MPUB (default %(default)s)")  # fmt: skip
+    parser.add_argument(
+        "--flush-interval", type=float, default=0.1, metavar="S",
+        help="send a partial batch S seconds after its first record came, so a pipe"
+        " (tail -f) is published as lines come (default %(default)s)",
+    )  # fmt: skip
     parser.add_argument("--delimiter", default="\\n",
                         help="record separator, escapes allowed (default '\\n')")  # fmt: skip
     parser.add_argument("--verbose", action="store_true", help="log connections to stderr")
     dead = parser.add_argument_group("re-publishing dead letters")
     dead.add_argument("--from-dead-letter", metavar="TOPIC",
-                      help="re-publish the dead letters of TOPIC to their original topic")
+                      help="re-publish the dead letters of TOPIC to their original topic"
+                      " (default: publish FILE to --topic)")
     dead.add_argument("--channel", help="the channel of TOPIC to read (default redrive)")
     dead.add_argument("--to", metavar="TOPIC",
-                      help="publish every body to this topic (needed for raw dead letters)")
+                      help="publish every body to this topic (needed for raw dead letters;"
+                      " default: each envelope's original topic)")
     dead.add_argument("-n", "--count", type=int, metavar="N",
                       help="stop after N dead letters (default 0: until idle)")
     dead.add_argument("--idle-timeout", type=float, metavar="S",
                       help="stop when nothing came for S seconds (default 2)")
     return parser
-
-
-def read_records(stream: IO[bytes], delimiter: bytes) -> Iterator[bytes]:
-    """The non-empty records of ``stream`` split on ``delimiter``; reads 64 KiB at a time."""
-    pending = b""
-    while True:
-        chunk = stream.read(_CHUNK)
-        if not chunk:
-            break
-        pending += chunk
-        parts = pending.split(delimiter)
-        pending = parts.pop()
-        yield from (p for p in parts if p)
-    if pending:
-        yield pending
 
 
 class _Progress:
@@ -167,6 +171,8 @@ def _pub(args: Any) -> int:
     topic = check_topic_name(args.topic)
     if args.batch < 1:
         raise CommandError(f"--batch {args.batch} is out of range: use 1 or more", 2)
+    if not args.flush_interval > 0:
+        raise CommandError(f"--flush-interval {args.flush_interval} must be more than 0 s", 2)
     try:
         delimiter = codecs.decode(args.delimiter, "unicode_escape").encode("utf-8")
     except UnicodeDecodeError as exc:
@@ -174,76 +180,120 @@ def _pub(args: Any) -> int:
     if not delimiter:
         raise CommandError("--delimiter cannot be empty", 2)
     addresses = [normalize_address(a, "nsqd TCP") for a in args.nsqd_tcp_address]
-    stream: Any
     if args.file == "-":
-        # a cooperative reader, so a Ctrl-C is handled while stdin has nothing to give
-        stream = (
-            sys.stdin.buffer
-            if sys.stdin.isatty()
-            else FileObjectPosix(sys.stdin.fileno(), "rb", close=False)
-        )
-        total = None
+        fd, total = sys.stdin.fileno(), None
     else:
         try:
-            stream = open(args.file, "rb")  # noqa: SIM115 (closed below)
-            total = os.fstat(stream.fileno()).st_size
+            fd = os.open(args.file, os.O_RDONLY)
         except OSError as exc:
             raise CommandError(f"cannot read {args.file}: {exc.strerror or exc}", 2) from None
+        total = os.fstat(fd).st_size
     try:
         for address in addresses:
-            check_reachable(address, "nsqd")
-        return _publish_all(args, topic, addresses, stream, delimiter, total)
+            check_nsqd_tcp(address)
+        reader = RecordReader(fd, delimiter)
+        return _publish_all(args, topic, addresses, reader, total)
     finally:
         if args.file != "-":
-            stream.close()
+            os.close(fd)
+
+
+class _Batches:
+    """The MPUB batches sent and their answers: what was published, what was not."""
+
+    def __init__(self, producer: Producer, topic: str) -> None:
+        self.producer = producer
+        self.topic = topic
+        self.sent = 0  # batches sent
+        self.published = 0  # records nsqd took
+        self.failed = 0  # records nsqd did not take
+        self.error: BaseException | None = None  # the first failure
+        self._pending: collections.deque[tuple[gevent.event.AsyncResult[bytes], int]] = (
+            collections.deque()
+        )
+
+    def send(self, batch: list[bytes]) -> None:
+        """Send ``batch`` as one MPUB; blocks while :data:`_WINDOW` batches await answers."""
+        while len(self._pending) >= _WINDOW:
+            self._settle_first()
+        try:
+            result = self.producer.multi_publish_async(self.topic, batch)
+        except NSQError as exc:  # refused before sending: a record above nsqd's size limit
+            self._failed(len(batch), exc)
+            return
+        self._pending.append((result, len(batch)))
+        self.sent += 1
+
+    def settle(self) -> None:
+        """Wait for every answer (each bounded by the producer's timeout)."""
+        while self._pending:
+            self._settle_first()
+
+    def _settle_first(self) -> None:
+        result, size = self._pending[0]
+        try:
+            result.get()
+            self.published += size
+        except NSQError as exc:
+            self._failed(size, exc)
+        self._pending.popleft()
+
+    def _failed(self, size: int, exc: NSQError) -> None:
+        self.failed += size
+        self.error = self.error or exc
 
 
 def _publish_all(
-    args: Any,
-    topic: str,
-    addresses: list[str],
-    stream: IO[bytes],
-    delimiter: bytes,
-    total: int | None,
+    args: Any, topic: str, addresses: list[str], reader: RecordReader, total: int | None
 ) -> int:
     progress = _Progress(sys.stdout, sys.stdout.isatty(), total)
     stop = gevent.event.Event()
     producer = Producer(addresses, timeout=30.0)
-    pending: collections.deque[gevent.event.AsyncResult[bytes]] = collections.deque()
-    count = batches = read_bytes = 0
+    batches = _Batches(producer, topic)
     batch: list[bytes] = []
-
-    def send() -> None:
-        nonlocal batches
-        while len(pending) >= _WINDOW:
-            pending.popleft().get()
-        pending.append(producer.multi_publish_async(topic, batch))
-        batches += 1
-
     with stop_on_signals(stop), producer:
         if not producer.connections:
-            raise CommandError(f"cannot connect to nsqd at {', '.join(addresses)}")
-        try:
-            for record in read_records(stream, delimiter):
-                if stop.is_set():
-                    break
+            raise CommandError(f"cannot reach nsqd at {', '.join(addresses)}: no connection")
+        due = 0.0  # when the batch held must go: --flush-interval after its first record
+        while not reader.eof and not stop.is_set():
+            if batch and time.monotonic() >= due:
+                batches.send(batch)
+                batch = []
+            # Wait for input without limit while nothing is held, else until it is due.
+            records = reader.read(stop, max(0.0, due - time.monotonic()) if batch else None)
+            for record in records or ():
+                if not batch:
+                    due = time.monotonic() + args.flush_interval
                 batch.append(record)
-                read_bytes += len(record) + len(delimiter)
                 if len(batch) >= args.batch:
-                    send()
-                    count += len(batch)
+                    batches.send(batch)
                     batch = []
-                    progress.update(count, read_bytes)
-                    gevent.sleep(0)  # lets a Ctrl-C through on a fast input
-            if batch and not stop.is_set():
-                send()
-                count += len(batch)
-            while pending:
-                pending.popleft().get()
-        except NoConnectionsError as exc:
-            raise CommandError(f"publishing failed: {' '.join(str(exc).split())}") from None
-    progress.update(count, read_bytes, final=True)
-    if count == 0 and not stop.is_set():
+            progress.update(batches.published, reader.bytes_read)
+        if batch:  # read before the end or the Ctrl-C: published too
+            batches.send(batch)
+        batches.settle()
+    progress.update(batches.published, reader.bytes_read, final=True)
+    interrupted = stop.is_set() and not reader.eof
+    if batches.sent == 0 and not interrupted:
         print("nothing to publish: the input has no records", file=sys.stderr)
-    progress.summary(count, batches, topic, stop.is_set())
-    return 130 if stop.is_set() else 0
+    progress.summary(batches.published, batches.sent, topic, interrupted)
+    return _report_unpublished(batches, reader.unfinished if interrupted else b"", interrupted)
+
+
+def _report_unpublished(batches: _Batches, unfinished: bytes, interrupted: bool) -> int:
+    """Say on stderr what was read but not published; returns the exit status."""
+    if unfinished:
+        print(
+            f"gnsqlite pub: not published: 1 unfinished record ({len(unfinished):,} bytes"
+            " read with no delimiter after them when Ctrl-C came)",
+            file=sys.stderr,
+        )
+    if batches.failed:
+        reason = " ".join(str(batches.error).split())
+        print(
+            f"gnsqlite pub: error: not published: {batches.failed:,}"
+            f" record{'s' if batches.failed != 1 else ''} read ({reason})",
+            file=sys.stderr,
+        )
+        return EXIT_ERROR
+    return EXIT_INTERRUPTED if interrupted else 0

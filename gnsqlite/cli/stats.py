@@ -16,7 +16,7 @@ import gevent
 from ..errors import NSQError
 from ..http import LookupdClient, NsqdHTTPClient
 from ..protocol import check_topic_name
-from ._common import CommandError, Parser, normalize_address, run
+from ._common import CommandError, Parser, check_http, normalize_address, one_line, run
 
 __all__ = ["build_parser", "collect", "format_table", "main", "nsqd_http_addresses"]
 
@@ -53,15 +53,18 @@ def build_parser() -> Parser:
     )
     parser.add_argument(
         "--nsqd-http-address", action="append", default=[], metavar="ADDR",
-        help="nsqd HTTP address host:port (repeatable)",
+        help="nsqd HTTP address host:port (repeatable; this or --lookupd-http-address"
+        " is required)",
     )  # fmt: skip
     parser.add_argument(
         "--lookupd-http-address", action="append", default=[], metavar="ADDR",
-        help="nsqlookupd HTTP address host:port (repeatable): every registered nsqd is asked",
+        help="nsqlookupd HTTP address host:port (repeatable): every registered nsqd is"
+        " asked (this or --nsqd-http-address is required)",
     )  # fmt: skip
-    parser.add_argument("--topic", help="only this topic")
+    parser.add_argument("--topic", help="only this topic (default: every topic)")
     parser.add_argument("--json", action="store_true", help="print the merged figures as JSON")
-    parser.add_argument("--timeout", type=float, default=5.0, help="seconds per HTTP request")
+    parser.add_argument("--timeout", type=float, default=5.0,
+                        help="seconds per HTTP request (default %(default)g)")  # fmt: skip
     return parser
 
 
@@ -154,12 +157,16 @@ def _stats(args: Any) -> int:
         check_topic_name(args.topic)
     nsqds = [normalize_address(a, "nsqd HTTP") for a in args.nsqd_http_address]
     lookupds = [normalize_address(a, "nsqlookupd HTTP") for a in args.lookupd_http_address]
+    for address in nsqds:
+        check_http(NsqdHTTPClient(address, args.timeout))
+    for address in lookupds:
+        check_http(LookupdClient(address, args.timeout))
     try:
         if lookupds:
             nsqds += nsqd_http_addresses(lookupds, args.timeout)
         topics = collect(list(dict.fromkeys(nsqds)), args.topic, args.timeout)
     except NSQError as exc:
-        raise CommandError(" ".join(str(exc).split())) from None
+        raise CommandError(one_line(exc)) from None
     if args.json:
         json.dump(topics, sys.stdout, indent=2)
         sys.stdout.write("\n")

@@ -2,7 +2,8 @@
 
 It subscribes on an ephemeral channel (``tail123456#ephemeral``) unless
 ``--channel`` names one, finishes every message once printed, and stops
-after ``-n`` messages or on Ctrl-C, closing the consumer cleanly (exit 0).
+after ``-n`` messages or on Ctrl-C, closing the consumer cleanly: exit 0,
+or 130 when Ctrl-C came before the ``-n`` messages (docs/cli.md's rule).
 With ``--dead-letter`` each message is read as a dead-letter envelope (see
 :mod:`gnsqlite.deadletter`) and printed with where it came from, its
 attempts and its last error.
@@ -17,6 +18,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, BinaryIO
 
+import gevent
 import gevent.event
 
 from ..consumer import Consumer
@@ -26,9 +28,11 @@ from ..http import LookupdClient
 from ..message import Message, RequeueMessage
 from ..protocol import check_channel_name, check_topic_name
 from ._common import (
+    EXIT_INTERRUPTED,
     CommandError,
     Parser,
-    check_reachable,
+    check_http,
+    check_nsqd_tcp,
     configure_logging,
     normalize_address,
     run,
@@ -68,23 +72,26 @@ def build_parser() -> Parser:
         description="Print the messages of a topic as they arrive.",
         epilog=_EXAMPLES,
     )
-    parser.add_argument("--topic", required=True, help="the topic to read")
+    parser.add_argument("--topic", required=True, help="the topic to read (required)")
     parser.add_argument(
         "--channel", help="the channel (default: a new ephemeral one, so nothing is taken away)"
     )
     parser.add_argument(
         "--nsqd-tcp-address", action="append", default=[], metavar="ADDR",
-        help="nsqd TCP address host:port (repeatable)",
+        help="nsqd TCP address host:port (repeatable; this or --lookupd-http-address"
+        " is required)",
     )  # fmt: skip
     parser.add_argument(
         "--lookupd-http-address", action="append", default=[], metavar="ADDR",
-        help="nsqlookupd HTTP address host:port (repeatable)",
+        help="nsqlookupd HTTP address host:port (repeatable; this or --nsqd-tcp-address"
+        " is required)",
     )  # fmt: skip
     parser.add_argument(
         "-n", "--count", type=int, default=0, metavar="N",
         help="exit after N messages (default 0: run until Ctrl-C)",
     )  # fmt: skip
-    parser.add_argument("--format", choices=("raw", "json"), default="raw", help="output format")
+    parser.add_argument("--format", choices=("raw", "json"), default="raw",
+                        help="output format: raw or json (default %(default)s)")  # fmt: skip
     parser.add_argument(
         "--dead-letter", action="store_true",
         help="decode dead-letter envelopes: original topic, attempts, error, body",
@@ -165,20 +172,18 @@ def _tail(args: Any) -> int:
     nsqds = [normalize_address(a, "nsqd TCP") for a in args.nsqd_tcp_address]
     lookupds = [normalize_address(a, "nsqlookupd HTTP") for a in args.lookupd_http_address]
     for address in nsqds:
-        check_reachable(address, "nsqd")
+        check_nsqd_tcp(address)
     for address in lookupds:
-        try:
-            LookupdClient(address, timeout=5.0).ping()
-        except Exception as exc:
-            raise CommandError(f"cannot reach nsqlookupd at {address}: {exc}") from None
+        check_http(LookupdClient(address, timeout=5.0))
 
     out: BinaryIO = sys.stdout.buffer
-    stop = gevent.event.Event()
+    stop = gevent.event.Event()  # -n reached, or the reader went away
+    interrupted = gevent.event.Event()  # Ctrl-C, SIGTERM
     printed = 0
 
     def handle(message: Message) -> None:
         nonlocal printed
-        if stop.is_set():
+        if stop.is_set() or interrupted.is_set():
             raise RequeueMessage(0.0)  # not printed: back to the channel, without backoff
         try:
             out.write(_format(message, args.format, args.dead_letter))
@@ -200,10 +205,12 @@ def _tail(args: Any) -> int:
         concurrency=1,  # keeps the output in arrival order
         backoff=None,
     )
-    with stop_on_signals(stop):
+    with stop_on_signals(interrupted):
         consumer.start()
         try:
-            stop.wait()
+            gevent.wait([stop, interrupted], count=1)
         finally:
             consumer.close(timeout=5.0)
+    if args.count and printed < args.count and interrupted.is_set():
+        return EXIT_INTERRUPTED  # a job with an end, cut short
     return 0

@@ -22,7 +22,7 @@ import gevent.pool
 from ..config import ConnectionConfig, ConsumerConfig
 from ..conn import Connection
 from ..discovery import LookupdPoller
-from ..errors import NSQConnectionError, NSQError, ServerError
+from ..errors import NSQConnectionError, NSQError, ServerError, WrongPortError
 from ..flow import Reconnect
 from ..message import Message
 from ..net import normalize_address
@@ -175,6 +175,9 @@ class LinkSet:
             self.connecting.discard(address)
             self._flow.set_connecting(len(self.connecting), rebalance=True)
             conn.close(0)
+            if isinstance(exc, WrongPortError):  # another protocol's port: no retry heals it
+                log.error("%s: cannot subscribe on %s: %s; not retried", self, address, exc)
+                return
             log.warning("%s: cannot subscribe on %s: %s", self, address, exc)
             if not discovered:
                 self._schedule_reconnect(address)

@@ -16,7 +16,13 @@ import struct
 from dataclasses import dataclass
 from typing import TypeVar, overload
 
-from ..errors import RemoteProtocolError
+from ..errors import RemoteProtocolError, WrongPortError
+from .ports import (
+    HTTP_AS_FRAME_SIZE,
+    LOOKUPD_TCP_AS_FRAME_TYPE,
+    http_on_tcp_port,
+    lookupd_tcp_on_nsqd_tcp_port,
+)
 
 __all__ = [
     "FRAME_TYPE_RESPONSE",
@@ -315,6 +321,10 @@ class FrameDecoder:
     def _check(self, size: int, frame_type: int) -> None:
         if size < 4:
             raise RemoteProtocolError(f"impossible frame size {size}: it must count the frame type")
+        if size == HTTP_AS_FRAME_SIZE:
+            raise WrongPortError(http_on_tcp_port())
+        if frame_type == LOOKUPD_TCP_AS_FRAME_TYPE:
+            raise WrongPortError(lookupd_tcp_on_nsqd_tcp_port())
         if size > self.max_frame_size:
             raise RemoteProtocolError(
                 f"frame size {size} exceeds the maximum of {self.max_frame_size} bytes"

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import selectors
 import signal
+import struct
 import subprocess
 import sys
+import termios
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import IO, Any
 
 TIMEOUT = 30.0
 
@@ -39,15 +44,34 @@ def gnsqlite(
     )
 
 
-def start(args: Sequence[str]) -> subprocess.Popen[bytes]:
-    """Start ``python -m gnsqlite args`` with piped output (stop it with :func:`interrupt`)."""
+def start(args: Sequence[str], stdin: int = subprocess.DEVNULL) -> subprocess.Popen[bytes]:
+    """Start ``python -m gnsqlite args`` with piped output (stop it with :func:`interrupt`).
+
+    ``stdin=subprocess.PIPE`` gives a pipe the test feeds as slowly as it likes.
+    """
+    return start_script(["-m", "gnsqlite", *args], stdin)
+
+
+def start_script(argv: Sequence[str], stdin: int = subprocess.DEVNULL) -> subprocess.Popen[bytes]:
+    """Start ``python argv`` (an example script and its options) like :func:`start`."""
     return subprocess.Popen(
-        [sys.executable, "-m", "gnsqlite", *args],
-        stdin=subprocess.DEVNULL,
+        [sys.executable, *argv],
+        stdin=stdin,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=_env(),
     )
+
+
+@contextlib.contextmanager
+def killed_at_exit(proc: subprocess.Popen[bytes]) -> Iterator[subprocess.Popen[bytes]]:
+    """``proc`` for the block; killed after it if still running (a failed assertion)."""
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
 
 
 def read_until(proc: subprocess.Popen[bytes], text: str, timeout: float = TIMEOUT) -> str:
@@ -68,11 +92,20 @@ def read_until(proc: subprocess.Popen[bytes], text: str, timeout: float = TIMEOU
     return seen.decode("utf-8", "replace")
 
 
+def unread_bytes(pipe: IO[bytes]) -> int:
+    """Bytes written to ``pipe`` that its reader has not read yet (Linux's FIONREAD)."""
+    return struct.unpack("i", fcntl.ioctl(pipe.fileno(), termios.FIONREAD, b"\0" * 4))[0]  # type: ignore[no-any-return]
+
+
 def interrupt(proc: subprocess.Popen[bytes], timeout: float = 15.0) -> Result:
-    """Send SIGINT (Ctrl-C) and wait for the exit; returns everything printed."""
+    """Send SIGINT (Ctrl-C) and wait for the exit; returns everything printed.
+
+    A stdin pipe the test holds stays open: the command must stop on the
+    signal alone, not on the end of its input.
+    """
     proc.send_signal(signal.SIGINT)
     try:
-        out, err = proc.communicate(timeout=timeout)
+        out, err = _wait_output(proc, timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
         out, err = proc.communicate()
@@ -89,6 +122,28 @@ def assert_one_line_error(result: Result, status: int, *fragments: str) -> None:
     assert "Traceback" not in result.stderr
     for fragment in fragments:
         assert fragment in lines[0], lines[0]
+
+
+def _wait_output(proc: subprocess.Popen[bytes], timeout: float) -> tuple[bytes, bytes]:
+    """``proc``'s whole stdout and stderr once it exits, leaving its stdin open."""
+    assert proc.stdout is not None and proc.stderr is not None
+    chunks: dict[Any, list[bytes]] = {proc.stdout: [], proc.stderr: []}
+    deadline = time.monotonic() + timeout
+    with selectors.DefaultSelector() as selector:
+        for stream in chunks:
+            selector.register(stream, selectors.EVENT_READ)
+        while selector.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise subprocess.TimeoutExpired(proc.args, timeout)
+            for key, _ in selector.select(left):
+                chunk = os.read(key.fd, 65536)
+                if chunk:
+                    chunks[key.fileobj].append(chunk)
+                else:
+                    selector.unregister(key.fileobj)
+    proc.wait(max(0.0, deadline - time.monotonic()) or 0.001)
+    return b"".join(chunks[proc.stdout]), b"".join(chunks[proc.stderr])
 
 
 def _err(proc: subprocess.Popen[bytes]) -> str:
