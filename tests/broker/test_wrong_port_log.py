@@ -10,11 +10,11 @@ import logging
 from typing import Any
 
 import pytest
-from conftest import wait_for
 
 from gnsqlite.broker.lookupd import Lookupd
 from gnsqlite.broker.wsgi_log import plain_error_line
 from gnsqlite.tcp import connect_tcp
+from gnsqlite.testing import wait_until
 
 pytestmark = pytest.mark.embedded_only
 
@@ -48,7 +48,7 @@ def test_an_nsq_client_on_the_http_port_is_one_plain_line(
             for address in (broker.http_address, lookupd.http_address):
                 answer = _send_and_read(address, b"  V2IDENTIFY\n\x00\x00\x00\x02{}")
                 assert answer.startswith(b"HTTP/1.1 400")  # as nsqd's Go server answers
-            wait_for(lambda: len(_lines(caplog, "bad request")) == 2)
+            wait_until(lambda: len(_lines(caplog, "bad request")) == 2)
     finally:
         lookupd.stop()
     for line in _lines(caplog, "bad request"):
@@ -64,7 +64,7 @@ def test_an_http_client_on_the_tcp_port_is_one_plain_line(
     with caplog.at_level(logging.INFO):
         answer = _send_and_read(broker.tcp_address, b"GET ")
         assert answer == b"\x00\x00\x00\x12\x00\x00\x00\x01E_BAD_PROTOCOL"
-        wait_for(lambda: _lines(caplog, "bad protocol magic"))
+        wait_until(lambda: _lines(caplog, "bad protocol magic"))
     (line,) = _lines(caplog, "bad protocol magic")
     assert line.startswith("TCP: client(127.0.0.1:") and "ClientSession" not in line, line
 
