@@ -22,22 +22,18 @@ they serve the redelivery check.
 from __future__ import annotations
 
 import logging
-import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
 from ..errors import NSQError
 from ..http import HTTPError, LookupdClient, NsqdHTTPClient
-from ._hub import HubThread
-from ._shutdown import started, stopping
-from .consuming import ReadMaxRows, SupportsTriggerAvailableNow, read_limit, stop_in_hub
 from .executor_read import NSQSharePartition, read_share
 from .options import SourceOptions
 from .planning import SEGMENT_PREFIX, Backlog, BatchPlan, plan_shares, segment_batch
+from .shell import SourceShell
 from .wal import WalStore
 
 __all__ = ["EXECUTORS_WARNING", "NSQExecutorStreamReader", "RETENTION_MARGIN"]
@@ -58,34 +54,25 @@ RETENTION_MARGIN = 30.0
 NSQD_MSG_TIMEOUT = 60.0
 
 
-class NSQExecutorStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
+class NSQExecutorStreamReader(SourceShell):
     """The ``nsq`` streaming source with ``readOn=executors``; Spark calls it, users do not.
 
     The constructor starts nothing: the hub thread starts at Spark's first
-    call. Spark pickles this object to the executors for :meth:`read`;
-    only the options travel.
+    call (:class:`~gnsqlite.spark.shell.SourceShell`). Spark pickles this
+    object to the executors for :meth:`read`; only the options travel.
     """
+
+    partition_type = NSQSharePartition
+    hub_name = "gnsqlite-planner"
+    warning = EXECUTORS_WARNING
 
     def __init__(self, options: SourceOptions) -> None:
         if options.wal_location is None:
             raise ValueError("NSQExecutorStreamReader needs option walLocation")
-        self.options = options
-        self._hub: HubThread | None = None
+        super().__init__(options)
         self._store: WalStore | None = None
         self._available_now = False
         self._available_now_left: int | None = None
-        self._pid = 0
-        self._stopped = False
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"options": self.options}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["options"])  # type: ignore[misc]
-
-    def __repr__(self) -> str:
-        o = self.options
-        return f"<NSQExecutorStreamReader {o.topic}/{o.channel} wal={o.wal_location}>"
 
     @property
     def store(self) -> WalStore:
@@ -95,31 +82,7 @@ class NSQExecutorStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReade
             self._store = WalStore(self.options.wal_location)
         return self._store
 
-    # -- lifecycle (Spark's thread) -------------------------------------------
-
-    def _ensure_started(self) -> HubThread:
-        if self._stopped:
-            raise NSQError("the nsq source was stopped")
-        if self._hub is not None and self._pid == os.getpid():
-            return self._hub
-        self._pid = os.getpid()
-        hub = HubThread(f"gnsqlite-planner-{self.options.topic}")
-        hub.start()
-        self._hub = hub
-        started(self)
-        log.warning(EXECUTORS_WARNING, self.options.topic, self.options.channel,
-                    self.options.wal_location)
-        return hub
-
-    def stop(self) -> None:
-        """Spark ends the query: end the hub thread (the planner holds no message)."""
-        self._stopped = True
-        with stopping(self) as mine:
-            if mine:
-                hub, self._hub = self._hub, None
-                stop_in_hub(self, hub, lambda: None, 10.0)
-
-    # -- hub-thread side ---------------------------------------------------------
+    # -- the mode's hooks (in the hub) -----------------------------------------------
 
     def _nsqd(self) -> list[tuple[str, str]]:
         """``(tcp, http)`` of each nsqd of the topic: the options', then lookupd's."""
@@ -158,7 +121,7 @@ class NSQExecutorStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReade
         self._backlogs()  # creates the channel, so messages published from now on are kept
         return BatchPlan(0, ()).offset()
 
-    def _latest(self, start: dict[str, Any] | None, max_rows: int | None,
+    def _latest(self, start: Mapping[str, Any] | None, max_rows: int | None,
                 min_rows: int | None) -> dict[str, Any]:
         previous = BatchPlan.from_offset(start)
         backlogs = self._backlogs()
@@ -179,7 +142,16 @@ class NSQExecutorStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReade
             self._available_now_left -= plan.rows
         return plan.offset()
 
-    def _commit(self, end: dict[str, Any]) -> int:
+    def _partitions(self, start: Mapping[str, Any], end: Mapping[str, Any]
+                    ) -> list[NSQSharePartition]:
+        """One partition per share of the batch ``end`` plans (none for an empty batch)."""
+        plan = BatchPlan.from_offset(end)
+        if plan.batch == BatchPlan.from_offset(start).batch:
+            return []
+        return [NSQSharePartition(i, plan.batch, address, share, self.options)
+                for i, (address, share) in enumerate(plan.shares)]
+
+    def _commit(self, end: Mapping[str, Any]) -> int:
         """Delete the segments of batches up to ``end`` nsqd can no longer redeliver."""
         last = BatchPlan.from_offset(end).batch
         o = self.options
@@ -194,48 +166,14 @@ class NSQExecutorStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReade
         self.store.delete_names(gone)
         return len(gone)
 
-    # -- Spark's API (Spark's thread) ----------------------------------------------
-
-    def initialOffset(self) -> dict[str, Any]:
-        """Batch 0, planned empty; creates the channel on each nsqd known now."""
-        return self._ensure_started().call(self._initial)
-
-    def getDefaultReadLimit(self) -> Any:
-        """``maxMessagesPerBatch`` as Spark's read limit."""
-        if ReadMaxRows is None:  # pragma: no cover - PySpark 4.0/4.1
-            return None
-        return ReadMaxRows(self.options.max_messages_per_batch)
+    # -- Spark's API (Spark's thread; the rest is the shell's) ---------------------
 
     def prepareForTriggerAvailableNow(self) -> None:
         """Trigger.AvailableNow: read what the channel holds at the first batch, then end."""
         self._available_now = True
 
-    def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None
-                     ) -> dict[str, Any]:
-        """The next batch's plan from nsqd's ``/stats``; ``start`` when nothing is queued."""
-        hub = self._ensure_started()
-        max_rows, min_rows = read_limit(limit, self.options.max_messages_per_batch)
-        return hub.call(self._latest, start, max_rows, min_rows)
-
-    def partitions(self, start: dict[str, Any], end: dict[str, Any]
-                   ) -> Sequence[InputPartition]:
-        """One partition per share of the batch ``end`` plans (none for an empty batch)."""
-        plan = BatchPlan.from_offset(end)
-        if plan.batch == BatchPlan.from_offset(start).batch:
-            return []
-        return [NSQSharePartition(i, plan.batch, address, share, self.options)
-                for i, (address, share) in enumerate(plan.shares)]
-
-    def commit(self, end: dict[str, Any]) -> None:
-        """Spark committed every batch up to ``end``: delete the segments no longer needed."""
-        deleted = self._ensure_started().call(self._commit, end)
-        if deleted:
-            log.debug("%r: committed %s, deleted %d segments", self, end, deleted)
-
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """Take the partition's share from nsqd, or read its segment (runs on an executor)."""
-        if not isinstance(partition, NSQSharePartition):
-            raise TypeError(f"the nsq source cannot read {partition!r}: not an NSQSharePartition")
+    def _read(self, partition: NSQSharePartition) -> Iterator[pa.RecordBatch]:
+        """Take the partition's share from nsqd, or read its segment (on an executor)."""
         return read_share(partition)
 
 
