@@ -34,7 +34,6 @@ from .executor_read import NSQSharePartition, read_share
 from .options import SourceOptions
 from .planning import SEGMENT_PREFIX, Backlog, BatchPlan, plan_shares, segment_batch
 from .shell import SourceShell
-from .wal import WalStore
 
 __all__ = ["EXECUTORS_WARNING", "NSQExecutorStreamReader", "RETENTION_MARGIN"]
 
@@ -70,17 +69,8 @@ class NSQExecutorStreamReader(SourceShell):
         if options.wal_location is None:
             raise ValueError("NSQExecutorStreamReader needs option walLocation")
         super().__init__(options)
-        self._store: WalStore | None = None
         self._available_now = False
         self._available_now_left: int | None = None
-
-    @property
-    def store(self) -> WalStore:
-        """The WAL's storage (opened lazily)."""
-        if self._store is None:
-            assert self.options.wal_location is not None
-            self._store = WalStore(self.options.wal_location)
-        return self._store
 
     # -- the mode's hooks (in the hub) -----------------------------------------------
 

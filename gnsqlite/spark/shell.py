@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -28,6 +28,9 @@ from ._hub import HubThread
 from ._shutdown import started, stopping
 from .consuming import ReadMaxRows, SupportsTriggerAvailableNow, read_limit, stop_in_hub
 from .options import SourceOptions
+
+if TYPE_CHECKING:
+    from .wal import WalStore
 
 __all__ = ["SourceShell"]
 
@@ -54,6 +57,7 @@ class SourceShell(SupportsTriggerAvailableNow, DataSourceStreamReader):
 
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
+        self._store: WalStore | None = None
         self._hub: HubThread | None = None
         self._pid = 0
         self._stopped = False
@@ -70,6 +74,17 @@ class SourceShell(SupportsTriggerAvailableNow, DataSourceStreamReader):
         o = self.options
         wal = f" wal={o.wal_location}" if o.wal_location else ""
         return f"<{type(self).__name__} {o.topic}/{o.channel}{wal}>"
+
+    @property
+    def store(self) -> WalStore:
+        """The WAL's storage, opened lazily (a mode with ``walLocation`` only)."""
+        if self._store is None:
+            if self.options.wal_location is None:
+                raise ValueError(f"{self!r} has no walLocation")
+            from .wal import WalStore  # not imported by the source without a WAL
+
+            self._store = WalStore(self.options.wal_location)
+        return self._store
 
     # -- lifecycle (Spark's thread) -------------------------------------------
 

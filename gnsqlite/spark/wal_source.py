@@ -126,14 +126,6 @@ class NSQWalStreamReader(SourceShell):
         self._answered = False  # latestOffset answered once in this process
         self._available_now_end: Position | None = None
 
-    @property
-    def store(self) -> WalStore:
-        """The WAL's storage (opened lazily)."""
-        if self._store is None:
-            assert self.options.wal_location is not None
-            self._store = WalStore(self.options.wal_location)
-        return self._store
-
     # -- the mode's hooks ----------------------------------------------------------
 
     def _prepare(self, offsets: Sequence[Mapping[str, Any] | None]) -> None:
