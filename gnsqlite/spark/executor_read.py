@@ -193,7 +193,6 @@ class ShareTaker:
         messages, extra = self._messages[: self.share], self._messages[self.share :]
         for message in extra:
             message.requeue(0.0, backoff=False)
-        self._messages = messages
         self._messages = self._unwritten(messages)
         return self._messages
 

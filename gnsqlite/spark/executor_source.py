@@ -26,6 +26,7 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+import gevent
 import pyarrow as pa
 
 from ..errors import NSQError
@@ -52,6 +53,10 @@ RETENTION_MARGIN = 30.0
 #: nsqd's default ``--msg-timeout``, in seconds, when option ``msgTimeout`` is not set.
 NSQD_MSG_TIMEOUT = 60.0
 
+#: Seconds between two ``/stats`` rounds while they find nothing to plan: Spark asks for
+#: the next batch every few milliseconds while there is none.
+IDLE_POLL = 0.1
+
 
 class NSQExecutorStreamReader(SourceShell):
     """The ``nsq`` streaming source with ``readOn=executors``; Spark calls it, users do not.
@@ -71,6 +76,7 @@ class NSQExecutorStreamReader(SourceShell):
         super().__init__(options)
         self._available_now = False
         self._available_now_left: int | None = None
+        self._idle_since: float | None = None  # time.monotonic() of the last round with nothing
 
     # -- the mode's hooks (in the hub) -----------------------------------------------
 
@@ -114,6 +120,9 @@ class NSQExecutorStreamReader(SourceShell):
     def _latest(self, start: Mapping[str, Any] | None, max_rows: int | None,
                 min_rows: int | None) -> dict[str, Any]:
         previous = BatchPlan.from_offset(start)
+        if self._idle_since is not None:
+            gevent.sleep(max(0.0, self._idle_since + IDLE_POLL - time.monotonic()))
+        self._idle_since = time.monotonic()
         backlogs = self._backlogs()
         if self._available_now:
             if self._available_now_left is None:
@@ -127,6 +136,7 @@ class NSQExecutorStreamReader(SourceShell):
         shares = plan_shares(backlogs, max_rows, self.options.num_partitions)
         if not shares:
             return previous.offset()
+        self._idle_since = None
         plan = BatchPlan(previous.batch + 1, tuple(shares))
         if self._available_now_left is not None:
             self._available_now_left -= plan.rows

@@ -164,3 +164,32 @@ def test_a_redelivery_of_a_message_in_a_segment_is_finished_not_read_again(
         assert sorted(bodies(reader, start, end)) == sorted(expected)
     finally:
         reader.stop()
+
+
+def test_with_lookupd_the_shares_spread_over_every_nsqd_of_the_topic(
+    nsq_cluster: Any, tmp_path: Path
+) -> None:
+    first, second, third = nsq_cluster.nsqds
+    publish(first, [f"a-{i}".encode() for i in range(900)], TOPIC)
+    publish(second, [f"b-{i}".encode() for i in range(300)], TOPIC)
+    lookupd = nsq_cluster.lookupd
+    wait_until(lambda: len(lookupd.http.lookup(TOPIC)["producers"]) == 2, timeout=10,
+               message="two nsqd of the topic registered with lookupd")
+    options = {"lookupdHttpAddresses": lookupd.http_address, "topic": TOPIC,
+               "channel": CHANNEL, "walLocation": str(tmp_path / "wal"), "readOn": "executors",
+               "numPartitions": "4", "readIdleTimeout": "0.3"}
+    reader = NSQExecutorStreamReader(parse_source_options(options))
+    try:
+        start = reader.initialOffset()  # creates the channel on both nsqd
+        end = reader.latestOffset(start, None)
+        shares = BatchPlan.from_offset(end).shares
+        assert {a for a, _ in shares} == {first.tcp_address, second.tcp_address}
+        assert sum(n for a, n in shares if a == first.tcp_address) == 900  # all of each backlog
+        assert sum(n for a, n in shares if a == second.tcp_address) == 300
+        got = bodies(reader, start, end)
+        assert sorted(got) == sorted([f"a-{i}".encode() for i in range(900)]
+                                     + [f"b-{i}".encode() for i in range(300)])
+        assert drained(first, TOPIC, CHANNEL) and drained(second, TOPIC, CHANNEL)
+        assert not channel_stats(third, TOPIC, CHANNEL)  # never had the topic
+    finally:
+        reader.stop()
