@@ -193,3 +193,25 @@ def test_with_lookupd_the_shares_spread_over_every_nsqd_of_the_topic(
         assert not channel_stats(third, TOPIC, CHANNEL)  # never had the topic
     finally:
         reader.stop()
+
+
+def test_trigger_available_now_reads_what_the_channel_held_at_the_first_batch_then_ends(
+    nsqd: NsqdServer, tmp_path: Path
+) -> None:
+    reader = make_reader(nsqd, tmp_path / "wal", maxMessagesPerBatch=300)
+    try:
+        start = reader.initialOffset()
+        publish(nsqd, [f"n-{i}".encode() for i in range(500)], TOPIC)
+        reader.prepareForTriggerAvailableNow()
+        got: list[bytes] = []
+        end = start
+        for _ in range(2):  # 300, then 200: maxMessagesPerBatch keeps its meaning
+            nxt = reader.latestOffset(end)
+            got += bodies(reader, end, nxt)
+            end = nxt
+        assert sorted(got) == sorted(f"n-{i}".encode() for i in range(500))
+        publish(nsqd, [b"later"] * 50, TOPIC)
+        assert reader.latestOffset(end) == end  # the end: later messages wait for the next run
+        assert channel_stats(nsqd, TOPIC, CHANNEL)["depth"] == 50
+    finally:
+        reader.stop()
