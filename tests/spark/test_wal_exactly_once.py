@@ -11,6 +11,7 @@ each scenario 20 times.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -18,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from crash_support import RETRYING, Holder, driver_killed_mid_stream, executors, one_run
-from spark_support import nsqd_clients
+from crash_support import RETRYING, TOPIC, Holder, driver_killed_mid_stream, executors, one_run
+from spark_support import channel_stats, nsqd_clients
 
 from gnsqlite.testing import NsqdServer, wait_until
 
@@ -50,17 +51,23 @@ def test_read_on_executors_a_python_worker_sigkilled_mid_read_loses_and_repeats_
             def readers() -> dict[int, int]:
                 return {p: pp for p, pp in nsqd_clients(port).items() if p != driver.pid}
 
-            wait_until(lambda: bool(readers()) or driver.poll() is not None, timeout=120,
-                       interval=0.02, message="an executor's Python worker reading from nsqd")
-            pid = next(iter(readers()))
-            os.kill(pid, signal.SIGKILL)  # the worker holds unanswered messages: mid-read
-            killed.append(pid)
+            while not killed:
+                found = wait_until(lambda: readers() or driver.poll() is not None, timeout=120,
+                                   interval=0.02,
+                                   message="an executor's Python worker reading from nsqd")
+                assert driver.poll() is None, log.read_text()[-3000:]
+                with contextlib.suppress(ProcessLookupError):  # its read may have just ended
+                    os.kill(next(iter(found)), signal.SIGKILL)
+                    killed.append(next(iter(found)))
         finally:
             holder.release()
 
     one_run(spark, nsqd, tmp_path, [*executors(nsqd, RETRYING), "readIdleTimeout=1.0"],
             kill_a_reader)
     assert killed
+    # Mid-read: the killed worker held messages unanswered, which nsqd timed out and
+    # redelivered (only the pipeline's connections have msgTimeout=4 s).
+    assert channel_stats(nsqd, TOPIC, "parquet")["timeout_count"] > 0
 
 
 def test_read_on_executors_a_worker_dying_between_segment_write_and_fins_repeats_nothing(
@@ -70,3 +77,5 @@ def test_read_on_executors_a_worker_dying_between_segment_write_and_fins_repeats
     one_run(spark, nsqd, tmp_path, executors(nsqd, RETRYING), lambda driver, log: None,
             env={"GNSQLITE_SPARK_FAULT_AFTER_WRITE": str(fault)})
     assert fault.exists()  # a worker wrote its segment and exited before its FINs
+    # nsqd timed its messages out and redelivered them; they were found in the segment.
+    assert channel_stats(nsqd, TOPIC, "parquet")["timeout_count"] > 0
