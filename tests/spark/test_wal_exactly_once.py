@@ -46,7 +46,7 @@ def test_read_on_executors_a_python_worker_sigkilled_mid_read_loses_and_repeats_
     killed: list[int] = []
 
     def kill_a_reader(driver: subprocess.Popen[bytes], log: Path) -> None:
-        holder = Holder(nsqd, 20)
+        holder = Holder(nsqd, 200)
         try:
             def readers() -> dict[int, int]:
                 return {p: pp for p, pp in nsqd_clients(port).items() if p != driver.pid}
@@ -56,9 +56,12 @@ def test_read_on_executors_a_python_worker_sigkilled_mid_read_loses_and_repeats_
                                    interval=0.02,
                                    message="an executor's Python worker reading from nsqd")
                 assert driver.poll() is None, log.read_text()[-3000:]
-                with contextlib.suppress(ProcessLookupError):  # its read may have just ended
-                    os.kill(next(iter(found)), signal.SIGKILL)
-                    killed.append(next(iter(found)))
+                pid = next(iter(found))
+                if not nsqd_clients(port, [pid]):  # its read ended since the scan
+                    continue
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
         finally:
             holder.release()
 
