@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import signal
 import time
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -48,13 +49,15 @@ from .planning import SEGMENT_PREFIX, segment_name
 from .wal import WalStore
 from .wal_rows import Dedup
 
-__all__ = ["FAULT_AFTER_WRITE", "NSQSharePartition", "ShareTaker", "read_share"]
+__all__ = ["FAULT", "NSQSharePartition", "ShareTaker", "read_share"]
 
 log = logging.getLogger(__name__)
 
-#: Test hook: when this environment variable names a file that does not exist yet, the
-#: first worker to write a segment creates it and exits (``os._exit``) before its FINs.
-FAULT_AFTER_WRITE = "GNSQLITE_SPARK_FAULT_AFTER_WRITE"
+#: Test hook: ``<stage>:<file>`` in this environment variable makes the first worker to
+#: reach ``stage`` (``taken``: its share taken, before the segment write; ``written``: the
+#: segment written, before the FINs) create ``file`` and SIGKILL itself. Once ``file``
+#: exists, nothing happens.
+FAULT = "GNSQLITE_SPARK_FAULT"
 
 #: Received messages reach the taker at the latest this long after arriving, in seconds.
 INTAKE_DELAY = 0.005
@@ -114,9 +117,10 @@ def _take(partition: NSQSharePartition, store: WalStore) -> pa.Table | pa.Record
                        partition.segment)
     try:
         messages = hub.call(taker.take)
+        _fault("taken")
         rows = message_rows(messages)
         if store.write_first(partition.segment, rows):
-            _fault_after_write()
+            _fault("written")
             hub.call(taker.finish)
             return rows
         log.info("%r: another attempt wrote the segment first; giving back %d messages",
@@ -130,16 +134,16 @@ def _take(partition: NSQSharePartition, store: WalStore) -> pa.Table | pa.Record
             hub.stop()
 
 
-def _fault_after_write() -> None:
-    """The test hook :data:`FAULT_AFTER_WRITE`: die between the segment write and the FINs."""
-    path = os.environ.get(FAULT_AFTER_WRITE)
-    if not path:
+def _fault(stage: str) -> None:
+    """The test hook :data:`FAULT`: SIGKILL this worker at ``stage``, once."""
+    spec = os.environ.get(FAULT, "")
+    if not spec.startswith(f"{stage}:"):
         return
     try:
-        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        os.close(os.open(spec.split(":", 1)[1], os.O_CREAT | os.O_EXCL | os.O_WRONLY))
     except FileExistsError:
         return
-    os._exit(70)
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 class ShareTaker:

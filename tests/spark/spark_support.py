@@ -56,10 +56,8 @@ def topic_count(server: NsqdServer, topic: str) -> int:
     return int(server.topic_stats(topic).get("message_count", 0))
 
 
-def nsqd_clients(tcp_port: int, among: list[int] | None = None) -> dict[int, int]:
+def nsqd_clients(tcp_port: int) -> dict[int, int]:
     """``{pid: parent pid}`` of every process with a TCP connection to ``tcp_port``, but this one.
-
-    ``among`` limits the look to those processes (a quicker re-check of one).
 
     Read from the process table: the sockets of ``/proc/net/tcp{,6}`` whose
     remote port is ``tcp_port``, matched to their owners through
@@ -80,7 +78,7 @@ def nsqd_clients(tcp_port: int, among: list[int] | None = None) -> dict[int, int
             if state == "01" and int(remote.rsplit(":", 1)[1], 16) == tcp_port:  # ESTABLISHED
                 inodes.add(f"socket:[{inode}]")
     found: dict[int, int] = {}
-    for name in os.listdir("/proc") if among is None else map(str, among):
+    for name in os.listdir("/proc"):
         if not name.isdigit() or int(name) == os.getpid():
             continue
         try:
