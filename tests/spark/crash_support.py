@@ -64,13 +64,14 @@ class Feeder:
 
     def __init__(self, nsqd: NsqdServer, total: int, hold: threading.Event | None = None):
         self.expected = {f"crash-{i:06d}".encode() for i in range(total)}
+        self._ordered = sorted(self.expected)  # what this feeder publishes (others may add)
         self.stop = threading.Event()
         self._nsqd, self._hold = nsqd, hold
         self.thread = threading.Thread(target=self._feed, daemon=True)
 
     def _feed(self) -> None:
         with Producer(self._nsqd.tcp_address) as producer:
-            ordered = sorted(self.expected)
+            ordered = self._ordered
             for start in range(0, len(ordered), 200):
                 if start == len(ordered) // 2 and self._hold and not self._hold.wait(300):
                     return
@@ -132,16 +133,16 @@ def driver_killed_mid_stream(spark: Any, nsqd: NsqdServer, tmp_path: Path, args:
 
 
 def one_run(spark: Any, nsqd: NsqdServer, tmp_path: Path, args: list[str],
-            during: Callable[[subprocess.Popen[bytes], Path], None],
+            during: Callable[[subprocess.Popen[bytes], Path, Feeder], None],
             env: dict[str, str] | None = None, total: int = 6000) -> None:
-    """One driver; ``during(driver, log)`` runs once the feed started."""
+    """One driver; ``during(driver, log, feeder)`` runs once the feed started."""
     feeder = Feeder(nsqd, total)
     log, out = tmp_path / "driver.log", tmp_path / "out"
     driver = start_driver(nsqd, tmp_path, log, *args, env=env)
     try:
         wait_started(driver, log)
         feeder.thread.start()
-        during(driver, log)
+        during(driver, log, feeder)
     except BaseException:
         kill(driver)
         feeder.stop.set()

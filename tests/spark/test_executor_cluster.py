@@ -10,16 +10,19 @@ holds every message once.
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from crash_support import Holder, executors, one_run
+from crash_support import TOPIC, Feeder, Holder, executors, one_run
 from spark_support import nsqd_clients, process_name
 
-from gnsqlite.testing import NsqdServer, wait_until
+from gnsqlite.producer import Producer
+from gnsqlite.testing import NsqdServer
 
 pytestmark = pytest.mark.slow
 
@@ -67,11 +70,21 @@ def test_on_a_local_cluster_every_nsqd_connection_is_an_executors_python_worker(
         return {jvm for jvm, name, _ in readers.values()
                 if "CoarseGrainedExecutorBackend" in name}
 
-    def watch(driver: Any, log: Path) -> None:
+    def watch(driver: Any, log: Path, feeder: Feeder) -> None:
+        """Scan every 20 ms; while both executors were not seen, publish 20 more every 0.25 s."""
         holder = Holder(nsqd, 20)  # the reads wait readIdleTimeout: long enough to be seen
+        deadline = time.monotonic() + 180
         try:
-            wait_until(lambda: len(executors_seen()) >= 2 or driver.poll() is not None,
-                       timeout=180, interval=0.02, message="both executors reading from nsqd")
+            with Producer(nsqd.tcp_address) as producer:
+                for n in itertools.count():
+                    for _ in range(12):
+                        if len(executors_seen()) >= 2 or driver.poll() is not None:
+                            return
+                        time.sleep(0.02)
+                    assert time.monotonic() < deadline, f"both executors reading: {readers}"
+                    more = {f"more-{n:05d}-{i:02d}".encode() for i in range(20)}
+                    feeder.expected |= more  # the output must hold these once too
+                    producer.multi_publish(TOPIC, sorted(more))
         finally:
             holder.release()
 

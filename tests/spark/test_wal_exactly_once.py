@@ -40,7 +40,7 @@ def test_read_on_executors_a_python_worker_sigkilled_mid_read_loses_and_repeats_
     spark: Any, nsqd: NsqdServer, tmp_path: Path
 ) -> None:
     fault = tmp_path / "fault-fired"
-    one_run(spark, nsqd, tmp_path, executors(nsqd, RETRYING), lambda driver, log: None,
+    one_run(spark, nsqd, tmp_path, executors(nsqd, RETRYING), lambda driver, log, feeder: None,
             env={"GNSQLITE_SPARK_FAULT": f"taken:{fault}"})
     assert fault.exists()  # a worker took its share and was SIGKILLed before writing it
     # It held its messages unanswered: nsqd timed them out and delivered them again.
@@ -51,7 +51,7 @@ def test_read_on_executors_a_worker_killed_between_segment_write_and_fins_repeat
     spark: Any, nsqd: NsqdServer, tmp_path: Path
 ) -> None:
     fault = tmp_path / "fault-fired"
-    one_run(spark, nsqd, tmp_path, executors(nsqd, RETRYING), lambda driver, log: None,
+    one_run(spark, nsqd, tmp_path, executors(nsqd, RETRYING), lambda driver, log, feeder: None,
             env={"GNSQLITE_SPARK_FAULT": f"written:{fault}"})
     assert fault.exists()  # a worker wrote its segment and was SIGKILLed before its FINs
     # nsqd timed its messages out and redelivered them; they were found in the segment.
