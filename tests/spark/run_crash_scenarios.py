@@ -21,8 +21,9 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 SCENARIOS = [
     "test_read_on_executors_a_sigkilled_driver_restarted_writes_every_message_once",
-    "test_read_on_executors_a_python_worker_sigkilled_mid_read_loses_and_repeats_nothing",
-    "test_read_on_executors_a_worker_killed_between_segment_write_and_fins_repeats_nothing",
+    "test_read_on_executors_a_python_worker_sigkilled_loses_and_repeats_nothing[mid-read]",
+    "test_read_on_executors_a_python_worker_sigkilled_loses_and_repeats_nothing"
+    "[between-segment-write-and-fins]",
     "test_a_sigkilled_driver_restarted_on_its_checkpoint_writes_every_message_once",
 ]
 
