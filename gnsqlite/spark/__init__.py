@@ -27,8 +27,24 @@ option fails the query at start with an error naming it.
 Guarantees
 ----------
 
-**Source with option ``walLocation``: replayable, exactly-once with an
-idempotent sink.** See :mod:`gnsqlite.spark.wal_source`: messages are
+Option ``readOn`` says where messages are consumed: ``driver`` (the
+default: one Python process beside the driver, with or without a WAL) or
+``executors``; each query logs one WARNING at start naming its mode and
+guarantee.
+
+**Source with ``readOn=executors`` (needs ``walLocation``): exactly-once
+with an idempotent sink, ingest growing with the executors.** See
+:mod:`gnsqlite.spark.executor_source`: the driver plans each batch from
+nsqd's ``/stats`` (depth and in-flight count per nsqd) as shares, one
+Spark partition each; every task subscribes to its nsqd, takes its share,
+writes it as a segment named by (batch, partition) under ``walLocation``
+(first writer wins; a loser gives its messages back) and FINishes only
+once it is durable (:mod:`gnsqlite.spark.executor_read`). A partition read
+again reads its segment; a redelivery already in a segment is FINished
+and dropped.
+
+**Source on the driver with option ``walLocation``: replayable,
+exactly-once with an idempotent sink.** See :mod:`gnsqlite.spark.wal_source`: messages are
 written to Arrow IPC segments under ``walLocation`` (through ``pyarrow.fs``)
 and FINished once durable; offsets name segments and rows, so a re-planned
 batch reads the same rows; ``walMaxBytes`` bounds the uncommitted WAL; a

@@ -45,6 +45,10 @@ class NSQDataSource(DataSource):
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """The streaming source (write-ahead-logged with ``walLocation``); validates the options."""
         options = parse_source_options(dict(self.options))
+        if options.read_on == "executors":
+            from .executor_source import NSQExecutorStreamReader
+
+            return NSQExecutorStreamReader(options)
         if options.wal_location is not None:
             from .wal_source import NSQWalStreamReader
 

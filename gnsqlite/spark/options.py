@@ -30,6 +30,7 @@ from ..protocol import DEFAULT_MAX_RDY_COUNT, check_channel_name, check_topic_na
 
 __all__ = [
     "OPTIONS",
+    "READ_ON",
     "SinkOptions",
     "SourceOptions",
     "Spec",
@@ -92,6 +93,17 @@ OPTIONS: tuple[Spec, ...] = (
           " log, one per query; every executor must be able to read it. Set: exactly-once with"
           " an idempotent sink. Unset: messages are held unfinished at nsqd until Spark commits,"
           " at-least-once"),
+    _spec("readOn", SOURCE, str, "driver", None, "",
+          "Where messages are consumed: `driver` (one process beside the driver, the default) or"
+          " `executors` (each task of a batch subscribes and takes its share itself; needs"
+          " walLocation, and nsqdHttpAddresses with nsqdTcpAddresses)"),
+    _spec("nsqdHttpAddresses", SOURCE, str, "", None, "",
+          "readOn=executors with nsqdTcpAddresses: the HTTP addresses `host:4151` of the same"
+          " nsqd, in the same order (the driver plans from their /stats)"),
+    _spec("readTimeout", SOURCE, float, 10.0, 0.1, "s",
+          "readOn=executors: a task takes its share within this long at most"),
+    _spec("readIdleTimeout", SOURCE, float, 0.5, 0.01, "s",
+          "readOn=executors: a task ends its read once no message arrived for this long"),
     _spec("walMaxBytes", SOURCE, int, 1 << 30, 1, "bytes",
           "Uncommitted WAL above this: the source stops taking messages (RDY 0) until Spark"
           " commits"),
@@ -276,6 +288,14 @@ class SourceOptions:
     wal_segment_messages: int = 2500
     wal_flush_interval: float = 0.05
     wal_batch_delay: float = 2.0
+    read_on: str = "driver"
+    nsqd_http_addresses: tuple[str, ...] = ()
+    read_timeout: float = 10.0
+    read_idle_timeout: float = 0.5
+
+
+#: The values of option ``readOn``.
+READ_ON = ("driver", "executors")
 
 
 @dataclass(frozen=True)
@@ -330,6 +350,21 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
     else:
         max_in_flight = v["maxInFlight"] or 2 * per_batch
     connections = v["connectionsPerNsqd"] or -(-max_in_flight // DEFAULT_MAX_RDY_COUNT)
+    read_on = v["readOn"].lower()
+    nsqd_http = _addresses("nsqdHttpAddresses", v["nsqdHttpAddresses"])
+    if read_on not in READ_ON:
+        raise ConfigError(f"option readOn={v['readOn']!r}: use one of {', '.join(READ_ON)}")
+    if read_on == "executors":
+        if wal is None:
+            raise ConfigError(
+                "option readOn=executors needs walLocation: storage every executor can reach"
+                " (a local path on one machine, hdfs://, s3:// ...)"
+            )
+        if nsqd and len(nsqd_http) != len(nsqd):
+            raise ConfigError(
+                "option readOn=executors with nsqdTcpAddresses needs nsqdHttpAddresses: the"
+                f" HTTP address (host:4151) of each of the {len(nsqd)} nsqd, in the same order"
+            )
     return SourceOptions(
         topic=topic,
         channel=channel,
@@ -350,6 +385,10 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         wal_segment_messages=v["walSegmentMessages"] or -(-max_in_flight // 2),
         wal_flush_interval=v["walFlushInterval"],
         wal_batch_delay=v["walBatchDelay"],
+        read_on=read_on,
+        nsqd_http_addresses=nsqd_http,
+        read_timeout=v["readTimeout"],
+        read_idle_timeout=v["readIdleTimeout"],
     )
 
 

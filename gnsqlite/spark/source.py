@@ -25,58 +25,36 @@ after :meth:`NSQStreamReader.commit` returned, a few writes per connection
 from __future__ import annotations
 
 import logging
-import os
 import time
 import uuid
 from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import gevent
 import gevent.event
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
 from ..conn import Connection
 from ..consumer import Consumer
 from ..errors import NSQConnectionError
 from ..message import Message, finish_all
-from ._hub import HubThread
-from ._shutdown import started, stopping
 from .arrow_rows import NSQPartition, RowCache, message_rows, pack_rows, split_rows, unpack_rows
 from .consuming import (
-    HOLD_WAIT,
-    ReadMaxRows,
-    SupportsTriggerAvailableNow,
     await_fill,
     close_all,
     hold_first_batch,
     rdy_shares,
-    read_limit,
     set_rdy,
     source_consumer,
-    stop_in_hub,
     wait_subscribed,
 )
 from .flood import FLOOD_WINDOW, FloodMeter
 from .ledger import Ledger
 from .options import SourceOptions
+from .shell import SourceShell
 
-__all__ = [
-    "HOLD_WAIT",
-    "NO_WAL_WARNING",
-    "NSQPartition",
-    "NSQStreamReader",
-    "ReadMaxRows",
-    "SCHEMA",
-    "SupportsTriggerAvailableNow",
-    "close_all",
-    "rdy_shares",
-    "read_limit",
-    "set_rdy",
-    "source_consumer",
-    "wait_subscribed",
-]
+__all__ = ["NO_WAL_WARNING", "NSQStreamReader", "SCHEMA"]
 
 log = logging.getLogger(__name__)
 
@@ -104,19 +82,24 @@ FIN_CHUNK = 10_000
 
 
 
-class NSQStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
-    """The ``nsq`` streaming source; Spark calls it, users do not.
+class NSQStreamReader(SourceShell):
+    """The ``nsq`` streaming source without a WAL (``readOn=driver``); Spark calls it.
 
     The constructor starts nothing: the hub thread and the consumer start
     at Spark's first call (``initialOffset``/``latestOffset``/...), in the
-    process that holds the reader. Spark pickles this object to the
-    executors for :meth:`read`; only the options travel.
+    process that holds the reader (:class:`~gnsqlite.spark.shell.SourceShell`).
+    Spark pickles this object to the executors for :meth:`read`; only the
+    options and the session travel.
     """
 
+    partition_type = NSQPartition
+    hub_name = "gnsqlite-source"
+    warning = NO_WAL_WARNING
+    _pickled = ("_session",)
+
     def __init__(self, options: SourceOptions) -> None:
-        self.options = options
+        super().__init__(options)
         self._session = f"{uuid.uuid4().hex[:16]}"
-        self._hub: HubThread | None = None
         self._consumers: list[Consumer] = []  # connectionsPerNsqd of them, sharing the RDY budget
         self._ledger: Ledger[Message] | None = None
         self._toucher: gevent.Greenlet[[], None] | None = None
@@ -130,38 +113,14 @@ class NSQStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
         self._waiting_since = 0.0  # time.monotonic() since buffered messages wait for a batch
         self._started_at = 0.0
         self._cutoff_ns: int | None = None  # Trigger.AvailableNow: take messages up to this
-        self._pid = 0
-        self._stopped = False
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"options": self.options, "_session": self._session}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["options"])  # type: ignore[misc]
-        self._session = state["_session"]
 
     def __repr__(self) -> str:
         o = self.options
         return f"<NSQStreamReader {o.topic}/{o.channel} session={self._session}>"
 
-    # -- lifecycle (Spark's thread) -------------------------------------------
+    # -- hub-thread side: the mode's hooks -------------------------------------------
 
-    def _ensure_started(self) -> HubThread:
-        if self._stopped:
-            raise NSQConnectionError(f"{self.options.topic}/{self.options.channel}",
-                                     "the nsq source was stopped")
-        if self._hub is not None and self._pid == os.getpid():
-            return self._hub
-        self._pid = os.getpid()
-        hub = HubThread(f"gnsqlite-source-{self.options.topic}")
-        hub.start()
-        self._hub = hub
-        started(self)  # and SIGTERM handled: see _shutdown
-        log.warning(NO_WAL_WARNING, self.options.topic, self.options.channel)
-        hub.call(self._start_consumer)
-        return hub
-
-    def _start_consumer(self) -> None:
+    def _start(self) -> None:
         o = self.options
         self._ledger = Ledger(self._session)
         self._rows = RowCache()
@@ -181,23 +140,13 @@ class NSQStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
         log.info("%r: consuming with max_in_flight=%d over %d connections per nsqd", self,
                  o.max_in_flight, o.connections_per_nsqd)
 
-    def stop(self) -> None:
-        """Spark ends the query: requeue every unfinished message, close, end the thread.
+    def _stop(self) -> None:
+        """Spark ends the query: requeue every unfinished message, close (in the hub).
 
         Messages of batches Spark has not committed to the source (at least
         the last batch, see :mod:`gnsqlite.spark`) go back to nsqd with
-        ``REQ 0`` and are delivered again to the next run. Blocks until
-        they are sent and the connections closed (at most ``stopTimeout``
-        + 10 s); a SIGTERM arriving meanwhile (Spark ends the process)
-        raises ``SystemExit`` only once that is done.
+        ``REQ 0`` and are delivered again to the next run.
         """
-        self._stopped = True
-        with stopping(self) as mine:
-            if mine:
-                hub, self._hub = self._hub, None
-                stop_in_hub(self, hub, self._stop_consumer, self.options.stop_timeout + 10.0)
-
-    def _stop_consumer(self) -> None:
         if self._toucher is not None:
             self._toucher.kill()
         if self._finisher is not None:
@@ -214,8 +163,6 @@ class NSQStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
         if released:
             log.info("%r: stopping; requeued %d unfinished messages", self, len(released))
         close_all(consumers, self.options.stop_timeout)
-
-    # -- hub-thread side ---------------------------------------------------------
 
     def _on_batch(self, messages: list[Message]) -> None:
         """Take what the consumer received (its worker greenlet, in the hub); never blocks.
@@ -391,7 +338,7 @@ class NSQStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
             arrival.clear()
             arrival.wait(min(o.available_now_idle_timeout, o.start_timeout) - quiet)
 
-    def _initial_offset(self) -> dict[str, Any]:
+    def _initial(self) -> dict[str, Any]:
         ledger = self._ledger
         assert ledger is not None
         self._first_connection()
@@ -430,18 +377,7 @@ class NSQStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
             self._finish_wake.set()
         return len(done)
 
-    # -- Spark's API (Spark's thread) ----------------------------------------------
-
-    def initialOffset(self) -> dict[str, Any]:
-        """The offset a new query starts from: this session, nothing read yet."""
-        hub = self._ensure_started()
-        return hub.call(self._initial_offset)
-
-    def getDefaultReadLimit(self) -> Any:
-        """``maxMessagesPerBatch`` as Spark's read limit."""
-        if ReadMaxRows is None:  # pragma: no cover - PySpark 4.0/4.1
-            return None
-        return ReadMaxRows(self.options.max_messages_per_batch)
+    # -- Spark's API (Spark's thread; the rest is the shell's) ---------------------
 
     def prepareForTriggerAvailableNow(self) -> None:
         """Trigger.AvailableNow: read what nsqd received up to now, then end.
@@ -452,41 +388,6 @@ class NSQStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
         """
         self._cutoff_ns = time.time_ns()
 
-    def latestOffset(
-        self, start: dict[str, Any] | None = None, limit: Any = None
-    ) -> dict[str, Any]:
-        """Take the buffered messages (within ``limit``) into a new batch; blocks briefly."""
-        hub = self._ensure_started()
-        max_rows, min_rows = read_limit(limit, self.options.max_messages_per_batch)
-        return hub.call(self._latest, start, max_rows, min_rows)
-
-    def reportLatestOffset(self) -> dict[str, Any] | None:
-        """The offset that would cover every message held now, and the backlog; does not block.
-
-        Spark shows it as the source's ``latestOffset`` in the query's
-        progress (and uses it for nothing else): ``buffered`` counts messages
-        received and not yet in a batch, ``held`` every message held
-        unfinished at nsqd (buffered, or in a batch Spark has not committed).
-        """
-        hub = self._hub
-        if hub is None or not hub.running or self._pid != os.getpid():
-            return None
-        return hub.call(self._report_latest)
-
-    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        """The batch from ``start`` to ``end``, split into ``numPartitions`` partitions."""
-        hub = self._ensure_started()
-        return hub.call(self._partitions, start, end)
-
-    def commit(self, end: dict[str, Any]) -> None:
-        """Spark committed every batch up to ``end``: FIN their messages at nsqd."""
-        hub = self._ensure_started()
-        finished = hub.call(self._commit, end)
-        if finished:
-            log.debug("%r: committed %s, finished %d messages", self, end, finished)
-
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """The rows of ``partition`` as Arrow record batches (on an executor; opens nothing)."""
-        if not isinstance(partition, NSQPartition):
-            raise TypeError(f"the nsq source cannot read {partition!r}: not an NSQPartition")
+    def _read(self, partition: NSQPartition) -> Iterator[pa.RecordBatch]:
+        """The rows of ``partition`` (on an executor; opens nothing)."""
         return unpack_rows(partition.data, partition.topic)

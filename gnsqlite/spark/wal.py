@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import re
+import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -102,10 +103,7 @@ class WalStore:
 
     def write(self, number: int, batch: pa.RecordBatch) -> Segment:
         """Write ``batch`` as segment ``number``; returns once it is durable (see module doc)."""
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_file(sink, batch.schema) as writer:
-            writer.write_batch(batch)
-        data = sink.getvalue()
+        data = _ipc_file(batch)
         name = segment_name(number, batch.num_rows)
         final = self._file(name)
         tmp = final + ".tmp"
@@ -120,22 +118,57 @@ class WalStore:
             raise self._fail("write", tmp, exc) from exc
         return Segment(number, name, batch.num_rows, data.size)
 
-    def _write_local(self, tmp: str, final: str, data: pa.Buffer) -> None:
-        with open(tmp, "wb") as f:
-            f.write(memoryview(data))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, final)
-        fd = os.open(os.path.dirname(final), os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+    def write_first(self, name: str, batch: pa.RecordBatch) -> bool:
+        """Write ``batch`` as file ``name`` unless it exists; ``True`` if this call created it.
 
-    def delete(self, segments: Sequence[Segment]) -> None:
-        """Delete ``segments`` (committed by Spark); raises :class:`WalStorageError`."""
-        for segment in segments:
-            path = self._file(segment.name)
+        Returns once the file is durable (see the module doc). Of two calls
+        racing for one name, one wins and the other returns ``False``,
+        leaving the winner's file as it is: on a local filesystem by a hard
+        link, which fails if the name exists; elsewhere by checking before
+        the move, so two writers on an object store (S3) racing within that
+        window may both see ``True`` (the second file replaces the first).
+        """
+        data = _ipc_file(batch)
+        final = self._file(name)
+        tmp = f"{final}.{uuid.uuid4().hex[:12]}.tmp"
+        try:
+            self.fs.create_dir(self.path, recursive=True)
+            if self.local:
+                return self._write_local(tmp, final, data, exclusive=True)
+            if self.exists(name):
+                return False
+            with self.fs.open_output_stream(tmp) as out:
+                out.write(data)
+            if self.exists(name):
+                self.fs.delete_file(tmp)
+                return False
+            self.fs.move(tmp, final)
+            return True
+        except (pa.ArrowException, OSError) as exc:
+            raise self._fail("write", tmp, exc) from exc
+
+    def exists(self, name: str) -> bool:
+        """True if file ``name`` exists under the location (blocks on the storage)."""
+        path = self._file(name)
+        try:
+            info = self.fs.get_file_info(path)
+        except (pa.ArrowException, OSError) as exc:
+            raise self._fail("stat", path, exc) from exc
+        return bool(info.type != pafs.FileType.NotFound)
+
+    def listing(self, prefix: str) -> list[pafs.FileInfo]:
+        """The files under the location whose names start with ``prefix`` (none: no directory)."""
+        try:
+            infos = self.fs.get_file_info(pafs.FileSelector(self.path, allow_not_found=True))
+        except (pa.ArrowException, OSError) as exc:
+            raise self._fail("listing", self.path, exc) from exc
+        return [i for i in infos if i.base_name.startswith(prefix)
+                and not i.base_name.endswith(".tmp")]
+
+    def delete_names(self, names: Sequence[str]) -> None:
+        """Delete the files ``names``; a missing one is skipped; raises :class:`WalStorageError`."""
+        for name in names:
+            path = self._file(name)
             try:
                 self.fs.delete_file(path)
             except FileNotFoundError:
@@ -143,10 +176,40 @@ class WalStore:
             except (pa.ArrowException, OSError) as exc:
                 raise self._fail("delete", path, exc) from exc
 
+    def _write_local(self, tmp: str, final: str, data: pa.Buffer,
+                     exclusive: bool = False) -> bool:
+        with open(tmp, "wb") as f:
+            f.write(memoryview(data))
+            f.flush()
+            os.fsync(f.fileno())
+        won = True
+        if exclusive:
+            try:
+                os.link(tmp, final)
+            except FileExistsError:
+                won = False
+            os.unlink(tmp)
+        else:
+            os.replace(tmp, final)
+        fd = os.open(os.path.dirname(final), os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return won
+
+    def delete(self, segments: Sequence[Segment]) -> None:
+        """Delete ``segments`` (committed by Spark); raises :class:`WalStorageError`."""
+        self.delete_names([segment.name for segment in segments])
+
     def read(self, piece: Slice) -> Iterator[pa.RecordBatch]:
         """The record batches of ``piece`` (rows ``lo`` to ``hi`` of one segment file)."""
         table = self._table(piece.name)
         yield from table.slice(piece.lo, piece.rows).to_batches()
+
+    def read_file(self, name: str) -> pa.Table:
+        """Every row of file ``name`` (blocks on the storage)."""
+        return self._table(name)
 
     def _table(self, name: str) -> pa.Table:
         path = self._file(name)
@@ -160,3 +223,11 @@ class WalStore:
         """The message ids in ``segment``."""
         ids: list[Any] = self._table(segment.name).column("id").to_pylist()
         return [str(i) for i in ids]
+
+
+def _ipc_file(batch: pa.RecordBatch) -> pa.Buffer:
+    """``batch`` as the bytes of an Arrow IPC file."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    return sink.getvalue()

@@ -44,7 +44,6 @@ a redelivery without writing it again.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -52,34 +51,27 @@ from typing import Any
 import gevent
 import gevent.event
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
 from ..consumer import Consumer
 from ..errors import NSQConnectionError
 from ..message import Message, finish_all
-from ._hub import HubThread
-from ._shutdown import started, stopping
 from .arrow_rows import WIRE_ID, message_rows
 from .consuming import (
-    HOLD_WAIT,
-    ReadMaxRows,
-    SupportsTriggerAvailableNow,
     await_fill,
     close_all,
     hold_first_batch,
     rdy_shares,
-    read_limit,
     set_rdy,
     source_consumer,
-    stop_in_hub,
     wait_subscribed,
 )
 from .options import SourceOptions
 from .segments import Position, SegmentIndex, offset, position, split_slices
+from .shell import SourceShell
 from .wal import WalStorageError, WalStore
 from .wal_rows import Dedup, NSQWalPartition, read_partition
 
-__all__ = ["HOLD_WAIT", "NSQWalPartition", "NSQWalStreamReader", "read_partition"]
+__all__ = ["DRIVER_WAL_WARNING", "NSQWalStreamReader"]
 
 log = logging.getLogger(__name__)
 
@@ -87,22 +79,33 @@ log = logging.getLogger(__name__)
 #: (the consumer's ``batch_timeout``; bursts reach it at once, as starvation or a full batch).
 INTAKE_DELAY = 0.005
 
+#: Logged once per query, when the WAL source reading on the driver starts.
+DRIVER_WAL_WARNING = (
+    "nsq source %s/%s reads on the driver (readOn=driver) into the write-ahead log at %s:"
+    " exactly-once with an idempotent sink; every message passes through this one process,"
+    " so ingest does not grow with the cluster: on a cluster set option readOn=executors"
+)
 
-class NSQWalStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
-    """The ``nsq`` streaming source with a write-ahead log; Spark calls it, users do not.
+
+class NSQWalStreamReader(SourceShell):
+    """The ``nsq`` streaming source with a write-ahead log, read on the driver; Spark calls it.
 
     The constructor starts nothing: the store is listed and the consumer
-    started at Spark's first call, in the process that holds the reader.
-    Spark pickles this object to the executors for :meth:`read`; only the
-    options travel.
+    started at Spark's first call, in the process that holds the reader
+    (:class:`~gnsqlite.spark.shell.SourceShell`). Spark pickles this object
+    to the executors for :meth:`read`; only the options travel.
     """
+
+    partition_type = NSQWalPartition
+    hub_name = "gnsqlite-wal-source"
+    warning = DRIVER_WAL_WARNING
+    stop_grace = 30.0
 
     def __init__(self, options: SourceOptions, store: WalStore | None = None) -> None:
         if options.wal_location is None:
             raise ValueError("NSQWalStreamReader needs option walLocation")
-        self.options = options
+        super().__init__(options)
         self._store = store
-        self._hub: HubThread | None = None
         self._consumers: list[Consumer] = []  # connectionsPerNsqd of them
         self._index = SegmentIndex()
         self._durable_at: dict[int, float] = {}  # segment number -> time.monotonic() written
@@ -122,36 +125,11 @@ class NSQWalStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
         self._available_now = False
         self._answered = False  # latestOffset answered once in this process
         self._available_now_end: Position | None = None
-        self._pid = 0
-        self._stopped = False
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {"options": self.options}
+    # -- the mode's hooks ----------------------------------------------------------
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["options"])  # type: ignore[misc]
-
-    def __repr__(self) -> str:
-        o = self.options
-        return f"<NSQWalStreamReader {o.topic}/{o.channel} wal={o.wal_location}>"
-
-    @property
-    def store(self) -> WalStore:
-        """The WAL's storage (opened lazily)."""
-        if self._store is None:
-            assert self.options.wal_location is not None
-            self._store = WalStore(self.options.wal_location)
-        return self._store
-
-    # -- lifecycle (Spark's thread) -------------------------------------------
-
-    def _ensure_started(self, *offsets: Mapping[str, Any] | None) -> HubThread:
-        if self._stopped:
-            raise NSQConnectionError(f"{self.options.topic}/{self.options.channel}",
-                                     "the nsq source was stopped")
-        if self._hub is not None and self._pid == os.getpid():
-            return self._hub
-        self._pid = os.getpid()
+    def _prepare(self, offsets: Sequence[Mapping[str, Any] | None]) -> None:
+        """List the WAL (Spark's thread, before the hub starts); number new segments above it."""
         segments = self.store.prepare()
         self._index = SegmentIndex(segments)
         # New segments are numbered above every file and every offset Spark
@@ -164,14 +142,8 @@ class NSQWalStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
             log.info("%r: %d segments (%d rows, %d bytes) in the WAL at start", self,
                      len(segments), self._index.rows_after(self._index.first()),
                      self._index.size)
-        hub = HubThread(f"gnsqlite-wal-source-{self.options.topic}")
-        hub.start()
-        self._hub = hub
-        started(self)  # and SIGTERM handled: see _shutdown
-        hub.call(self._start_consumer)
-        return hub
 
-    def _start_consumer(self) -> None:
+    def _start(self) -> None:
         o = self.options
         self._wake = gevent.event.Event()
         self._grown = gevent.event.Event()
@@ -189,20 +161,11 @@ class NSQWalStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
         log.info("%r: consuming with max_in_flight=%d over %d connections per nsqd into %s",
                  self, o.max_in_flight, o.connections_per_nsqd, self.store.location)
 
-    def stop(self) -> None:
-        """Spark ends the query: give back unwritten messages, close, end the thread.
+    def _stop(self) -> None:
+        """Spark ends the query: give back unwritten messages, close (in the hub).
 
-        What is in the WAL stays there for the next run of the query. Blocks
-        (at most ``stopTimeout`` + 30 s); a SIGTERM arriving meanwhile raises
-        ``SystemExit`` only once the give-back is done.
+        What is in the WAL stays there for the next run of the query.
         """
-        self._stopped = True
-        with stopping(self) as mine:
-            if mine:
-                hub, self._hub = self._hub, None
-                stop_in_hub(self, hub, self._stop_consumer, self.options.stop_timeout + 30.0)
-
-    def _stop_consumer(self) -> None:
         consumers = self._consumers
         set_rdy(consumers, 0)
         writer = self._writer
@@ -222,8 +185,6 @@ class NSQWalStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
             message.requeue(0.0, backoff=False)
         if buffered:
             log.info("%r: gave back %d messages not yet in the WAL", self, len(buffered))
-
-    # -- hub-thread side ---------------------------------------------------------
 
     def _on_batch(self, messages: list[Message]) -> None:
         """Take what the consumer received (its worker greenlet, in the hub); never blocks.
@@ -437,18 +398,7 @@ class NSQWalStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
         return {**offset(index.end()), "walRows": index.rows_after(index.first()),
                 "walBytes": index.size, "buffered": len(self._buffer) + self._writing}
 
-    # -- Spark's API (Spark's thread) ----------------------------------------------
-
-    def initialOffset(self) -> dict[str, int]:
-        """The start of a new query: the oldest segment in the WAL (or segment 0)."""
-        hub = self._ensure_started()
-        return hub.call(self._initial)
-
-    def getDefaultReadLimit(self) -> Any:
-        """``maxMessagesPerBatch`` as Spark's read limit."""
-        if ReadMaxRows is None:  # pragma: no cover - PySpark 4.0/4.1
-            return None
-        return ReadMaxRows(self.options.max_messages_per_batch)
+    # -- Spark's API (Spark's thread; the rest is the shell's) ---------------------
 
     def prepareForTriggerAvailableNow(self) -> None:
         """Trigger.AvailableNow: read the WAL and what arrives until the topic goes quiet.
@@ -459,37 +409,6 @@ class NSQWalStreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
         """
         self._available_now = True
 
-    def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None
-                     ) -> dict[str, int]:
-        """The end of the next batch: up to ``limit`` rows of durable segments. Does not wait."""
-        hub = self._ensure_started(start)
-        max_rows, min_rows = read_limit(limit, self.options.max_messages_per_batch)
-        return hub.call(self._latest, start, max_rows, min_rows)
-
-    def reportLatestOffset(self) -> dict[str, int] | None:
-        """The position after every durable row, and the backlog (Spark's progress); no block.
-
-        ``walRows``/``walBytes``: uncommitted WAL; ``buffered``: received, not yet durable.
-        """
-        hub = self._hub
-        if hub is None or not hub.running or self._pid != os.getpid():
-            return None
-        return hub.call(self._report_latest)
-
-    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        """The batch from ``start`` to ``end``: slices of segment files in ``numPartitions``."""
-        hub = self._ensure_started(start, end)
-        return hub.call(self._partitions, start, end)
-
-    def commit(self, end: dict[str, Any]) -> None:
-        """Spark committed every batch up to ``end``: delete the segments before it."""
-        hub = self._ensure_started(end)
-        rows = hub.call(self._commit, end)
-        if rows:
-            log.debug("%r: committed %s, deleted segments of %d rows", self, end, rows)
-
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """Yield the partition's rows as Arrow record batches (runs on an executor)."""
-        if not isinstance(partition, NSQWalPartition):
-            raise TypeError(f"the nsq source cannot read {partition!r}: not an NSQWalPartition")
+    def _read(self, partition: NSQWalPartition) -> Iterator[pa.RecordBatch]:
+        """The partition's slices of segment files (on an executor)."""
         return read_partition(partition)

@@ -54,3 +54,49 @@ def drained(server: NsqdServer, topic: str, channel: str) -> bool:
 def topic_count(server: NsqdServer, topic: str) -> int:
     """How many messages ``topic`` received, by nsqd's stats (0 if it does not exist)."""
     return int(server.topic_stats(topic).get("message_count", 0))
+
+
+def nsqd_clients(tcp_port: int) -> dict[int, int]:
+    """``{pid: parent pid}`` of every process with a TCP connection to ``tcp_port``, but this one.
+
+    Read from the process table: the sockets of ``/proc/net/tcp{,6}`` whose
+    remote port is ``tcp_port``, matched to their owners through
+    ``/proc/<pid>/fd``. Processes that end while being read are skipped.
+    """
+    import os
+
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                lines = f.readlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            remote, state, inode = fields[2], fields[3], fields[9]
+            if state == "01" and int(remote.rsplit(":", 1)[1], 16) == tcp_port:  # ESTABLISHED
+                inodes.add(f"socket:[{inode}]")
+    found: dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            fds = os.listdir(f"/proc/{name}/fd")
+            if not any(os.readlink(f"/proc/{name}/fd/{fd}") in inodes for fd in fds):
+                continue
+            with open(f"/proc/{name}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        found[int(name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    return found
+
+
+def process_name(pid: int) -> str:
+    """The command line of ``pid`` (spaces between arguments), or "" if it ended."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""

@@ -70,7 +70,7 @@ def test_spark_calls_reach_the_ledger_only_through_the_hub_thread(
 def test_the_source_consumer_dead_letters_what_it_gives_up(nsqd: NsqdServer) -> None:
     from gnsqlite.deadletter import decode_envelope
     from gnsqlite.message import Message
-    from gnsqlite.spark.source import source_consumer
+    from gnsqlite.spark.consuming import source_consumer
 
     publish(nsqd, [b"kept", b"failing"], TOPIC)
     options = source_options(
@@ -132,10 +132,20 @@ def test_the_source_without_a_wal_warns_once_at_start_naming_the_mode_and_wal_lo
     assert 'option("walLocation"' in text and "exactly-once" in text
 
 
-def test_the_source_with_a_wal_does_not_warn(
+def test_the_source_with_a_wal_warns_once_naming_its_mode_and_guarantee(
     nsqd: NsqdServer, caplog: pytest.LogCaptureFixture, tmp_path: Any
 ) -> None:
-    assert _warnings_from_a_query_start(nsqd, caplog, walLocation=str(tmp_path / "wal")) == []
+    wal = str(tmp_path / "wal")
+    on_driver = _warnings_from_a_query_start(nsqd, caplog, walLocation=wal)
+    assert len(on_driver) == 1, on_driver
+    assert "readOn=driver" in on_driver[0] and wal in on_driver[0]
+    assert "exactly-once" in on_driver[0] and "readOn=executors" in on_driver[0]
+    on_executors = _warnings_from_a_query_start(nsqd, caplog, walLocation=wal,
+                                                readOn="executors",
+                                                nsqdHttpAddresses=nsqd.http_address)
+    assert len(on_executors) == 1, on_executors
+    assert "reads on the executors (readOn=executors)" in on_executors[0]
+    assert "exactly-once" in on_executors[0] and wal in on_executors[0]
 
 
 def test_a_batch_is_not_capped_by_nsqds_default_max_rdy_count(nsqd: NsqdServer) -> None:
@@ -205,7 +215,8 @@ def test_a_batch_travels_as_arrow_and_reads_back_as_record_batches_of_the_schema
 
     import pyarrow as pa
 
-    from gnsqlite.spark.source import SCHEMA, NSQPartition, NSQStreamReader
+    from gnsqlite.spark.arrow_rows import NSQPartition
+    from gnsqlite.spark.source import SCHEMA, NSQStreamReader
 
     count = 1000
     bodies = [b"arrow-%04d" % i for i in range(count)]
@@ -250,8 +261,9 @@ def test_while_a_backlog_drains_a_batch_waits_to_fill_up_to_max_messages_per_bat
     # backlog arriving at full speed would otherwise go out in small batches,
     # each paying Spark's fixed cost per batch.
     import gnsqlite.spark.source
+    from gnsqlite.spark.consuming import HOLD_WAIT
     from gnsqlite.spark.flood import FloodMeter
-    from gnsqlite.spark.source import HOLD_WAIT, NSQStreamReader
+    from gnsqlite.spark.source import NSQStreamReader
 
     # By default a flood is 1,250 messages within 50 ms. On a loaded machine the
     # drain pauses longer than that (a batch of 10,012 rows in a CI run; under three

@@ -19,9 +19,10 @@ from gnsqlite.testing import NsqdServer, wait_until
 
 pytest.importorskip("pyspark", reason="the spark extra (PySpark) is not installed")
 
+from gnsqlite.spark.consuming import HOLD_WAIT
 from gnsqlite.spark.options import parse_source_options
 from gnsqlite.spark.wal import WalStorageError, WalStore
-from gnsqlite.spark.wal_source import HOLD_WAIT, NSQWalStreamReader
+from gnsqlite.spark.wal_source import NSQWalStreamReader
 
 TOPIC = "walled"
 CHANNEL = "spark"
