@@ -155,6 +155,7 @@ class Ledger:
     fin_failed: set[str] = field(default_factory=set)
     settled_handlings: int = 0
     settled_acked: int = 0
+    settled_given_up: int = 0
     _settled: bytearray = field(default_factory=bytearray)
     _settled_dups: collections.Counter[str] = field(default_factory=collections.Counter)
 
@@ -217,6 +218,9 @@ class Ledger:
         """Fold the handled numbers below ``below`` into counters, to keep memory flat.
 
         A later handling of a settled number counts as a ``late`` duplicate.
+        The given-up numbers below ``below`` and the ``E_FIN_FAILED`` ids of
+        the settled handlings are folded too (``given_up`` and ``fin_failed``
+        keep the unsettled ones only).
         """
         if len(self._settled) * 8 < below:
             self._settled.extend(bytes(below // 8 + 1 - len(self._settled)))
@@ -226,10 +230,18 @@ class Ledger:
             runs = self.handlings.pop(number)
             self._settled_dups.update(_causes(runs, self.transit, self.fin_failed))
             self.settled_handlings += len(runs)
-            if number in self.acked:
-                self.acked.discard(number)
-                self.settled_acked += 1
-            self._settled[number // 8] |= 1 << (number % 8)
+            self.fin_failed.difference_update(run.message_id for run in runs)
+            self._settle_number(number)
+        for number in [n for n in self.given_up if n < below]:
+            del self.given_up[number]
+            self.settled_given_up += 1
+            self._settle_number(number)
+
+    def _settle_number(self, number: int) -> None:
+        if number in self.acked:
+            self.acked.discard(number)
+            self.settled_acked += 1
+        self._settled[number // 8] |= 1 << (number % 8)
 
     def _is_settled(self, number: int) -> bool:
         index = number // 8
@@ -262,7 +274,7 @@ class Ledger:
         dups = self.duplicates()
         return (
             f"acked {self.acked_count} (+{self.unacked} unacked) handled {self.handled_count}"
-            f" lost {len(self.lost())} given up {len(self.given_up)}"
+            f" lost {len(self.lost())} given up {len(self.given_up) + self.settled_given_up}"
             f" duplicates {sum(dups.values())} {dups} failures {self.failures}"
         )
 

@@ -44,6 +44,21 @@ def test_settling_forgets_deliveries_below_the_mark() -> None:
     assert ledger.lost() == [] and ledger.explain_lost() == "none"
 
 
+def test_settling_folds_given_up_numbers_and_fin_failed_ids_so_the_books_stay_flat() -> None:
+    """A long soak settles every minute: nothing of a settled number may stay behind."""
+    ledger = Ledger()
+    for number in (3, 4, 30):
+        ledger.ack(number)
+    ledger.server_error(None, Exception("E_FIN_FAILED FIN id3 failed"))
+    ledger.handled(3, Handling("id3", None, False, True))
+    ledger.gave_up(message(4, 6))
+    ledger.gave_up(message(30, 6))
+    ledger.settle(10)
+    assert ledger.fin_failed == set() and ledger.given_up == {30: 6}
+    assert ledger.acked == {30} and ledger.lost() == []
+    assert "given up 2" in ledger.summary() and ledger.acked_count == 3
+
+
 def test_a_slow_delivery_that_completes_after_its_redelivery_explains_the_duplicate() -> None:
     """Handlings are listed as they complete: the timed-out one may come second."""
     ledger = Ledger(transit=0.6)
