@@ -116,7 +116,7 @@ def open_fds() -> int:
         return -1
 
 
-@dataclass
+@dataclass(slots=True)  # a soak keeps minutes of them: a third of the size of a dict's
 class Handling:
     """One completed handler run: the message id, its connection, and how it ended."""
 
