@@ -90,6 +90,12 @@ def test_stall_holds_bytes_until_resume_and_delay_adds_latency(
 ) -> None:
     proxy = fault_proxy(echo)
     sock = dial(proxy)
+    stall_then_delay(proxy, sock)
+    sock.close()
+
+
+def stall_then_delay(proxy: FaultProxy | ProxyProcess, sock: socket.socket) -> None:
+    """A stall holds bytes until resume(); a delay holds each chunk, once each way."""
     proxy.stall()
     sock.sendall(b"held")
     sock.settimeout(0.3)
@@ -103,7 +109,6 @@ def test_stall_holds_bytes_until_resume_and_delay_adds_latency(
     sock.sendall(b"late")
     assert sock.recv(100) == b"late"
     assert time.monotonic() - started >= 0.4  # held once each way
-    sock.close()
 
 
 def test_refused_when_the_server_is_down() -> None:
@@ -135,19 +140,7 @@ def test_proxy_process_applies_each_fault_in_its_child(echo: str) -> None:
     with ProxyProcess(echo) as proxy:
         assert proxy.pid is not None and proxy.rss_bytes() > 0
         sock = dial(proxy)
-        proxy.stall()
-        sock.sendall(b"held")
-        sock.settimeout(0.3)
-        with pytest.raises(TimeoutError):
-            sock.recv(100)
-        proxy.resume()
-        sock.settimeout(5.0)
-        assert sock.recv(100) == b"held"
-        proxy.delay(0.2)
-        started = time.monotonic()
-        sock.sendall(b"late")
-        assert sock.recv(100) == b"late"
-        assert time.monotonic() - started >= 0.4  # held once each way
+        stall_then_delay(proxy, sock)
         proxy.delay(0.0)
         assert proxy.cut() == 1
         with pytest.raises(ConnectionResetError):
