@@ -21,7 +21,8 @@ redelivery, give-up) can be told from growth on it.
 Once a minute it prints what was published and handled, duplicates by cause,
 RSS, the memory tracemalloc traces (and its own overhead, which RSS includes),
 open fds, live greenlets, the live objects of gnsqlite's classes by type and
-the size of the run's books. At the end of the warm-up (``--warmup`` minutes)
+the size of the run's books (every 10 s they fold the numbers published a
+minute ago and before into counts). At the end of the warm-up (``--warmup`` minutes)
 and at the end it snapshots the traced memory and prints its growth by owner
 (client, books, other) and the top tracebacks that grew.
 
@@ -57,15 +58,18 @@ from gnsqlite.testing.faults import (
     Ledger,
     live_greenlets,
     open_fds,
+    rss_bytes,
     seed_from_env,
 )
-from gnsqlite.testing.memory import MemoryWatch, count_objects
+from gnsqlite.testing.memory import MemoryWatch, count_objects, trim_malloc
 from gnsqlite.testing.proxy_process import ProxyProcess
 
 TOPIC = "soak"
 CHANNEL = "soak"
 MAX_IN_FLIGHT = 50
 MiB = 1024 * 1024
+SETTLE_AFTER = 60.0  # seconds: numbers published this long ago are folded into counts
+SETTLE_EVERY = 10.0  # seconds
 #: The classes whose live instances each minute's line shows (short names).
 WATCHED = ("Connection", "Link", "Message", "Timer", "greenlet")
 
@@ -80,6 +84,7 @@ class Sample:
     rss: int
     traced: int
     overhead: int  # tracemalloc's own bytes (in rss, not in traced)
+    trimmed: int  # rss after malloc_trim(0) (0: not asked)
     fds: int
     greenlets: int
     queued: int
@@ -100,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rss-tolerance", type=float, default=24.0, help="MiB")
     parser.add_argument("--traced-tolerance", type=float, default=2.0, help="MiB")
     parser.add_argument("--trace-frames", type=int, default=12, help="0: no tracemalloc")
+    parser.add_argument("--malloc-trim", action="store_true",
+                        help="each minute, also the RSS after glibc's malloc_trim(0)")  # fmt: skip
     parser.add_argument("--report-every", type=float, default=60.0, help="seconds")
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else seed_from_env()
@@ -128,14 +135,18 @@ def main(argv: list[str] | None = None) -> int:
         fail_rate=0.02 if args.faults else 0.0,
         slow_rate=0.005 if args.faults else 0.0,
     )
-    producer = Producer([pub_address], timeout=5.0, heartbeat_interval=1.0)
+    # With faults, heartbeats every second: a stall must be noticed. Without,
+    # 5 s: the warm-up snapshot blocks the hub for seconds, which a 2 s
+    # silence limit would take for a dead connection (a fault of our making).
+    heartbeat = 1.0 if args.faults else 5.0
+    producer = Producer([pub_address], timeout=5.0, heartbeat_interval=heartbeat)
     consumer = Consumer(
         TOPIC,
         CHANNEL,
         handler,
         nsqd_tcp_addresses=[sub_address],
         max_in_flight=MAX_IN_FLIGHT,
-        heartbeat_interval=1.0,
+        heartbeat_interval=heartbeat,
         backoff=None,  # failures requeue without slowing the consumer down
         requeue_delay=0.1,
         max_reconnect_interval=1.0,
@@ -181,23 +192,32 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 injector.inject()
 
+    def settle() -> None:
+        # Every SETTLE_EVERY s, fold what was published SETTLE_AFTER s ago and
+        # before: the books hold about a minute of numbers, not several.
+        marks: list[tuple[float, int]] = []
+        while not state["stop"]:
+            gevent.sleep(SETTLE_EVERY)
+            now = time.monotonic()
+            marks.append((now, published))
+            old = [mark for mark in marks if now - mark[0] >= SETTLE_AFTER]
+            if old:
+                ledger.settle(old[-1][1])
+                marks = [mark for mark in marks if mark[0] > old[-1][0]]
+
     producer.start()
     consumer.start()
-    workers = [gevent.spawn(publish)]
+    workers = [gevent.spawn(publish), gevent.spawn(settle)]
     if args.faults:
         workers.append(gevent.spawn(faults))
     started = time.monotonic()
-    settle_marks: list[int] = []
     baseline: collections.Counter[str] | None = None
     try:
         minute = 0
         while time.monotonic() - started < args.minutes * 60:
             gevent.sleep(min(args.report_every, args.minutes * 60 - (time.monotonic() - started)))
             minute += 1
-            settle_marks.append(published)
-            if len(settle_marks) > 2:  # numbers published 2+ minutes ago are settled
-                ledger.settle(settle_marks[-3])
-            sample = take_sample(minute, published, ledger, consumer)
+            sample = take_sample(minute, published, ledger, consumer, args.malloc_trim)
             samples.append(sample)
             print_sample(sample, ledger, injector, state["restarts"], proxies)
             if minute == args.warmup:
@@ -246,13 +266,16 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def take_sample(minute: int, published: int, ledger: Ledger, consumer: Consumer) -> Sample:
+def take_sample(
+    minute: int, published: int, ledger: Ledger, consumer: Consumer, trim: bool
+) -> Sample:
     """One minute's figures (counting objects blocks for a few ms per 100k live objects)."""
     objects = count_objects()
     memory = MemoryWatch.sample()
+    trimmed = rss_bytes() if trim and trim_malloc() else 0
     return Sample(minute, published, ledger.acked_count, ledger.handled_count,
                   sum(ledger.duplicates().values()), memory.rss, memory.traced, memory.overhead,
-                  open_fds(), len(live_greenlets()), consumer.stats()["queued"],
+                  trimmed, open_fds(), len(live_greenlets()), consumer.stats()["queued"],
                   objects)  # fmt: skip
 
 
@@ -274,7 +297,9 @@ def print_sample(
     print(
         f"minute {sample.minute:3d}: published {sample.published} acked {sample.acked}"
         f" handled {sample.handled} duplicates {sample.duplicates} {ledger.duplicates()}"
-        f" rss {sample.rss / MiB:.1f} MiB traced {sample.traced / MiB:.2f} MiB"
+        f" rss {sample.rss / MiB:.1f} MiB"
+        + (f" (trimmed {sample.trimmed / MiB:.1f})" if sample.trimmed else "")
+        + f" traced {sample.traced / MiB:.2f} MiB"
         f" tracemalloc {sample.overhead / MiB:.1f} MiB fds {sample.fds}"
         f" greenlets {sample.greenlets} queued {sample.queued} objects {watched}"
         f" books {books} faults {dict(injector.counts)} restarts {restarts}"

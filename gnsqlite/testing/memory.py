@@ -20,6 +20,8 @@ both. Nothing here starts a greenlet or a thread.
 from __future__ import annotations
 
 import collections
+import ctypes
+import ctypes.util
 import gc
 import linecache
 import tracemalloc
@@ -27,7 +29,7 @@ from dataclasses import dataclass
 
 from .faults import live_greenlets, rss_bytes
 
-__all__ = ["Growth", "MemoryWatch", "Sample", "count_objects", "owner_of"]
+__all__ = ["Growth", "MemoryWatch", "Sample", "count_objects", "owner_of", "trim_malloc"]
 
 #: File name parts whose allocations are the accounts of a run, not the client's.
 BOOKS = ("/gnsqlite/testing/", "/benchmarks/")
@@ -49,6 +51,23 @@ def count_objects(prefix: str = "gnsqlite.") -> collections.Counter[str]:
             counts[f"{module}.{cls.__qualname__}"] += 1
     counts["greenlet"] = len(live_greenlets())
     return counts
+
+
+def trim_malloc() -> bool:
+    """Ask glibc to return the free memory it holds to the system (``malloc_trim(0)``).
+
+    RSS that falls after it was free memory the allocator kept, not live
+    data. ``False`` where there is no glibc. Blocks for milliseconds.
+    """
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return False
+    try:
+        trim = ctypes.CDLL(name).malloc_trim
+    except (OSError, AttributeError):
+        return False
+    trim(0)
+    return True
 
 
 def owner_of(traceback: tracemalloc.Traceback) -> str:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 import tracemalloc
 
 import pytest
 
 from gnsqlite.config import ConsumerConfig
-from gnsqlite.testing.memory import MemoryWatch, count_objects, owner_of
+from gnsqlite.testing.memory import MemoryWatch, count_objects, owner_of, trim_malloc
 
 
 def test_count_objects_counts_live_library_objects_by_class() -> None:
@@ -49,3 +50,8 @@ def test_growth_names_the_traceback_that_grew_since_the_mark() -> None:
         MemoryWatch().growth()
     with pytest.raises(ValueError, match="frames must be 1 or more"):
         MemoryWatch(frames=0)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_trim")
+def test_trim_malloc_reaches_glibc() -> None:
+    assert trim_malloc() is True
