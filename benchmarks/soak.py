@@ -214,12 +214,15 @@ def main(argv: list[str] | None = None) -> int:
     baseline: collections.Counter[str] | None = None
     try:
         minute = 0
-        while time.monotonic() - started < args.minutes * 60:
-            gevent.sleep(min(args.report_every, args.minutes * 60 - (time.monotonic() - started)))
+        end = started + args.minutes * 60
+        while time.monotonic() < end:
+            # Ticks on the clock (the sampling's own seconds do not push them back).
+            tick = min(started + (minute + 1) * args.report_every, end)
+            gevent.sleep(max(0.0, tick - time.monotonic()))
             minute += 1
             sample = take_sample(minute, published, ledger, consumer, args.malloc_trim)
             samples.append(sample)
-            print_sample(sample, ledger, injector, state["restarts"], proxies)
+            print_sample(sample, ledger, injector, state["restarts"], proxies, started)
             if minute == args.warmup:
                 baseline = sample.objects
                 if watch is not None:
@@ -285,6 +288,7 @@ def print_sample(
     injector: FaultInjector,
     restarts: int,
     proxies: list[ProxyProcess],
+    started: float,
 ) -> None:
     watched = {name: sum(n for key, n in sample.objects.items() if key.rsplit(".", 1)[-1] == name)
                for name in WATCHED}  # fmt: skip
@@ -295,7 +299,8 @@ def print_sample(
              "connections": len(held)}  # fmt: skip
     proxy_rss = " ".join(f"{p.rss_bytes() / MiB:.1f}" for p in proxies)
     print(
-        f"minute {sample.minute:3d}: published {sample.published} acked {sample.acked}"
+        f"minute {sample.minute:3d} (at {time.monotonic() - started:.0f} s):"
+        f" published {sample.published} acked {sample.acked}"
         f" handled {sample.handled} duplicates {sample.duplicates} {ledger.duplicates()}"
         f" rss {sample.rss / MiB:.1f} MiB"
         + (f" (trimmed {sample.trimmed / MiB:.1f})" if sample.trimmed else "")
