@@ -24,6 +24,8 @@ import ctypes
 import ctypes.util
 import gc
 import linecache
+import os
+import tempfile
 import tracemalloc
 from dataclasses import dataclass
 
@@ -109,7 +111,7 @@ class MemoryWatch:
         if frames < 1:
             raise ValueError(f"frames must be 1 or more, not {frames!r}")
         self.frames = frames
-        self._mark: tracemalloc.Snapshot | None = None
+        self._mark: str | None = None  # the marked snapshot's file (kept out of memory)
 
     def start(self) -> MemoryWatch:
         """Start tracing (if not already tracing). Does not block."""
@@ -119,8 +121,13 @@ class MemoryWatch:
 
     def stop(self) -> None:
         """Stop tracing and drop the mark."""
-        self._mark = None
+        self._drop_mark()
         tracemalloc.stop()
+
+    def _drop_mark(self) -> None:
+        path, self._mark = self._mark, None
+        if path is not None:
+            os.unlink(path)
 
     @staticmethod
     def sample() -> Sample:
@@ -129,8 +136,17 @@ class MemoryWatch:
         return Sample(rss_bytes(), traced, tracemalloc.get_tracemalloc_memory())
 
     def mark(self) -> None:
-        """Take the snapshot later ones are compared with (blocks while it copies every trace)."""
-        self._mark = self._snapshot()
+        """Take the snapshot later ones are compared with (blocks while it copies every trace).
+
+        It is written to a temporary file, so the traced memory that follows
+        does not include it.
+        """
+        self._drop_mark()
+        fd, path = tempfile.mkstemp(prefix="gnsqlite-mark-", suffix=".tracemalloc")
+        os.close(fd)
+        self._mark = path
+        snapshot = self._snapshot()
+        snapshot.dump(path)
 
     def growth(self, top: int = 15, context: int = 6) -> Growth:
         """Compare a fresh snapshot with the mark (blocks, as :meth:`mark` does).
@@ -140,7 +156,7 @@ class MemoryWatch:
         """
         if self._mark is None:
             raise RuntimeError("MemoryWatch.growth() needs mark() first")
-        diffs = self._snapshot().compare_to(self._mark, "traceback")
+        diffs = self._snapshot().compare_to(tracemalloc.Snapshot.load(self._mark), "traceback")
         by_owner: collections.Counter[str] = collections.Counter(books=0, client=0, other=0)
         for diff in diffs:
             by_owner[owner_of(diff.traceback)] += diff.size_diff
