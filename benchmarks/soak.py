@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
                 producer.publish(TOPIC, str(number).encode())
                 ledger.ack(number)
             except NSQError:
-                ledger.unacked += 1
+                ledger.publish_failed(number)
             next_at += period
             gevent.sleep(max(0.0, next_at - time.monotonic()))
 
