@@ -89,6 +89,7 @@ class Sample:
     greenlets: int
     queued: int
     objects: collections.Counter[str] = field(default_factory=collections.Counter)
+    causes: dict[str, int] = field(default_factory=dict)  # duplicates by cause
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -136,9 +137,10 @@ def main(argv: list[str] | None = None) -> int:
         slow_rate=0.005 if args.faults else 0.0,
     )
     # With faults, heartbeats every second: a stall must be noticed. Without,
-    # 5 s: the warm-up snapshot blocks the hub for seconds, which a 2 s
+    # the default 30 s: sampling a large heap under tracemalloc blocks the
+    # hub for seconds on a loaded machine (8 s seen), which a shorter
     # silence limit would take for a dead connection (a fault of our making).
-    heartbeat = 1.0 if args.faults else 5.0
+    heartbeat = 1.0 if args.faults else 30.0
     producer = Producer([pub_address], timeout=5.0, heartbeat_interval=heartbeat)
     consumer = Consumer(
         TOPIC,
@@ -275,11 +277,12 @@ def take_sample(
     """One minute's figures (counting objects blocks for a few ms per 100k live objects)."""
     objects = count_objects()
     memory = MemoryWatch.sample()
+    dups = ledger.duplicates()
     trimmed = rss_bytes() if trim and trim_malloc() else 0
     return Sample(minute, published, ledger.acked_count, ledger.handled_count,
-                  sum(ledger.duplicates().values()), memory.rss, memory.traced, memory.overhead,
+                  sum(dups.values()), memory.rss, memory.traced, memory.overhead,
                   trimmed, open_fds(), len(live_greenlets()), consumer.stats()["queued"],
-                  objects)  # fmt: skip
+                  objects, dups)  # fmt: skip
 
 
 def print_sample(
@@ -301,7 +304,7 @@ def print_sample(
     print(
         f"minute {sample.minute:3d} (at {time.monotonic() - started:.0f} s):"
         f" published {sample.published} acked {sample.acked}"
-        f" handled {sample.handled} duplicates {sample.duplicates} {ledger.duplicates()}"
+        f" handled {sample.handled} duplicates {sample.duplicates} {sample.causes}"
         f" rss {sample.rss / MiB:.1f} MiB"
         + (f" (trimmed {sample.trimmed / MiB:.1f})" if sample.trimmed else "")
         + f" traced {sample.traced / MiB:.2f} MiB"
