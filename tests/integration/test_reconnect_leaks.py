@@ -87,3 +87,24 @@ def test_many_reconnects_leave_no_more_live_objects_than_a_few_do(
     assert grown(after_few, after_many) == {}, f"after {FEW} and {FEW + MANY} reconnects"
     wheel = TimerWheel.for_hub()
     assert wheel.queue.entries <= len(wheel) + 2 * COMPACT_AT
+
+
+def test_a_publish_that_waited_for_a_reconnect_is_let_go_once_it_succeeded(
+    nsqd: NsqdServer,
+) -> None:
+    """Its give-up timer held the attempt, its request and the connections it tried
+    until the deadline (the publish timeout), long after nsqd had taken it."""
+    producer = Producer([nsqd.tcp_address], timeout=60.0, reconnect_interval=0.01,
+                        max_reconnect_interval=0.05)  # fmt: skip
+    producer.start()
+    try:
+        nsqd.stop()
+        wait_until(lambda: not producer.connections, timeout=10, message="producer lost nsqd")
+        results = [producer.publish_async("leaks", b"parked") for _ in range(20)]
+        nsqd.start()
+        assert [result.get(timeout=20) for result in results] == [b"OK"] * 20
+        wait_until(lambda: count_objects()["gnsqlite.producer_attempt.Attempt"] == 0,
+                   timeout=5, message="the published attempts freed")  # fmt: skip
+        assert all("_expire" not in repr(t) for t in TimerWheel.for_hub().owned_by(producer))
+    finally:
+        producer.close()
