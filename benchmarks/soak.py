@@ -2,7 +2,7 @@
 
 Not a test: run it by hand, ``python benchmarks/soak.py --minutes 30``. It
 starts an nsqd (the real one when ``GNSQLITE_NSQD`` names its binaries, else
-the embedded broker) with a short message timeout and runs:
+the embedded broker; a 3 s message timeout with faults, 60 s without) and runs:
 
 * a publisher: numbered messages at ``--rate`` per second;
 * a consumer (``max_in_flight`` 50, no backoff).
