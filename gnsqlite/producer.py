@@ -250,6 +250,11 @@ class Producer(Deadlines, PublishCounting):
         self._connected.set()
         waiting, self._waiting = self._waiting, []
         for attempt in waiting:
+            if attempt.expiry is not None:
+                # Let go of it now, not at its deadline: the timer holds the
+                # attempt, its request and the connections it tried.
+                attempt.expiry.cancel()
+                attempt.expiry = None
             self._dispatch(attempt)
 
     def _on_close(self, conn: Connection, error: Exception | None) -> None:
@@ -491,7 +496,7 @@ class Producer(Deadlines, PublishCounting):
             self._give_up(attempt)
             return
         self._waiting.append(attempt)
-        self._wheel.call_later(remaining, self._expire, attempt, owner=self)
+        attempt.expiry = self._wheel.call_later(remaining, self._expire, attempt, owner=self)
 
     def _expire(self, attempt: Attempt) -> None:
         if attempt in self._waiting:

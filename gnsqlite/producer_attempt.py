@@ -50,8 +50,8 @@ class Attempt:
     """
 
     __slots__ = (
-        "_result", "command", "conn", "data", "deadline", "ended", "error", "errors", "messages",
-        "producer", "timeout", "topic", "tried", "value", "wake",
+        "_result", "command", "conn", "data", "deadline", "ended", "error", "errors", "expiry",
+        "messages", "producer", "timeout", "topic", "tried", "value", "wake",
     )  # fmt: skip
 
     def __init__(
@@ -75,6 +75,8 @@ class Attempt:
         # While a caller blocks in Producer._wait for it: what wakes that caller
         # (cheaper than a link on the result, which publish_async callers use).
         self.wake: Waiter[None] | None = None
+        #: While it waits for a connection: the timer that gives it up at its deadline.
+        self.expiry: Timer | None = None
 
     @property
     def result(self) -> gevent.event.AsyncResult[bytes]:

@@ -36,6 +36,14 @@ __all__ = ["Timer", "TimerQueue", "TimerWheel"]
 
 log = logging.getLogger(__name__)
 
+#: Cancelled entries the heap may hold (and more than its live ones) before it
+#: is rebuilt without them.
+COMPACT_AT = 64
+
+
+def _released(*args: Any) -> None:
+    """What a cancelled timer calls: nothing (its callback and args are let go)."""
+
 
 class Timer:
     """A scheduled call; :meth:`cancel` stops it (and its repeats)."""
@@ -65,10 +73,15 @@ class Timer:
         return f"<Timer {getattr(self.callback, '__qualname__', self.callback)} {kind} {state}>"
 
     def cancel(self) -> bool:
-        """Stop the timer; ``True`` if it was still active. Safe to call twice."""
+        """Stop the timer; ``True`` if it was still active. Safe to call twice.
+
+        Lets go of its callback, args and owner at once (its deadline may be
+        a minute away: a heartbeat watchdog's), so a closed connection it
+        pointed to is freed now.
+        """
         if not self.active:
             return False
-        self._queue.discard(self)
+        self._queue.cancel(self)
         return True
 
     def fire(self) -> bool:
@@ -88,14 +101,22 @@ class TimerQueue:
     """The pure part of the wheel: a heap of deadlines, grouped by owner.
 
     Nothing here reads a clock: :meth:`schedule` takes the deadline and
-    :meth:`pop_due` takes ``now``. Cancelled entries stay in the heap until
-    they surface, and are skipped then.
+    :meth:`pop_due` takes ``now``. A cancelled entry lets go of what it
+    referred to at once, and stays in the heap until it surfaces (it is
+    skipped then) or until cancelled entries are more than
+    :data:`COMPACT_AT` and than the live ones: the heap is rebuilt then.
     """
 
     def __init__(self) -> None:
         self._heap: list[tuple[float, int, Timer]] = []
         self._seq = itertools.count()
         self._owners: dict[object, set[Timer]] = {}
+        self._cancelled = 0  # cancellations since the heap was last rebuilt (an upper bound)
+
+    @property
+    def entries(self) -> int:
+        """The heap's size: active timers plus cancelled ones not yet dropped."""
+        return len(self._heap)
 
     def __len__(self) -> int:
         return sum(len(timers) for timers in self._owners.values())
@@ -120,9 +141,23 @@ class TimerQueue:
         return timer
 
     def discard(self, timer: Timer) -> None:
-        """Cancel ``timer`` (it is skipped when its deadline comes)."""
+        """Deactivate ``timer`` (a one-shot about to fire: it keeps its callback)."""
         timer.active = False
         self._forget(timer)
+
+    def cancel(self, timer: Timer) -> None:
+        """Cancel ``timer``: deactivate it and let go of its callback, args and owner."""
+        self.discard(timer)
+        self._release(timer)
+
+    def _release(self, timer: Timer) -> None:
+        timer.callback, timer.args, timer.owner = _released, (), None
+        self._cancelled += 1
+        heap = self._heap
+        if self._cancelled > COMPACT_AT and 2 * self._cancelled > len(heap):
+            heap[:] = [entry for entry in heap if entry[2].active]
+            heapq.heapify(heap)
+            self._cancelled = 0
 
     def _forget(self, timer: Timer) -> None:
         timers = self._owners.get(timer.owner)
@@ -136,6 +171,7 @@ class TimerQueue:
         timers = self._owners.pop(owner, set())
         for timer in timers:
             timer.active = False
+            self._release(timer)
         return len(timers)
 
     def owned_by(self, owner: object) -> list[Timer]:

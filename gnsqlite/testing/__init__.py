@@ -9,6 +9,10 @@
   stalls its connections on command; :class:`PieceProxy` hands the server's
   bytes to the client a few at a time, to prove a client copes with reads
   that end anywhere.
+* :mod:`gnsqlite.testing.proxy_process`: a :class:`FaultProxy` in a child
+  process, so a run that measures its memory does not count the proxy's;
+  :mod:`gnsqlite.testing.memory`: live objects by class and traced memory
+  by owner, for leak tests and the soak.
 * :func:`wait_until`: poll a condition with a timeout instead of sleeping.
 * :mod:`gnsqlite.testing.plugin`: the pytest fixtures (``nsqd``,
   ``nsqlookupd``, ``nsq_cluster``, ``nsqd_factory``, ``fault_proxy``,

@@ -85,7 +85,7 @@ def run(
                 producer.publish(TOPIC, str(number).encode())
                 ledger.ack(number)
             except NSQError:
-                ledger.unacked += 1
+                ledger.publish_failed(number)
             gevent.sleep(0.002)
 
     def inject() -> None:

@@ -11,6 +11,8 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from gnsqlite.testing import FaultProxy, PieceProxy, wait_until
+from gnsqlite.testing.faults import rss_bytes
+from gnsqlite.testing.proxy_process import ProxyProcess
 
 
 @pytest.fixture
@@ -45,10 +47,14 @@ def echo() -> Iterator[str]:
             sock.close()
 
 
-def dial(proxy: FaultProxy) -> socket.socket:
+def dial(proxy: FaultProxy | ProxyProcess) -> socket.socket:
     host, port = proxy.address.split(":")
     sock = socket.create_connection((host, int(port)), timeout=5.0)
-    wait_until(lambda: proxy.connections, timeout=5, message="proxy accepted")
+    if isinstance(proxy, FaultProxy):
+        wait_until(lambda: proxy.connections, timeout=5, message="proxy accepted")
+    else:  # a round trip proves the child accepted and forwards
+        sock.sendall(b"hi")
+        assert sock.recv(100) == b"hi"
     return sock
 
 
@@ -84,6 +90,12 @@ def test_stall_holds_bytes_until_resume_and_delay_adds_latency(
 ) -> None:
     proxy = fault_proxy(echo)
     sock = dial(proxy)
+    stall_then_delay(proxy, sock)
+    sock.close()
+
+
+def stall_then_delay(proxy: FaultProxy | ProxyProcess, sock: socket.socket) -> None:
+    """A stall holds bytes until resume(); a delay holds each chunk, once each way."""
     proxy.stall()
     sock.sendall(b"held")
     sock.settimeout(0.3)
@@ -97,7 +109,6 @@ def test_stall_holds_bytes_until_resume_and_delay_adds_latency(
     sock.sendall(b"late")
     assert sock.recv(100) == b"late"
     assert time.monotonic() - started >= 0.4  # held once each way
-    sock.close()
 
 
 def test_refused_when_the_server_is_down() -> None:
@@ -122,3 +133,28 @@ def test_piece_proxy_still_validates() -> None:
         PieceProxy("127.0.0.1:1", piece_size=0)
     with pytest.raises(ValueError, match="delay must be 0 s or more"):
         FaultProxy("127.0.0.1:1").delay(-1)
+
+
+def test_proxy_process_applies_each_fault_in_its_child(echo: str) -> None:
+    """The soak's proxies run out of its process: same faults, none of its memory."""
+    with ProxyProcess(echo) as proxy:
+        assert proxy.pid is not None and proxy.rss_bytes() > 0
+        sock = dial(proxy)
+        stall_then_delay(proxy, sock)
+        proxy.delay(0.0)
+        assert proxy.cut() == 1
+        with pytest.raises(ConnectionResetError):
+            sock.sendall(b"x")
+            sock.recv(100)
+        sock.close()
+        other = dial(proxy)
+        assert proxy.half_close("client") == 1
+        assert other.recv(100) == b""
+        other.close()
+        with pytest.raises(ValueError, match="toward must be"):
+            proxy.half_close("sideways")
+        with pytest.raises(ValueError, match="delay must be 0 s or more"):
+            proxy.delay(-1)
+        assert rss_bytes() > 0
+    with pytest.raises(RuntimeError, match="not running"):
+        proxy.cut()

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import gevent
 import gevent.event
 import pytest
 
-from gnsqlite.timers import TimerQueue, TimerWheel
+from gnsqlite.timers import COMPACT_AT, TimerQueue, TimerWheel
 
 pytestmark = pytest.mark.no_server
 
@@ -119,3 +122,37 @@ def test_a_fired_one_shot_timer_is_forgotten() -> None:
     assert calls == [1]
     assert q.owned_by("o") == []
     assert len(q) == 0
+
+
+class Held:
+    """Something a timer's callback refers to (a connection, with its buffers)."""
+
+    def ping(self) -> None:
+        pass
+
+
+def test_a_cancelled_timer_lets_go_of_what_it_referred_to_before_its_deadline() -> None:
+    """A closed connection's 60 s heartbeat watchdog must not keep it alive for a minute."""
+    q = TimerQueue()
+    held, owner = Held(), Held()
+    watched = weakref.ref(held), weakref.ref(owner)
+    timer = q.schedule(60.0, held.ping, (held,), owner=owner)
+    q.schedule(61.0, held.ping, owner=owner)
+    assert timer.cancel() and q.cancel_owner(owner) == 1
+    del held, owner
+    gc.collect()
+    assert [ref() for ref in watched] == [None, None]
+    assert q.next_deadline() is None and q.pop_due(100.0) == []
+
+
+def test_cancelled_entries_do_not_pile_up_in_the_heap() -> None:
+    """A reconnect storm cancels a far-off timer per connection: the heap stays small."""
+    q = TimerQueue()
+    keep = q.schedule(1e9, print, owner="kept")
+    for n in range(5000):
+        q.schedule(1000.0 + n, print, owner=n).cancel()
+        q.schedule(1000.0 + n, print, owner=f"o{n}")
+        q.cancel_owner(f"o{n}")
+    assert q.entries <= 2 * COMPACT_AT + 2
+    assert len(q) == 1 and q.owned_by("kept") == [keep]
+    assert q.next_deadline() == 1e9

@@ -1,0 +1,57 @@
+"""What a soak's memory report rests on: live objects by class, traced growth by owner."""
+
+from __future__ import annotations
+
+import sys
+import tracemalloc
+
+import pytest
+
+from gnsqlite.config import ConsumerConfig
+from gnsqlite.testing.memory import MemoryWatch, count_objects, owner_of, trim_malloc
+
+
+def test_count_objects_counts_live_library_objects_by_class() -> None:
+    name = "gnsqlite.config.ConsumerConfig"
+    before = count_objects()[name]
+    kept = [ConsumerConfig() for _ in range(5)]
+    assert count_objects()[name] == before + 5
+    del kept
+    assert count_objects()[name] == before  # collected: only reachable objects count
+
+
+def frames(*filenames: str) -> tracemalloc.Traceback:
+    """A traceback through ``filenames``, oldest first (as tracemalloc orders them)."""
+    return tracemalloc.Traceback(tuple((name, 1) for name in reversed(filenames)))
+
+
+def test_owner_of_puts_what_a_ledger_keeps_on_the_books() -> None:
+    client = "/src/gnsqlite/consumer/link.py"
+    books = "/src/gnsqlite/testing/faults.py"
+    assert owner_of(frames("/usr/lib/python3.11/socket.py", client)) == "client"
+    assert owner_of(frames(client, books, "/src/gnsqlite/message.py")) == "books"
+    assert owner_of(frames("/src/benchmarks/soak.py")) == "books"
+    assert owner_of(frames("/usr/lib/python3.11/heapq.py")) == "other"
+
+
+def test_growth_names_the_traceback_that_grew_since_the_mark() -> None:
+    watch = MemoryWatch(frames=4).start()
+    try:
+        watch.mark()
+        grown = [bytearray(1000) for _ in range(100)]  # ~100 KiB, allocated in this file
+        growth = watch.growth(top=3)
+        assert growth.by_owner["other"] >= 100 * 1000  # a test file is neither client nor books
+        assert "test_memory_watch.py" in "\n".join(growth.top[:3])
+        assert watch.sample().traced > 0
+        del grown
+    finally:
+        watch.stop()
+    with pytest.raises(RuntimeError, match=r"needs mark\(\) first"):
+        MemoryWatch().growth()
+    with pytest.raises(ValueError, match="frames must be 1 or more"):
+        MemoryWatch(frames=0)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_trim")
+def test_trim_malloc_reaches_glibc() -> None:
+    assert trim_malloc() is True
