@@ -149,8 +149,9 @@ def _nsq_tcp_port_hint(
     nsqd and nsqlookupd read four bytes of protocol magic, answer
     ``E_BAD_PROTOCOL`` and close. With the rest of the request unread that
     close is a reset, which can beat the answer: then the same four bytes are
-    sent alone, so the answer arrives whole (blocks up to ``timeout`` seconds
-    twice at most). ``None`` when the server is no NSQ TCP port.
+    sent alone and the answer read until the server closes (it may come in
+    pieces: nsqd writes the frame's size, type and text separately); blocks
+    up to ``timeout`` seconds per read. ``None`` when the server is no NSQ TCP port.
     """
     line = str(failure.args[0]) if failure.args else ""  # BadStatusLine's, in latin-1
     if isinstance(failure, http.client.BadStatusLine) and line:
@@ -162,7 +163,12 @@ def _nsq_tcp_port_hint(
         try:
             sock.settimeout(timeout)
             sock.sendall(b"GET ")
-            answer = sock.recv(64)
+            answer = b""
+            while len(answer) < 64:  # nsqd writes size, type and text as three writes
+                chunk = sock.recv(64 - len(answer))
+                if not chunk:
+                    break
+                answer += chunk
         finally:
             sock.close()
     except OSError:

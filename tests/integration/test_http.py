@@ -18,7 +18,7 @@ import gevent.server
 import pytest
 
 import gnsqlite.http
-from gnsqlite.errors import BrokenConnectionError, ConfigError, NSQTimeoutError
+from gnsqlite.errors import BrokenConnectionError, ConfigError, NSQTimeoutError, WrongPortError
 from gnsqlite.http import HTTPError, LookupdClient, NsqdHTTPClient, http_request
 from gnsqlite.testing.waiting import wait_until
 
@@ -133,6 +133,37 @@ def test_a_silent_server_times_out() -> None:
         with pytest.raises(NSQTimeoutError, match=address):
             NsqdHTTPClient(address, timeout=0.2).ping()
         assert time.monotonic() - started < 1.0
+    finally:
+        server.stop(timeout=0)
+
+
+def test_an_nsq_tcp_port_answering_in_pieces_after_a_reset_is_named() -> None:
+    """The reset beat nsqd's E_BAD_PROTOCOL, and the probe's answer came as nsqd writes it.
+
+    nsqd answers a wrong magic with three writes (size, frame type, text); the
+    probe must read until the close, not take the first piece (a CI run on the
+    real nsqd read only the size and reported "Connection reset by peer").
+    """
+    error_text = b"E_BAD_PROTOCOL"
+    connections: list[int] = []
+
+    def nsqd_tcp_port(sock: Any, _addr: Any) -> None:
+        connections.append(1)
+        sock.recv(4)  # the magic; the rest of an HTTP request stays unread
+        if len(connections) > 1:
+            sock.sendall((len(error_text) + 4).to_bytes(4, "big"))
+            gevent.sleep(0.05)
+            sock.sendall((1).to_bytes(4, "big"))
+            sock.sendall(error_text)
+        sock.close()  # unread bytes make the first close a reset
+
+    server = gevent.server.StreamServer(("127.0.0.1", 0), nsqd_tcp_port)
+    server.start()
+    address = f"127.0.0.1:{server.server_port}"
+    try:
+        with pytest.raises(WrongPortError, match="that is nsqd's TCP port"):
+            NsqdHTTPClient(address, timeout=2.0).ping()
+        assert len(connections) == 2
     finally:
         server.stop(timeout=0)
 
