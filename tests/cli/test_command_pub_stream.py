@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import threading
+from functools import partial
 from typing import Any
 
 from cli_helpers import gnsqlite, interrupt, killed_at_exit, start, unread_bytes
@@ -16,6 +17,10 @@ def _count(nsqd: Any, topic: str) -> int:
         if t["topic_name"] == topic:
             return int(t["message_count"])
     return 0
+
+
+def _count_is(nsqd: Any, topic: str, count: int) -> bool:
+    return _count(nsqd, topic) == count
 
 
 def _pub(nsqd: Any, topic: str, *extra: str) -> subprocess.Popen[bytes]:
@@ -35,7 +40,7 @@ def test_pub_publishes_a_slow_pipe_line_by_line_as_lines_arrive(nsqd: Any) -> No
     with killed_at_exit(_pub(nsqd, "slow", "--batch", "100", "--flush-interval", "0.05")) as proc:
         for n in range(1, 6):
             _write(proc, b"line%d\n" % n)
-            wait_until(lambda n=n: _count(nsqd, "slow") == n, timeout=5,
+            wait_until(partial(_count_is, nsqd, "slow", n), timeout=5,
                        message=f"line {n} published before the next was written")  # fmt: skip
         out, err = proc.communicate(timeout=15)  # closes the pipe: the input ends
     assert proc.returncode == 0, err

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import os
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,9 @@ def test_the_page_shows_live_growing_figures_matching_stats(
             selector = f"[data-source=consumer0] [data-counter={counter}]"
             return _number(browser.call(lambda page: page.text_content(selector)))
 
+        def shows(counter: str, value: float) -> bool:
+            return shown(counter) == value
+
         def chart_max(source: str) -> float:
             selector = f"[data-source={source}] canvas"
             return _number(browser.call(lambda page: page.get_attribute(selector, "data-max")))
@@ -103,7 +107,7 @@ def test_the_page_shows_live_growing_figures_matching_stats(
         totals = consumer.stats()["totals"]
         assert totals["received"] == published
         for counter in ("received", "finished", "requeued", "in_flight"):
-            wait_until(lambda c=counter: shown(c) == totals[c], timeout=10,
+            wait_until(partial(shows, counter, totals[counter]), timeout=10,
                        message=f"the page shows {counter}={totals[counter]}")  # fmt: skip
         row = browser.call(
             lambda page: page.inner_text("[data-source=consumer0] table.conns tbody tr")

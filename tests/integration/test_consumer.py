@@ -9,6 +9,7 @@ from __future__ import annotations
 import collections
 import logging
 import time
+from functools import partial
 from typing import Any
 
 import gevent
@@ -136,7 +137,7 @@ def test_ten_thousand_across_three_brokers_within_max_in_flight(
     assert set(counts) == expected
     assert max(counts.values()) == 1, "a message was handled twice"
     for server in nsq_cluster.nsqds:
-        wait_until(lambda s=server: drained(s), timeout=10)
+        wait_until(partial(drained, server), timeout=10)
     assert len(consumer.connections) == 3
     assert 0 < worst <= 50
 
@@ -332,7 +333,7 @@ def test_max_in_flight_one_drains_all_three_brokers(
     wait_until(lambda: len(seen) == 30, timeout=30)
     assert consumer.stats()["totals"]["last_rdy"] <= 1
     for server in nsq_cluster.nsqds:
-        wait_until(lambda s=server: drained(s), timeout=10)
+        wait_until(partial(drained, server), timeout=10)
 
 
 def test_broker_restart_mid_stream_loses_nothing(

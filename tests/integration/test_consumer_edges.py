@@ -14,6 +14,7 @@ import logging
 import socket
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import gevent
@@ -118,6 +119,11 @@ class FakeLookupd:
         status, body = self.answer()
         start_response(status, [("Content-Type", "application/json")])
         return [body]
+
+
+def at_least(items: list[Any], count: int) -> bool:
+    """For wait_until: ``items`` holds ``count`` entries or more."""
+    return len(items) >= count
 
 
 def test_a_handler_timing_out_requeues_and_the_worker_carries_on(
@@ -538,7 +544,7 @@ def test_connect_to_nsqd_again_does_not_multiply_the_retries(
         consumers.append(consumer)
         consumer.start()
         for count in range(1, 5):  # each call tries at once, while a retry is pending
-            wait_until(lambda c=count: len(accepts) >= c, timeout=5)
+            wait_until(partial(at_least, accepts, count), timeout=5)
             consumer.connect_to_nsqd(address)
         wait_until(lambda: len(accepts) >= 5, timeout=5)
         burst = len(accepts)

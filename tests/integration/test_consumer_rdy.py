@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import time
+from functools import partial
 
 import gevent
 import gevent.event
@@ -201,5 +202,5 @@ def test_equal_backlogs_never_hold_more_than_max_in_flight(
     assert max(samples) <= 100, max(samples)
     assert max(held) <= 100, max(held)
     for server in servers:
-        wait_until(lambda s=server: s.channel_drained(TOPIC, CHANNEL), timeout=10)
+        wait_until(partial(server.channel_drained, TOPIC, CHANNEL), timeout=10)
 

@@ -9,6 +9,7 @@ labels, and the counters must keep their values when the connection is lost.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import pytest
@@ -96,8 +97,9 @@ def test_a_known_run_gives_exact_counts_with_the_issues_names_and_labels(
             "publishes": 12, "messages": 16, "errors": 1, "in_flight": 0
         }
         for role in ("consumer", "producer"):
-            wait_until(lambda r=role: value("gnsqlite_connections", role=r, nsqd=address,
-                                            state="connected") == 1, timeout=10)  # fmt: skip
+            connected = partial(value, "gnsqlite_connections", role=role, nsqd=address,
+                                state="connected")  # fmt: skip
+            wait_until(lambda: connected() == 1, timeout=10)
         assert consumer.health().ok and producer.health().ok
 
         nsqd.stop()
