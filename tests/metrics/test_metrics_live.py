@@ -42,6 +42,11 @@ def values(registry: CollectorRegistry) -> Callable[..., float | None]:
     return value
 
 
+def _is_one(value: Callable[..., float | None], name: str, **labels: str) -> bool:
+    """For wait_until: the sample ``name`` with ``labels`` is 1."""
+    return value(name, **labels) == 1
+
+
 def test_a_known_run_gives_exact_counts_with_the_issues_names_and_labels(
     nsqd_factory: Callable[..., NsqdServer],
 ) -> None:
@@ -97,9 +102,9 @@ def test_a_known_run_gives_exact_counts_with_the_issues_names_and_labels(
             "publishes": 12, "messages": 16, "errors": 1, "in_flight": 0
         }
         for role in ("consumer", "producer"):
-            connected = partial(value, "gnsqlite_connections", role=role, nsqd=address,
+            connected = partial(_is_one, value, "gnsqlite_connections", role=role, nsqd=address,
                                 state="connected")  # fmt: skip
-            wait_until(lambda: connected() == 1, timeout=10)
+            wait_until(connected, timeout=10, message=f"{role} connected")
         assert consumer.health().ok and producer.health().ok
 
         nsqd.stop()
