@@ -21,7 +21,15 @@ def test_records_are_split_across_reads_and_empty_ones_skipped() -> None:
 
 
 class _NoResponder:
-    def respond(self, *args: object) -> None:
+    """A Responder for messages these tests never answer: any answer fails the test."""
+
+    def on_finish(self, message: Message) -> None:
+        raise AssertionError("not answered in these tests")
+
+    def on_requeue(self, message: Message, delay: float | None, backoff: bool) -> None:
+        raise AssertionError("not answered in these tests")
+
+    def on_touch(self, message: Message) -> None:
         raise AssertionError("not answered in these tests")
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import gevent
 import gevent.event
+import greenlet
 import pytest
 import tornado.gen
 from nsq_support import Program, channel_stats, drained
@@ -212,7 +213,7 @@ def test_the_heartbeat_hook_runs_for_each_heartbeat(nsqd: NsqdServer) -> None:
 
 def test_close_stops_a_heartbeat_hook_still_running(nsqd: NsqdServer) -> None:
     entered = gevent.event.Event()
-    hooks: list[gevent.Greenlet] = []
+    hooks: list[greenlet.greenlet] = []
 
     class Stuck(nsq.Reader):
         def heartbeat(self, conn: Any) -> None:
@@ -234,7 +235,8 @@ def test_asyncconn_fires_pynsq_events_and_answers_messages(nsqd: NsqdServer) -> 
     events: list[str] = []
     messages: list[nsq.Message] = []
     responses: list[bytes] = []
-    conn = nsq.AsyncConn(*nsqd.tcp_address.split(":")[:1], int(nsqd.tcp_address.split(":")[1]))
+    host, port = nsqd.tcp_address.rsplit(":", 1)
+    conn = nsq.AsyncConn(host, int(port))
     for name in ("connect", "identify", "identify_response", "ready", "resume", "backoff", "close"):
         conn.on(name, lambda name=name, **_: events.append(name))
     conn.on("response", lambda conn, data: responses.append(data))

@@ -6,7 +6,7 @@ import json
 import ssl
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -85,13 +85,15 @@ def test_tls_files_serve_a_verifiable_certificate(tls_files: TLSFiles) -> None:
 
     server = gevent.server.StreamServer(("127.0.0.1", 0), handle)
     server.start()
+    port = server.server_port
+    assert port is not None  # a started server has its port
     try:
         for hostname in ("127.0.0.1", "localhost"):
-            raw = gevent.socket.create_connection(("127.0.0.1", server.server_port), timeout=5)
+            raw = gevent.socket.create_connection(("127.0.0.1", port), timeout=5)
             context = tls_files.client_context()
             with context.wrap_socket(raw, server_hostname=hostname) as tls:
                 assert tls.recv(5) == b"hello"
-        raw = gevent.socket.create_connection(("127.0.0.1", server.server_port), timeout=5)
+        raw = gevent.socket.create_connection(("127.0.0.1", port), timeout=5)
         with pytest.raises(ssl.SSLCertVerificationError):
             context = gevent.ssl.SSLContext(gevent.ssl.PROTOCOL_TLS_CLIENT)
             context.load_default_certs()
@@ -124,7 +126,7 @@ def test_wait_until_times_out_with_the_last_value() -> None:
 
 
 def test_wait_until_ignores_only_the_given_errors() -> None:
-    attempts = iter([OSError("not yet"), OSError("still not"), 42])
+    attempts: Iterator[OSError | int] = iter([OSError("not yet"), OSError("still not"), 42])
 
     def probe() -> int:
         item = next(attempts)

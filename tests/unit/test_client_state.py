@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import pytest
 
@@ -105,9 +106,19 @@ def test_heartbeat_during_handshake_is_answered_too() -> None:
     assert conn.data_to_send() == b"NOP\n"
 
 
+def state_of(conn: ClientConnection) -> ClientState:
+    """``conn.state`` read anew (mypy keeps an earlier ``assert conn.state is ...`` otherwise)."""
+    return conn.state
+
+
 def test_commands_out_of_order_are_refused_locally() -> None:
     conn = ClientConnection()
-    for send in (lambda: conn.sub("t", "c"), lambda: conn.pub("t", b"x"), lambda: conn.rdy(1)):
+    sends: tuple[Callable[[], bytes], ...] = (
+        lambda: conn.sub("t", "c"),
+        lambda: conn.pub("t", b"x"),
+        lambda: conn.rdy(1),
+    )
+    for send in sends:
         with pytest.raises(LocalProtocolError, match="state 'init'"):
             send()
     conn = identified({})
@@ -228,7 +239,7 @@ def test_upgrades_pause_decoding_and_hand_over_the_rest() -> None:
     assert conn.auth("pw") == b"AUTH\n\x00\x00\x00\x02pw"
     conn.receive_data(response(b'{"identity":"me","permission_count":1}'))
     assert conn.events() == [Authenticated({"identity": "me", "permission_count": 1})]
-    assert conn.state is ClientState.READY
+    assert state_of(conn) is ClientState.READY
 
 
 def test_compression_refused_by_server_means_no_upgrade() -> None:

@@ -96,7 +96,7 @@ def test_defaults_are_valid_and_immutable() -> None:
 )
 def test_bad_values_name_option_value_and_range(option: str, value: object, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        ConnectionConfig(**{option: value})
+        ConnectionConfig(**{option: value})  # type: ignore[arg-type]  # wrong types on purpose
 
 
 def test_disabling_with_none_and_wire_units() -> None:
@@ -170,4 +170,4 @@ def test_low_rdy_timeout_is_float_seconds() -> None:
     with pytest.raises(ConfigError, match=r"low_rdy_timeout=0 is out of range: use 0\.001 s"):
         ConsumerConfig(low_rdy_timeout=0)
     with pytest.raises(ConfigError, match="low_rdy_timeout='soon' must be float, not str"):
-        ConsumerConfig(low_rdy_timeout="soon")
+        ConsumerConfig(low_rdy_timeout="soon")  # type: ignore[arg-type]  # wrong type on purpose

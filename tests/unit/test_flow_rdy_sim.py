@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import pytest
@@ -59,7 +60,7 @@ class Sim:
     longest_wait: float = 0.0
     joined: int = 0
 
-    def send(self, commands: list[tuple[str, int]]) -> None:
+    def send(self, commands: Sequence[tuple[str, int]]) -> None:
         for name, count in commands:
             # nsqd's RDY is a window: the same count again would change nothing.
             assert count != self.nsqd[name].rdy, f"RDY {count} sent again to {name}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+from typing import TypedDict
 
 import pytest
 
@@ -51,6 +52,15 @@ def test_failures_are_counted_per_key_and_a_success_starts_again() -> None:
     assert policy.failed("a:1") <= 1.0
 
 
+class ProducerOptions(TypedDict, total=False):
+    """The Producer options these cases set (seconds, and bytes for max_body_size)."""
+
+    reconnect_interval: float
+    max_reconnect_interval: float
+    timeout: float
+    max_body_size: int
+
+
 @pytest.mark.parametrize(
     ("options", "match"),
     [
@@ -63,6 +73,6 @@ def test_failures_are_counted_per_key_and_a_success_starts_again() -> None:
         ({"max_body_size": 0}, "max_body_size=0 is out of range"),
     ],
 )
-def test_a_producer_refuses_bad_options_naming_them(options: dict[str, float], match: str) -> None:
+def test_a_producer_refuses_bad_options_naming_them(options: ProducerOptions, match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         Producer("127.0.0.1:4150", **options)
