@@ -36,7 +36,7 @@ from gnsqlite.testing.servers import NsqdServer
 
 def _read_until_closed(client: RawClient, timeout: float) -> list[tuple[int, bytes]]:
     """Frames other than heartbeats until the server closes; gevent.Timeout if it does not."""
-    frames = []
+    frames: list[tuple[int, bytes]] = []
     with gevent.Timeout(timeout):
         while True:
             try:
@@ -149,6 +149,7 @@ def test_an_idle_handshake_is_closed_after_client_timeout(
 ) -> None:
     """Stricter than nsqd, which waits forever for the magic (it has a deadline after it)."""
     broker = make_broker(client_timeout=1.0, queue_scan_interval=0.05)
+    assert broker.tcp_address is not None
     with RawClient(broker.tcp_address, magic=False, timeout=10) as client:
         client.sock.sendall(send)
         start = time.monotonic()
@@ -163,6 +164,7 @@ def test_max_connections_closes_what_is_over_the_limit(
     make_broker: Callable[..., Broker],
 ) -> None:
     broker = make_broker(max_connections=2)
+    assert broker.tcp_address is not None
     first = RawClient(broker.tcp_address)
     second = RawClient(broker.tcp_address)
     try:
@@ -188,6 +190,7 @@ def test_a_client_that_sends_without_reading_cannot_grow_the_output_queue(
 ) -> None:
     """The reader stops parsing while too much output waits (nsqd's reader waits per write)."""
     broker = make_broker()
+    assert broker.tcp_address is not None
     sock = _small_window_socket(broker.tcp_address)
     # a long heartbeat interval: the write deadline stays out of the way
     sock.sendall(b"  V2IDENTIFY\n" + struct.pack(">i", 28) + b'{"heartbeat_interval":60000}')
@@ -222,6 +225,7 @@ def test_a_deflate_bomb_is_inflated_one_step_at_a_time(
 ) -> None:
     """256 KiB of deflate that inflate to 256 MiB of zeros: closed after one bounded step."""
     broker = make_broker()
+    assert broker.tcp_address is not None
     with RawClient(broker.tcp_address, timeout=10) as client:
         assert client.negotiate(deflate=True)["deflate"] is True
         client.upgrade_codec("deflate")

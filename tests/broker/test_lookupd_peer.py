@@ -266,6 +266,7 @@ def test_embedded_broker_registers_and_unregisters(
         broadcast_address="127.0.0.1", lookupd_tcp_addresses=[lookupd.tcp_address],
     )
     broker.start()
+    assert broker.http_address is not None
     try:
         http = NsqdHTTPClient(broker.http_address)
         http.create_topic("orders")

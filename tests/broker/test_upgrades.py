@@ -16,8 +16,16 @@ import trustme
 from nsqd_raw import RawClient
 
 from gnsqlite.broker import Broker
+from gnsqlite.broker.client import ClientSession
 
 pytestmark = pytest.mark.embedded_only
+
+
+def tcp_sessions(broker: Broker) -> list[ClientSession]:
+    """The broker's client sessions, each the TCP ClientSession behind the Session protocol."""
+    sessions = [s for s in broker.clients if isinstance(s, ClientSession)]
+    assert len(sessions) == len(broker.clients), broker.clients
+    return sessions
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +62,7 @@ def test_tls_upgrade(make_broker: Callable[..., Broker], certs: dict[str, str]) 
         assert c.negotiate(tls_v1=True)["tls_v1"] is True
         c.upgrade_tls(certs["ca"])
         roundtrip(broker, c)
-        assert any(cl.tls and cl.tls_version for cl in broker.clients)
+        assert any(cl.tls and cl.tls_version for cl in tcp_sessions(broker))
 
 
 def test_tls_not_offered_without_certificate(broker: Broker) -> None:
@@ -352,4 +360,4 @@ def test_require_policy_serves_a_client_whose_certificate_it_did_not_verify(
         assert m.body == b"both ways"
         c.fin(m.id)
         c.command(b"NOP")
-        assert [cl.tls_version for cl in broker.clients if cl.tls] == ["TLSv1.3"]
+        assert [cl.tls_version for cl in tcp_sessions(broker) if cl.tls] == ["TLSv1.3"]

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from gnsqlite.broker import Broker
+from gnsqlite.broker.client import ClientSession
 from gnsqlite.broker.wire import empty_flush_writes, flush_writes
 from gnsqlite.codecs import DeflateCodec, SnappyCodec, make_codec
 from gnsqlite.protocol.frames import HEARTBEAT, OK
@@ -94,6 +95,7 @@ def _session_writes(broker: Broker, kind: str) -> tuple[list[bytes], Callable[[]
     client = socket.create_connection((host, int(port)))
     client.sendall(b"  V2")
     session = wait_until(lambda: next(iter(broker.clients), None))
+    assert isinstance(session, ClientSession)  # the TCP session behind broker.clients' Session
     recorder = RecordingSocket(session.sock)
     session.sock = recorder
     body = json.dumps({kind: True, "feature_negotiation": True}).encode()

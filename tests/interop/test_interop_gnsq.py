@@ -118,8 +118,9 @@ def wait_channel(
         stats = channel_stats(nsqd.stats(topic=topic), topic, CHANNEL)
         return stats if stats is not None and check(stats) else None
 
-    result: dict[str, Any] = wait_until(probe, timeout=10, message="channel stats")
-    return result
+    found = wait_until(probe, timeout=10, message="channel stats")
+    assert found is not None  # wait_until returns only a truthy value
+    return found
 
 
 def test_publish_multipublish_and_consume(nsqd: NsqdServer) -> None:
