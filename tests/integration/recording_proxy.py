@@ -81,8 +81,7 @@ class RecordingProxy:
 
     @property
     def address(self) -> str:
-        host, port = self._server.address[:2]
-        return f"{host}:{port}"
+        return f"{self._server.server_host}:{self._server.server_port}"
 
     def start(self) -> RecordingProxy:
         self._server.start()

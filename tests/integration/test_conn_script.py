@@ -523,7 +523,7 @@ def test_a_flush_the_socket_takes_in_part_is_finished_before_later_commands(
         gevent.joinall(rest, raise_error=True)
         assert first.get(timeout=5) == b"OK"
         assert not throttled[0]  # the partial flush happened
-        assert all(g.value.get(timeout=5) == b"OK" for g in rest)
+        assert all(g.get().get(timeout=5) == b"OK" for g in rest)  # each greenlet's AsyncResult
         wait_until(lambda: len(server.peers[0].commands) >= 5, timeout=5)
         assert server.peers[0].commands[1:] == [
             (b"PUB t", b"first"),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 import math
 import time
+from functools import partial
 from typing import Any
 
 import gevent
@@ -57,9 +58,8 @@ def answered_after_close(server: NsqdServer, expected: tuple[int, int, int]) -> 
         counts = (stats["requeue_count"], stats["in_flight_count"], stats["depth"])
         return stats if counts == expected else None
 
-    found: dict[str, Any] = wait_until(
-        reached, timeout=5, message=f"(requeue, in flight, depth) == {expected}"
-    )
+    found = wait_until(reached, timeout=5, message=f"(requeue, in flight, depth) == {expected}")
+    assert found is not None  # wait_until returns only a truthy value
     return found
 
 
@@ -113,28 +113,28 @@ def batch_stats(consumer: Consumer) -> dict[str, Any]:
 
 @pytest.mark.no_server
 def test_batch_options_are_checked_and_the_constructor_starts_nothing() -> None:
-    address = {"nsqd_tcp_addresses": "127.0.0.1:1"}
+    consumer = partial(Consumer, TOPIC, CHANNEL, nsqd_tcp_addresses="127.0.0.1:1")
     before = live_greenlets()
-    Consumer(TOPIC, CHANNEL, batch_handler=print, batch_size=10, max_in_flight=10, **address)
+    consumer(batch_handler=print, batch_size=10, max_in_flight=10)
     assert live_greenlets() == before
     with pytest.raises(
         ConfigError,
         match=r"max_in_flight=5 is below batch_size=10.*raise"
         r" max_in_flight to 10 or more",
     ):
-        Consumer(TOPIC, CHANNEL, batch_handler=print, batch_size=10, max_in_flight=5, **address)
+        consumer(batch_handler=print, batch_size=10, max_in_flight=5)
     with pytest.raises(ConfigError, match="handler and batch_handler given together: pass one"):
-        Consumer(TOPIC, CHANNEL, print, batch_handler=print, batch_size=1, **address)
+        consumer(print, batch_handler=print, batch_size=1)
     with pytest.raises(ConfigError, match="batch_handler needs batch_size=N"):
-        Consumer(TOPIC, CHANNEL, batch_handler=print, **address)
+        consumer(batch_handler=print)
     with pytest.raises(ConfigError, match="batch_size and batch_timeout given without"):
-        Consumer(TOPIC, CHANNEL, print, batch_size=5, batch_timeout=1.0, **address)
+        consumer(print, batch_size=5, batch_timeout=1.0)
     with pytest.raises(ConfigError, match=r"batch_size=0 is out of range: use 1 or more"):
-        Consumer(TOPIC, CHANNEL, batch_handler=print, batch_size=0, **address)
+        consumer(batch_handler=print, batch_size=0)
     with pytest.raises(ConfigError, match=r"batch_timeout=0 is out of range: use 0.001 s"):
-        Consumer(TOPIC, CHANNEL, batch_handler=print, batch_size=1, batch_timeout=0, **address)
+        consumer(batch_handler=print, batch_size=1, batch_timeout=0)
     with pytest.raises(ConfigError, match="batch_handler=3 must be callable"):
-        Consumer(TOPIC, CHANNEL, batch_handler=3, batch_size=1, **address)
+        consumer(batch_handler=3, batch_size=1)  # type: ignore[arg-type]  # wrong type on purpose
 
 
 def test_full_batches(nsqd: NsqdServer, consumers: list[Consumer]) -> None:

@@ -25,13 +25,14 @@ import gevent.server
 import gevent.socket
 import pytest
 from recording_proxy import RecordingProxy
-from test_consumer import CHANNEL, TOPIC, channel_stats, drained, live_greenlets, publish
+from test_consumer import CHANNEL, TOPIC, channel_stats, drained, publish
 
 from gnsqlite.conn import parse_address
 from gnsqlite.consumer import Consumer
 from gnsqlite.flow import ExponentialBackoff
 from gnsqlite.message import Message
 from gnsqlite.testing import NsqdServer, wait_until
+from gnsqlite.testing.faults import live_greenlets
 
 
 class SubProxy:
@@ -51,8 +52,7 @@ class SubProxy:
 
     @property
     def address(self) -> str:
-        host, port = self._server.address[:2]
-        return f"{host}:{port}"
+        return f"{self._server.server_host}:{self._server.server_port}"
 
     def start(self) -> SubProxy:
         self._server.start()

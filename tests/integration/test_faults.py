@@ -75,7 +75,7 @@ def run(
         if error is not None:
             losses.append(1)
 
-    consumer.on_connection_lost = count_losses  # type: ignore[method-assign,assignment]
+    consumer.on_connection_lost = count_losses  # type: ignore[method-assign]
     consumer.on_server_error = ledger.server_error  # type: ignore[method-assign]
     stop = False
 

@@ -18,6 +18,7 @@ import gevent.server
 import pytest
 
 import gnsqlite.http
+import gnsqlite.tcp
 from gnsqlite.errors import BrokenConnectionError, ConfigError, NSQTimeoutError, WrongPortError
 from gnsqlite.http import HTTPError, LookupdClient, NsqdHTTPClient, http_request
 from gnsqlite.testing.waiting import wait_until
@@ -198,7 +199,7 @@ def test_the_connect_timeout_bounds_the_connect_alone(monkeypatch: pytest.Monkey
     server.start()
     address = f"127.0.0.1:{server.server_port}"
     connects: list[float] = []
-    real_connect_tcp = gnsqlite.http.connect_tcp
+    real_connect_tcp = gnsqlite.tcp.connect_tcp  # what gnsqlite.http calls
 
     def connect_tcp(target: Any, timeout: float) -> Any:
         connects.append(timeout)

@@ -24,7 +24,7 @@ from gnsqlite.errors import (
 )
 from gnsqlite.producer import Producer
 from gnsqlite.testing.waiting import wait_until
-from gnsqlite.timers import TimerQueue
+from gnsqlite.timers import TimerQueue, TimerWheel
 
 
 @pytest.fixture
@@ -243,7 +243,7 @@ def test_a_producer_reconnects_after_5000_failed_attempts(
 
     wheel = _FakeClockWheel()
     monkeypatch.setattr(gnsqlite.producer, "Connection", Refusing)
-    monkeypatch.setattr(gnsqlite.producer.TimerWheel, "for_hub", lambda: wheel)
+    monkeypatch.setattr(TimerWheel, "for_hub", lambda: wheel)
     producer = Producer(nsqd.tcp_address, reconnect_interval=1.0, max_reconnect_interval=60.0)
     try:
         producer.start()
@@ -281,7 +281,7 @@ def test_a_publish_timing_hook_that_raises_is_logged_and_loses_nothing(
         producer.set_publish_timing(timing)
         (conn,) = producer.connections
         results = [producer.publish_async("timed", b"%d" % i) for i in range(50)]
-        gevent.joinall(results, timeout=10)
+        gevent.wait(results, timeout=10)
         assert [r.get(block=False) for r in results] == [b"OK"] * 50
         producer.multi_publish("timed", [b"a", b"b"])
         assert producer.connections == (conn,) and conn.is_connected

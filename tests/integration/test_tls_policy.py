@@ -20,6 +20,7 @@ import pytest
 from gnsqlite.config import ConnectionConfig
 from gnsqlite.conn import Connection
 from gnsqlite.errors import NSQError
+from gnsqlite.testing import TLSFiles
 
 trustme = pytest.importorskip("trustme")
 x509 = pytest.importorskip("cryptography.x509")  # trustme's own dependency
@@ -176,7 +177,7 @@ def test_the_certificate_request_names_the_root_ca(nsqd_factory: Any, tls_files:
     assert subject and all(value in listed for value in subject), (listed, subject)
 
 
-def _client_context(tls_files: Any, maximum: ssl.TLSVersion) -> ssl.SSLContext:
+def _client_context(tls_files: TLSFiles, maximum: ssl.TLSVersion) -> ssl.SSLContext:
     context = tls_files.client_context()
     context.minimum_version = ssl.TLSVersion.MINIMUM_SUPPORTED
     context.maximum_version = maximum
