@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gnsqlite.consumer import Consumer
 from gnsqlite.http import NsqdHTTPClient
 from gnsqlite.message import Message
 from gnsqlite.testing import NsqdServer, wait_until
+
+if TYPE_CHECKING:
+    from gnsqlite.spark.shell import SourceShell
 
 
 def publish(server: NsqdServer, bodies: list[bytes], topic: str) -> None:
@@ -33,6 +36,19 @@ def consume(server: NsqdServer, topic: str, count: int, timeout: float = 60.0) -
     finally:
         consumer.close(5.0)
     return got
+
+
+def offset_past(reader: SourceShell, start: dict[str, Any]) -> dict[str, Any]:
+    """For wait_until: the reader's latest offset once past ``start``; ``{}`` (falsy) before."""
+    end = reader.latestOffset(start)
+    return end if end != start else {}
+
+
+def latest_report(reader: SourceShell) -> dict[str, Any]:
+    """``reader.reportLatestOffset()`` of a started reader (``None`` only when not running)."""
+    report = reader.reportLatestOffset()
+    assert report is not None, "the source is not running"
+    return report
 
 
 def read_rows(reader: Any, parts: Any) -> list[tuple[Any, ...]]:

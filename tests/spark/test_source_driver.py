@@ -5,10 +5,19 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import pytest
-from spark_support import channel_stats, consume, drained, publish, read_rows
+from spark_support import (
+    channel_stats,
+    consume,
+    drained,
+    latest_report,
+    offset_past,
+    publish,
+    read_rows,
+)
 
 from gnsqlite.spark.ledger import Ledger
 from gnsqlite.testing import NsqdServer, wait_until
@@ -102,10 +111,12 @@ def _warnings_from_a_query_start(
 ) -> list[str]:
     """Spark's calls at a query's start and two batches; the source's WARNING lines."""
     from gnsqlite.spark.datasource import NSQDataSource
+    from gnsqlite.spark.shell import SourceShell
 
     options = {"nsqdTcpAddresses": server.tcp_address, "topic": TOPIC, "channel": CHANNEL,
                **extra}
     reader = NSQDataSource(options).streamReader(None)  # type: ignore[arg-type]
+    assert isinstance(reader, SourceShell)  # streamReader is typed as PySpark's base class
     caplog.clear()
     with caplog.at_level("WARNING", logger="gnsqlite.spark"):
         try:
@@ -158,18 +169,18 @@ def test_a_batch_is_not_capped_by_nsqds_default_max_rdy_count(nsqd: NsqdServer) 
     reader = NSQStreamReader(options)
     try:
         start = reader.initialOffset()
-        stats = lambda: channel_stats(nsqd, TOPIC, CHANNEL)  # noqa: E731
+        stats: Callable[[], dict[str, Any]] = lambda: channel_stats(nsqd, TOPIC, CHANNEL)  # noqa: E731
         wait_until(lambda: stats().get("in_flight_count") == count, timeout=30,
                    message=f"the source holds all {count} messages")
         assert len(stats()["clients"]) == 5
-        held = lambda: reader.reportLatestOffset()["seq"] - start["seq"]  # noqa: E731
+        held: Callable[[], int] = lambda: latest_report(reader)["seq"] - start["seq"]  # noqa: E731
         wait_until(lambda: held() == count, timeout=10, message="the source received them all")
-        assert reader.reportLatestOffset()["buffered"] == count  # the backlog Spark sees
+        assert latest_report(reader)["buffered"] == count  # the backlog Spark sees
         end = reader.latestOffset(start, None)
         rows = read_rows(reader, reader.partitions(start, end))
         assert len(rows) == len({row[0] for row in rows}) == count  # one batch, every message
         reader.commit(end)
-        assert reader.reportLatestOffset()["held"] == 0
+        assert latest_report(reader)["held"] == 0
         wait_until(lambda: drained(nsqd, TOPIC, CHANNEL), timeout=10)
     finally:
         reader.stop()
@@ -187,7 +198,7 @@ def test_messages_held_from_the_first_delivery_on_outlive_a_short_msg_timeout(
     publish(server, [b"held-%d" % i for i in range(100)], TOPIC)
     options = source_options(server)
     reader = NSQStreamReader(options)
-    stats = lambda: channel_stats(server, TOPIC, CHANNEL)  # noqa: E731
+    stats: Callable[[], dict[str, Any]] = lambda: channel_stats(server, TOPIC, CHANNEL)  # noqa: E731
     try:
         start = reader.initialOffset()
         wait_until(lambda: stats().get("in_flight_count") == 100, timeout=10)
@@ -225,7 +236,7 @@ def test_a_batch_travels_as_arrow_and_reads_back_as_record_batches_of_the_schema
     reader = NSQStreamReader(options)
     try:
         start = reader.initialOffset()
-        wait_until(lambda: reader.reportLatestOffset()["buffered"] == count, timeout=20)
+        wait_until(lambda: latest_report(reader)["buffered"] == count, timeout=20)
         end = reader.latestOffset(start, None)
         parts = [pickle.loads(pickle.dumps(p)) for p in reader.partitions(start, end)]
         assert [type(p) for p in parts] == [NSQPartition] * 3
@@ -301,8 +312,7 @@ def test_while_a_backlog_drains_a_batch_waits_to_fill_up_to_max_messages_per_bat
         seen = len(rows)
         while seen < count:  # the rest, in one batch or more (the flood ends meanwhile)
             prev = end
-            end = wait_until(lambda p=prev: (e := reader.latestOffset(p, None)) != p and e,
-                             timeout=10)  # fmt: skip
+            end = wait_until(partial(offset_past, reader, prev), timeout=10)
             seen += len(read_rows(reader, reader.partitions(prev, end)))
             reader.commit(prev)
         assert seen == count

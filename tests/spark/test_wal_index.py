@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
 from gnsqlite.spark.segments import Segment, SegmentIndex, Slice, position, split_slices
+
+if TYPE_CHECKING:
+    from gnsqlite.message import Message
 
 pytestmark = pytest.mark.no_server
 
@@ -55,11 +60,19 @@ def test_an_offset_of_the_other_mode_is_refused_with_advice() -> None:
 
 
 class _Responder:
+    """A Responder recording the ids finished; Dedup never requeues or touches."""
+
     def __init__(self) -> None:
         self.finished: list[bytes] = []
 
-    def on_finish(self, message: object) -> None:
-        self.finished.append(message.wire_id)  # type: ignore[attr-defined]
+    def on_finish(self, message: Message) -> None:
+        self.finished.append(message.wire_id)
+
+    def on_requeue(self, message: Message, delay: float | None, backoff: bool) -> None:
+        raise AssertionError("Dedup requeued a message")
+
+    def on_touch(self, message: Message) -> None:
+        raise AssertionError("Dedup touched a message")
 
 
 def test_dedup_finishes_redeliveries_of_written_rows_and_looks_up_only_redeliveries() -> None:

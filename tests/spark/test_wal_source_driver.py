@@ -7,13 +7,14 @@ import shutil
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import gevent
 import gevent.event
 import pytest
-from spark_support import channel_stats, drained, publish
+from spark_support import channel_stats, drained, offset_past, publish
 
 from gnsqlite.testing import NsqdServer, wait_until
 
@@ -142,7 +143,7 @@ def test_the_wal_bound_pauses_consumption_until_spark_commits(
         # Spark catches up batch by batch; the source resumes each time.
         while len(seen) < len(expected):
             begin = start
-            end = wait_until(lambda b=begin: (e := reader.latestOffset(b)) != b and e,
+            end = wait_until(partial(offset_past, reader, begin),
                              timeout=30, message=f"more rows after {len(seen)}")
             seen.extend(bodies(reader, start, end))
             reader.commit(end)
@@ -236,7 +237,7 @@ def test_a_flood_fills_batches_for_up_to_wal_batch_delay_a_trickle_is_planned_at
         wait_until(lambda: rows_in(wal) == 3, timeout=10, interval=0.005)
         # (the file is renamed just before the source indexes it: allow for that, not
         # for a hold, which would last walBatchDelay = 1 s)
-        got = wait_until(lambda: (e := reader.latestOffset(rest)) != rest and e, timeout=0.5,
+        got = wait_until(partial(offset_past, reader, rest), timeout=0.5,
                          interval=0.005)
         assert sorted(bodies(reader, rest, got)) == [b"t-1", b"t-2", b"t-3"]
     finally:
