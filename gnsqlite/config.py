@@ -28,6 +28,7 @@ from typing import Any, ClassVar, TypeVar
 from ._version import __version__
 from .errors import ConfigError, InvalidNameError
 from .net import normalize_addresses
+from .protocol import defaults
 from .protocol.commands import to_milliseconds
 from .protocol.names import check_topic_name
 
@@ -223,10 +224,14 @@ class ConnectionConfig(_Validated):
 
     client_id: str | None = option(None, str, nullable=True)
     hostname: str | None = option(None, str, nullable=True)
-    heartbeat_interval: float | None = option(30.0, float, lo=1.0, nullable=True, unit="s")
-    output_buffer_size: int | None = option(16384, int, lo=64, nullable=True, unit="bytes")
+    heartbeat_interval: float | None = option(
+        defaults.HEARTBEAT_INTERVAL, float, lo=1.0, nullable=True, unit="s"
+    )
+    output_buffer_size: int | None = option(
+        defaults.OUTPUT_BUFFER_SIZE, int, lo=64, nullable=True, unit="bytes"
+    )
     output_buffer_timeout: float | None = option(
-        0.25, float, lo=0.001, nullable=True, unit="s"
+        defaults.OUTPUT_BUFFER_TIMEOUT, float, lo=0.001, nullable=True, unit="s"
     )
     tls_v1: bool = option(False, bool)
     tls_verify: bool = option(True, bool)
@@ -243,7 +248,7 @@ class ConnectionConfig(_Validated):
     auth_secret: str | bytes | None = option(None, (str, bytes), nullable=True, secret=True)
     connect_timeout: float = option(5.0, float, lo=0.001, unit="s")
     close_timeout: float = option(5.0, float, lo=0.0, unit="s")
-    max_frame_size: int = option(16 * 1024 * 1024, int, lo=1024, unit="bytes")
+    max_frame_size: int = option(defaults.MAX_FRAME_SIZE, int, lo=1024, unit="bytes")
 
     def _check_rules(self) -> None:
         if self.snappy and self.deflate:
@@ -314,7 +319,7 @@ class ConsumerConfig(_Validated):
     #: holds it while others wait, busy or not (go-nsq's name and default); while
     #: a waiting one is known to have messages, a turn lasts one
     #: rdy_redistribute_interval instead (see gnsqlite.flow.rdy).
-    low_rdy_timeout: float = option(30.0, float, lo=0.001, unit="s")
+    low_rdy_timeout: float = option(defaults.LOW_RDY_TIMEOUT, float, lo=0.001, unit="s")
     #: How often RDY is shared out again (an evaluation: cheap, a pass over the
     #: connections). 1 s, not go-nsq's 5 s: demand moves, and scarce RDY turns
     #: pass, at this pace (see gnsqlite.flow.rdy).
@@ -366,8 +371,8 @@ class ProducerConfig(_Validated):
     """
 
     timeout: float = option(5.0, float, lo=0.001, unit="s")
-    max_message_size: int = option(1024 * 1024, int, lo=1, unit="bytes")
-    max_body_size: int = option(5 * 1024 * 1024, int, lo=1, unit="bytes")
+    max_message_size: int = option(defaults.MAX_MSG_SIZE, int, lo=1, unit="bytes")
+    max_body_size: int = option(defaults.MAX_BODY_SIZE, int, lo=1, unit="bytes")
     reconnect_interval: float = option(1.0, float, lo=0.001, unit="s")
     max_reconnect_interval: float = option(60.0, float, lo=0.001, unit="s")
 

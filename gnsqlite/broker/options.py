@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ..errors import ConfigError
-from ..protocol.commands import DEFAULT_MAX_RDY_COUNT
+from ..protocol import defaults
 
 __all__ = ["AuthPolicy", "BrokerOptions", "parse_duration"]
 
@@ -72,27 +72,27 @@ class BrokerOptions:
     broadcast_address: str | None = None
     lookupd_tcp_addresses: Sequence[str] = ()
     data_path: str | None = None
-    msg_timeout: float = 60.0
-    max_msg_timeout: float = 900.0
-    max_msg_size: int = 1024 * 1024
-    max_body_size: int = 5 * 1024 * 1024
-    max_rdy_count: int = DEFAULT_MAX_RDY_COUNT
+    msg_timeout: float = defaults.MSG_TIMEOUT
+    max_msg_timeout: float = defaults.MAX_MSG_TIMEOUT
+    max_msg_size: int = defaults.MAX_MSG_SIZE
+    max_body_size: int = defaults.MAX_BODY_SIZE
+    max_rdy_count: int = defaults.MAX_RDY_COUNT
     #: consumers allowed per channel; 0 = no limit (nsqd's ``--max-channel-consumers``)
     max_channel_consumers: int = 0
     #: open TCP connections allowed; 0 = no limit. nsqd v1.3.0 has no such flag
     #: (it accepts until the process runs out of file descriptors); over the
     #: limit a new connection is closed at once, before a byte is read.
     max_connections: int = 0
-    max_heartbeat_interval: float = 60.0
-    max_req_timeout: float = 3600.0
-    client_timeout: float = 60.0
-    max_output_buffer_size: int = 64 * 1024
-    output_buffer_timeout: float = 0.25
-    max_output_buffer_timeout: float = 30.0
-    min_output_buffer_timeout: float = 0.025
+    max_heartbeat_interval: float = defaults.MAX_HEARTBEAT_INTERVAL
+    max_req_timeout: float = defaults.MAX_REQ_TIMEOUT
+    client_timeout: float = defaults.CLIENT_TIMEOUT
+    max_output_buffer_size: int = defaults.MAX_OUTPUT_BUFFER_SIZE
+    output_buffer_timeout: float = defaults.OUTPUT_BUFFER_TIMEOUT
+    max_output_buffer_timeout: float = defaults.MAX_OUTPUT_BUFFER_TIMEOUT
+    min_output_buffer_timeout: float = defaults.MIN_OUTPUT_BUFFER_TIMEOUT
     snappy: bool = True
     deflate: bool = True
-    max_deflate_level: int = 6
+    max_deflate_level: int = defaults.MAX_DEFLATE_LEVEL
     #: HTTPS listener (nsqd's ``--https-address``), serving the HTTP API over TLS
     #: with the TCP upgrade's certificate and policy; only with ``tls_cert``. nsqd
     #: listens on 0.0.0.0:4152 unless told otherwise; the embedded broker only
@@ -118,10 +118,10 @@ class BrokerOptions:
     tls_min_version: str = "tls1.0"
     auth_http_addresses: Sequence[str] = ()
     auth_policy: AuthPolicy | None = field(default=None, compare=False)
-    http_client_timeout: float = 5.0
+    http_client_timeout: float = defaults.HTTP_CLIENT_REQUEST_TIMEOUT
     #: the longest an auth server or lookupd HTTP connect may take (nsqd's
     #: ``--http-client-connect-timeout``); ``http_client_timeout`` bounds the rest.
-    http_client_connect_timeout: float = 2.0
+    http_client_connect_timeout: float = defaults.HTTP_CLIENT_CONNECT_TIMEOUT
     queue_scan_interval: float = 0.1
 
     def __post_init__(self) -> None:

@@ -26,7 +26,7 @@ from typing import Any
 from ..config import ConnectionConfig, ConsumerConfig
 from ..errors import ConfigError
 from ..net import normalize_addresses
-from ..protocol import DEFAULT_MAX_RDY_COUNT, check_channel_name, check_topic_name
+from ..protocol import check_channel_name, check_topic_name, defaults
 
 __all__ = [
     "OPTIONS",
@@ -346,10 +346,10 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
     per_batch = v["maxMessagesPerBatch"]
     wal = v["walLocation"] or None
     if wal is not None:
-        max_in_flight = v["maxInFlight"] or 2 * DEFAULT_MAX_RDY_COUNT
+        max_in_flight = v["maxInFlight"] or 2 * defaults.MAX_RDY_COUNT
     else:
         max_in_flight = v["maxInFlight"] or 2 * per_batch
-    connections = v["connectionsPerNsqd"] or -(-max_in_flight // DEFAULT_MAX_RDY_COUNT)
+    connections = v["connectionsPerNsqd"] or -(-max_in_flight // defaults.MAX_RDY_COUNT)
     read_on = v["readOn"].lower()
     nsqd_http = _addresses("nsqdHttpAddresses", v["nsqdHttpAddresses"])
     if read_on not in READ_ON:
