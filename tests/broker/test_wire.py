@@ -94,8 +94,8 @@ def _session_writes(broker: Broker, kind: str) -> tuple[list[bytes], Callable[[]
     client = socket.create_connection((host, int(port)))
     client.sendall(b"  V2")
     session = wait_until(lambda: next(iter(broker.clients), None))
-    recorder = RecordingSocket(session.sock)
-    session.sock = recorder
+    recorder = RecordingSocket(session.output.sock)
+    session.output.sock = recorder
     body = json.dumps({kind: True, "feature_negotiation": True}).encode()
     client.sendall(b"IDENTIFY\n" + struct.pack(">I", len(body)) + body)
     codec = make_codec(kind)
