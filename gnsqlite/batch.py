@@ -55,9 +55,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .config import _Validated, option
 from .errors import ConfigError
 from .message import Message
+from .options import Validated, option
 from .timers import Timer, TimerWheel
 
 __all__ = ["Batch", "BatchConfig", "BatchHandler", "Batcher", "REASONS", "messages_of"]
@@ -75,7 +75,7 @@ _MIN_TOUCH_DELAY = 0.01
 
 
 @dataclass(frozen=True, kw_only=True)
-class BatchConfig(_Validated):
+class BatchConfig(Validated):
     """A batch handler's options: ``batch_size`` messages, ``batch_timeout`` seconds."""
 
     batch_size: int = option(100, int, lo=1)
