@@ -71,34 +71,42 @@ class ConnectionConfig(Validated):
     Durations are seconds. ``heartbeat_interval``, ``output_buffer_size`` and
     ``output_buffer_timeout`` accept ``None`` to disable the feature.
     ``tls_context`` (an ``ssl.SSLContext``) overrides ``tls_ca_file``,
-    ``tls_cert_file``, ``tls_key_file`` and ``tls_verify``.
+    ``tls_cert_file``, ``tls_key_file`` and ``tls_verify``. ``keyword`` is
+    the option's pynsq keyword (the drop-in, :mod:`gnsqlite.nsq.options`).
     """
 
     client_id: str | None = option(None, str, nullable=True)
-    hostname: str | None = option(None, str, nullable=True)
+    hostname: str | None = option(None, str, nullable=True, keyword="hostname")
     heartbeat_interval: float | None = option(
-        defaults.HEARTBEAT_INTERVAL, float, lo=1.0, nullable=True, unit="s"
+        defaults.HEARTBEAT_INTERVAL, float, lo=1.0, nullable=True, unit="s",
+        keyword="heartbeat_interval",
     )
     output_buffer_size: int | None = option(
-        defaults.OUTPUT_BUFFER_SIZE, int, lo=64, nullable=True, unit="bytes"
+        defaults.OUTPUT_BUFFER_SIZE, int, lo=64, nullable=True, unit="bytes",
+        keyword="output_buffer_size",
     )
     output_buffer_timeout: float | None = option(
-        defaults.OUTPUT_BUFFER_TIMEOUT, float, lo=0.001, nullable=True, unit="s"
+        defaults.OUTPUT_BUFFER_TIMEOUT, float, lo=0.001, nullable=True, unit="s",
+        keyword="output_buffer_timeout",
     )
-    tls_v1: bool = option(False, bool)
+    tls_v1: bool = option(False, bool, keyword="tls_v1")
     tls_verify: bool = option(True, bool)
     tls_ca_file: str | None = option(None, str, nullable=True)
     tls_cert_file: str | None = option(None, str, nullable=True)
     tls_key_file: str | None = option(None, str, nullable=True)
-    tls_context: Any = option(None, object, nullable=True, secret=True)
-    snappy: bool = option(False, bool)
-    deflate: bool = option(False, bool)
-    deflate_level: int = option(6, int, lo=1, hi=9)
-    sample_rate: int = option(0, int, lo=0, hi=99, unit="%")
-    user_agent: str = option(DEFAULT_USER_AGENT, str)
-    msg_timeout: float | None = option(None, float, lo=1.0, nullable=True, unit="s")
-    auth_secret: str | bytes | None = option(None, (str, bytes), nullable=True, secret=True)
-    connect_timeout: float = option(5.0, float, lo=0.001, unit="s")
+    tls_context: Any = option(None, object, nullable=True, secret=True, keyword="tls_options")
+    snappy: bool = option(False, bool, keyword="snappy")
+    deflate: bool = option(False, bool, keyword="deflate")
+    deflate_level: int = option(6, int, lo=1, hi=9, keyword="deflate_level")
+    sample_rate: int = option(0, int, lo=0, hi=99, unit="%", keyword="sample_rate")
+    user_agent: str = option(DEFAULT_USER_AGENT, str, keyword="user_agent")
+    msg_timeout: float | None = option(
+        None, float, lo=1.0, nullable=True, unit="s", keyword="msg_timeout"
+    )
+    auth_secret: str | bytes | None = option(
+        None, (str, bytes), nullable=True, secret=True, keyword="auth_secret"
+    )
+    connect_timeout: float = option(5.0, float, lo=0.001, unit="s", keyword="timeout")
     close_timeout: float = option(5.0, float, lo=0.0, unit="s")
     max_frame_size: int = option(defaults.MAX_FRAME_SIZE, int, lo=1024, unit="bytes")
 
