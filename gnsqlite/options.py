@@ -242,7 +242,7 @@ class Validated:
                 if strict:
                     raise unknown_option(key, by_lower, cls.__name__)
                 continue
-            if isinstance(value, str) and declared.kinds != (str,):
+            if isinstance(value, str) and (declared.parse or declared.kinds != (str,)):
                 value = declared.from_text(value)
             kwargs[declared.name] = value
         return cls(**kwargs)
