@@ -112,10 +112,8 @@ class BatchConfig(Validated):
             raise ConfigError(f"batch_handler={batch_handler!r} must be callable")
         if batch_size is None:
             raise ConfigError("batch_handler needs batch_size=N: how many messages a batch holds")
-        config = cls(
-            batch_size=batch_size,
-            batch_timeout=1.0 if batch_timeout is None else batch_timeout,
-        )
+        timeout = {} if batch_timeout is None else {"batch_timeout": batch_timeout}
+        config = cls(batch_size=batch_size, **timeout)
         if max_in_flight < config.batch_size:
             raise ConfigError(
                 f"max_in_flight={max_in_flight} is below batch_size={config.batch_size}:"

@@ -17,7 +17,6 @@ documentation site's Spark page, is generated from it).
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -323,7 +322,7 @@ def _connection(values: Mapping[str, Any]) -> ConnectionConfig:
 
 @dataclass(frozen=True)
 class SourceOptions:
-    """The validated options of the streaming source (see :data:`OPTIONS`)."""
+    """The validated options of the streaming source (their defaults: :data:`OPTIONS`)."""
 
     topic: str
     channel: str
@@ -337,17 +336,17 @@ class SourceOptions:
     start_timeout: float
     stop_timeout: float
     connection: ConnectionConfig
-    consumer: dict[str, Any] = dataclasses.field(default_factory=dict)
-    connections_per_nsqd: int = 1
-    wal_location: str | None = None
-    wal_max_bytes: int = 1 << 30
-    wal_segment_messages: int = 2500
-    wal_flush_interval: float = 0.05
-    wal_batch_delay: float = 2.0
-    read_on: str = "driver"
-    nsqd_http_addresses: tuple[str, ...] = ()
-    read_timeout: float = 10.0
-    read_idle_timeout: float = 0.5
+    consumer: dict[str, Any]
+    connections_per_nsqd: int
+    wal_location: str | None
+    wal_max_bytes: int
+    wal_segment_messages: int
+    wal_flush_interval: float
+    wal_batch_delay: float
+    read_on: str
+    nsqd_http_addresses: tuple[str, ...]
+    read_timeout: float
+    read_idle_timeout: float
 
 
 #: The values of option ``readOn``.
