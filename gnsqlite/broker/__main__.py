@@ -21,7 +21,7 @@ import gevent.event
 from ..errors import ConfigError
 from ..options import Option, options_of
 from .nsqd import NSQD_VERSION, Broker
-from .options import BrokerOptions, parse_bool, parse_duration
+from .options import BrokerOptions, format_duration, parse_bool, parse_duration
 
 __all__ = ["add_nsqd_flags", "build_parser", "main", "options_from_args", "options_from_namespace"]
 
@@ -126,12 +126,7 @@ def _shown(value: Any, convert: Callable[[str], Any]) -> str:
     if isinstance(value, bool):
         return str(value).lower()
     if convert is _duration:
-        seconds = float(value)
-        if seconds >= 3600 and seconds % 3600 == 0:
-            return f"{seconds / 3600:g}h"
-        if seconds >= 60 and seconds % 60 == 0:
-            return f"{seconds / 60:g}m"
-        return f"{seconds:g}s" if seconds >= 1 else f"{seconds * 1000:g}ms"
+        return format_duration(float(value))
     return str(value)
 
 

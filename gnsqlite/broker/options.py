@@ -20,7 +20,14 @@ from ..errors import ConfigError
 from ..options import Validated, option
 from ..protocol import defaults
 
-__all__ = ["AuthPolicy", "BrokerOptions", "parse_bool", "parse_duration", "parse_tls_required"]
+__all__ = [
+    "AuthPolicy",
+    "BrokerOptions",
+    "format_duration",
+    "parse_bool",
+    "parse_duration",
+    "parse_tls_required",
+]
 
 #: ``auth_policy(remote_ip, tls, secret)`` returns what an nsqd auth server
 #: would answer (``{"ttl": s, "identity": ..., "authorizations": [...]}``), or
@@ -60,6 +67,15 @@ def parse_duration(text: str) -> float:
         total += float(match.group(1)) * _UNITS[match.group(2)]
         pos = match.end()
     return sign * total
+
+
+def format_duration(seconds: float) -> str:
+    """Float seconds as a short Go-style duration (``"1h"``, ``"5m"``, ``"45s"``, ``"250ms"``)."""
+    if seconds >= 3600 and seconds % 3600 == 0:
+        return f"{seconds / 3600:g}h"
+    if seconds >= 60 and seconds % 60 == 0:
+        return f"{seconds / 60:g}m"
+    return f"{seconds:g}s" if seconds >= 1 else f"{seconds * 1000:g}ms"
 
 
 def parse_bool(text: str) -> bool:

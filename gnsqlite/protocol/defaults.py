@@ -1,4 +1,4 @@
-"""nsqd v1.3.0's defaults, named once: sizes in bytes, durations in float seconds.
+"""nsqd v1.3.0's defaults (and nsqlookupd's), named once: sizes in bytes, durations in seconds.
 
 The embedded broker's option defaults, the server state machine's limits and
 the client's assumptions (what nsqd allows when IDENTIFY negotiates nothing)
@@ -31,6 +31,8 @@ __all__ = [
     "MAX_DEFLATE_LEVEL",
     "HTTP_CLIENT_CONNECT_TIMEOUT",
     "HTTP_CLIENT_REQUEST_TIMEOUT",
+    "INACTIVE_PRODUCER_TIMEOUT",
+    "TOMBSTONE_LIFETIME",
     "MAX_FRAME_SIZE",
     "LOW_RDY_TIMEOUT",
 ]
@@ -70,6 +72,13 @@ MAX_DEFLATE_LEVEL = 6
 HTTP_CLIENT_CONNECT_TIMEOUT = 2.0
 #: ``--http-client-request-timeout``: a whole auth server or lookupd HTTP request (s).
 HTTP_CLIENT_REQUEST_TIMEOUT = 5.0
+
+# -- nsqlookupd v1.3.0's -----------------------------------------------------
+
+#: nsqlookupd's ``--inactive-producer-timeout``: a producer silent this long is hidden (s).
+INACTIVE_PRODUCER_TIMEOUT = 300.0
+#: nsqlookupd's ``--tombstone-lifetime``: how long a tombstoned producer stays hidden (s).
+TOMBSTONE_LIFETIME = 45.0
 
 # -- client-side choices from the same protocol ------------------------------
 

@@ -18,6 +18,7 @@ from nsqd_raw import RawClient
 
 from gnsqlite.broker import BrokerOptions
 from gnsqlite.broker.__main__ import build_parser
+from gnsqlite.broker.lookupd import Lookupd
 from gnsqlite.broker.options import parse_duration
 from gnsqlite.broker.state import BrokerState
 from gnsqlite.config import ConnectionConfig, ConsumerConfig, ProducerConfig
@@ -77,6 +78,20 @@ def test_defaults_are_the_real_nsqds_help() -> None:
             f"nsqd's --{flag} defaults to {real[flag]}; protocol/defaults.py has"
             f" {name} = {getattr(defaults, name)!r}"
         )
+
+
+@pytest.mark.skipif(not os.environ.get("GNSQLITE_NSQD"), reason="needs the real nsqlookupd")
+def test_lookupd_defaults_are_the_real_nsqlookupds_help() -> None:
+    binary = os.path.join(os.environ["GNSQLITE_NSQD"], "nsqlookupd")
+    text = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=10)
+    real = _help_defaults(text.stdout + text.stderr)
+    assert parse_duration(real["inactive-producer-timeout"]) == defaults.INACTIVE_PRODUCER_TIMEOUT
+    assert parse_duration(real["tombstone-lifetime"]) == defaults.TOMBSTONE_LIFETIME
+    server = Lookupd("127.0.0.1:0", "127.0.0.1:0")  # opens nothing until start()
+    assert (server.inactive_producer_timeout, server.tombstone_lifetime) == (
+        defaults.INACTIVE_PRODUCER_TIMEOUT,
+        defaults.TOMBSTONE_LIFETIME,
+    )
 
 
 def test_the_broker_takes_its_defaults_and_shows_them_in_help() -> None:
