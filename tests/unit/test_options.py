@@ -8,7 +8,9 @@ from those declarations.
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -98,3 +100,22 @@ def test_spark_keys_and_pynsq_keywords_come_from_declarations() -> None:
     assert set(CONNECTION_KEYWORDS) == {*keywords, "requeue_delay"}
     config = connection_config({"timeout": 2, "output_buffer_timeout": 100, "snappy": True})
     assert (config.connect_timeout, config.output_buffer_timeout, config.snappy) == (2, 0.1, True)
+
+
+def test_the_mechanism_is_pure() -> None:
+    """It sits in the pure core, where the broker may import it: no I/O, nothing of the client."""
+    import gnsqlite.options
+
+    tree = ast.parse(Path(gnsqlite.options.__file__).read_text())
+    absolute = {
+        alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+        for alias in node.names
+    } | {
+        (node.module or "").split(".")[0] for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.level == 0
+    }  # fmt: skip
+    relative = {
+        node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level
+    }
+    assert not absolute & {"gevent", "socket", "ssl", "time", "logging", "gnsqlite"}
+    assert relative == {"errors"}
