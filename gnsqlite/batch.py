@@ -55,9 +55,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .config import _Validated, option
 from .errors import ConfigError
 from .message import Message
+from .options import Validated, option
 from .timers import Timer, TimerWheel
 
 __all__ = ["Batch", "BatchConfig", "BatchHandler", "Batcher", "REASONS", "messages_of"]
@@ -75,7 +75,7 @@ _MIN_TOUCH_DELAY = 0.01
 
 
 @dataclass(frozen=True, kw_only=True)
-class BatchConfig(_Validated):
+class BatchConfig(Validated):
     """A batch handler's options: ``batch_size`` messages, ``batch_timeout`` seconds."""
 
     batch_size: int = option(100, int, lo=1)
@@ -112,10 +112,8 @@ class BatchConfig(_Validated):
             raise ConfigError(f"batch_handler={batch_handler!r} must be callable")
         if batch_size is None:
             raise ConfigError("batch_handler needs batch_size=N: how many messages a batch holds")
-        config = cls(
-            batch_size=batch_size,
-            batch_timeout=1.0 if batch_timeout is None else batch_timeout,
-        )
+        timeout = {} if batch_timeout is None else {"batch_timeout": batch_timeout}
+        config = cls(batch_size=batch_size, **timeout)
         if max_in_flight < config.batch_size:
             raise ConfigError(
                 f"max_in_flight={max_in_flight} is below batch_size={config.batch_size}:"

@@ -19,26 +19,13 @@ import gevent
 import gevent.event
 
 from ..errors import ConfigError
+from ..options import Option, options_of
 from .nsqd import NSQD_VERSION, Broker
-from .options import BrokerOptions, parse_duration
+from .options import BrokerOptions, format_duration, parse_bool, parse_duration
 
 __all__ = ["add_nsqd_flags", "build_parser", "main", "options_from_args", "options_from_namespace"]
 
 log = logging.getLogger(__name__)
-
-
-def _bool(text: str) -> bool:
-    value = text.strip().lower()
-    if value in ("1", "t", "true", "yes", "on"):
-        return True
-    if value in ("0", "f", "false", "no", "off", ""):
-        return False
-    raise argparse.ArgumentTypeError(f"not a boolean: {text!r}")
-
-
-def _tls_required(text: str) -> bool | str:
-    """nsqd's ``--tls-required``: a boolean, or ``tcp-https`` (TLS on TCP only)."""
-    return "tcp-https" if text.strip().lower() == "tcp-https" else _bool(text)
 
 
 def _duration(text: str) -> float:
@@ -58,40 +45,37 @@ def _size(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
 
 
-# flag name -> (option name, converter, kind); kind: "value", "bool", "list"
-_FLAGS: dict[str, tuple[str, Callable[[str], Any], str]] = {
-    "tcp-address": ("tcp_address", str, "value"),
-    "http-address": ("http_address", str, "value"),
-    "broadcast-address": ("broadcast_address", str, "value"),
-    "lookupd-tcp-address": ("lookupd_tcp_addresses", str, "list"),
-    "data-path": ("data_path", str, "value"),
-    "msg-timeout": ("msg_timeout", _duration, "value"),
-    "max-msg-timeout": ("max_msg_timeout", _duration, "value"),
-    "max-msg-size": ("max_msg_size", _size, "value"),
-    "max-body-size": ("max_body_size", _size, "value"),
-    "max-rdy-count": ("max_rdy_count", _size, "value"),
-    "max-channel-consumers": ("max_channel_consumers", _size, "value"),
-    "max-connections": ("max_connections", _size, "value"),  # ours: nsqd has no such flag
-    "max-heartbeat-interval": ("max_heartbeat_interval", _duration, "value"),
-    "max-req-timeout": ("max_req_timeout", _duration, "value"),
-    "max-output-buffer-size": ("max_output_buffer_size", _size, "value"),
-    "output-buffer-timeout": ("output_buffer_timeout", _duration, "value"),
-    "max-output-buffer-timeout": ("max_output_buffer_timeout", _duration, "value"),
-    "min-output-buffer-timeout": ("min_output_buffer_timeout", _duration, "value"),
-    "snappy": ("snappy", _bool, "bool"),
-    "deflate": ("deflate", _bool, "bool"),
-    "max-deflate-level": ("max_deflate_level", _size, "value"),
-    "https-address": ("https_address", str, "value"),
-    "tls-cert": ("tls_cert", str, "value"),
-    "tls-key": ("tls_key", str, "value"),
-    "tls-root-ca-file": ("tls_root_ca_file", str, "value"),
-    "tls-required": ("tls_required", _tls_required, "bool"),  # or tcp-https
-    "tls-client-auth-policy": ("tls_client_auth_policy", str, "value"),
-    "tls-min-version": ("tls_min_version", str, "value"),
-    "auth-http-address": ("auth_http_addresses", str, "list"),
-    "http-client-request-timeout": ("http_client_timeout", _duration, "value"),
-    "http-client-connect-timeout": ("http_client_connect_timeout", _duration, "value"),
-}
+def _parsed_by(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """``parse`` (an option's text parser, raising ``ValueError``) as an argparse type."""
+
+    def convert(text: str) -> Any:
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    convert.__name__ = parse.__name__
+    return convert
+
+
+_bool = _parsed_by(parse_bool)
+
+
+def _converter(declared: Option) -> Callable[[str], Any]:
+    """How a flag's text becomes the option's value: nsqd's spellings of its kind."""
+    if declared.parse is not None:
+        return _parsed_by(declared.parse)
+    if bool in declared.kinds:
+        return _bool
+    if float in declared.kinds:
+        return _duration  # every duration flag takes Go's duration strings
+    if int in declared.kinds:
+        return _size
+    return str
+
+
+#: BrokerOptions' options that nsqd takes as flags, in declaration order.
+_FLAGGED = tuple(o for o in options_of(BrokerOptions) if o.flag is not None)
 
 # nsqd flags accepted and ignored, because in this broker they have no effect a
 # client or an HTTP caller could see:
@@ -135,43 +119,6 @@ _REFUSED = {
 }
 
 
-# flag -> (metavar, help): nsqd v1.3.0's own words where they fit; the default
-# is appended from BrokerOptions, in nsqd's units.
-_HELP: dict[str, tuple[str, str]] = {
-    "tcp-address": ("ADDR", "address to listen on for TCP clients (port 0: a free one)"),
-    "http-address": ("ADDR", "address to listen on for HTTP clients (port 0: a free one)"),
-    "broadcast-address": ("HOST", "address registered with lookupd (default: the listening host)"),
-    "lookupd-tcp-address": ("ADDR", "nsqlookupd TCP address to register with (repeatable)"),
-    "data-path": ("PATH", "directory to persist messages to at stop (default: none, nothing kept)"),
-    "msg-timeout": ("DURATION", "default time before an unanswered message is requeued"),
-    "max-msg-timeout": ("DURATION", "longest message timeout a client can ask for"),
-    "max-msg-size": ("BYTES", "largest message body accepted"),
-    "max-body-size": ("BYTES", "largest command body accepted (an MPUB's whole batch)"),
-    "max-rdy-count": ("N", "largest RDY count a client may send"),
-    "max-channel-consumers": ("N", "consumer connections allowed per channel (0: no limit)"),
-    "max-connections": ("N", "TCP connections allowed (0: no limit; not an nsqd flag)"),
-    "max-heartbeat-interval": ("DURATION", "longest heartbeat interval a client can ask for"),
-    "max-req-timeout": ("DURATION", "longest requeue delay accepted"),
-    "max-output-buffer-size": ("BYTES", "largest output buffer a client can ask for"),
-    "output-buffer-timeout": ("DURATION", "default time between flushes to a client"),
-    "max-output-buffer-timeout": ("DURATION", "longest flush interval a client can ask for"),
-    "min-output-buffer-timeout": ("DURATION", "shortest flush interval a client can ask for"),
-    "snappy": ("BOOL", "offer snappy compression to clients"),
-    "deflate": ("BOOL", "offer deflate compression to clients"),
-    "max-deflate-level": ("N", "highest deflate level a client can ask for (1-9)"),
-    "https-address": ("ADDR", "address to serve the HTTP API over TLS on (needs --tls-cert)"),
-    "tls-cert": ("PATH", "PEM certificate file (TLS upgrades, --https-address)"),
-    "tls-key": ("PATH", "PEM key file of --tls-cert"),
-    "tls-root-ca-file": ("PATH", "PEM file of the CAs that sign client certificates"),
-    "tls-required": ("BOOL", "require TLS of clients: true, false or tcp-https (TCP only)"),
-    "tls-client-auth-policy": ("POLICY", "ask clients for a certificate: require, require-verify"),
-    "tls-min-version": ("VERSION", "oldest TLS accepted: tls1.0, tls1.1, tls1.2 or tls1.3"),
-    "auth-http-address": ("ADDR", "auth server host:port or URL to ask (repeatable)"),
-    "http-client-request-timeout": ("DURATION", "timeout of a request to lookupd or auth"),
-    "http-client-connect-timeout": ("DURATION", "timeout of a connect to lookupd or auth"),
-}
-
-
 def _shown(value: Any, convert: Callable[[str], Any]) -> str:
     """``value`` (a BrokerOptions default) as nsqd's flags write it."""
     if value is None or value == ():
@@ -179,33 +126,40 @@ def _shown(value: Any, convert: Callable[[str], Any]) -> str:
     if isinstance(value, bool):
         return str(value).lower()
     if convert is _duration:
-        seconds = float(value)
-        if seconds >= 3600 and seconds % 3600 == 0:
-            return f"{seconds / 3600:g}h"
-        if seconds >= 60 and seconds % 60 == 0:
-            return f"{seconds / 60:g}m"
-        return f"{seconds:g}s" if seconds >= 1 else f"{seconds * 1000:g}ms"
+        return format_duration(float(value))
     return str(value)
+
+
+def _metavar(declared: Option, convert: Callable[[str], Any]) -> str:
+    if declared.metavar is not None:
+        return declared.metavar
+    if convert is _duration:
+        return "DURATION"
+    if convert is _bool:
+        return "BOOL"
+    return "BYTES" if declared.unit == "bytes" else "VALUE"
 
 
 def add_nsqd_flags(parser: Any) -> None:
     """Add nsqd's flags, each with its help and default, to ``parser`` (or an argument group).
 
-    Each is accepted as ``--flag`` and as nsqd's ``-flag``; help lists the first.
+    Each is accepted as ``--flag`` and as nsqd's ``-flag``; help lists the
+    first. The flags, their help and defaults are BrokerOptions' declarations.
     """
-    defaults = BrokerOptions()
-    for flag, (dest, convert, kind) in _FLAGS.items():
-        metavar, text = _HELP[flag]
+    for declared in _FLAGGED:
+        convert = _converter(declared)
+        text = declared.doc
         shown = text if "(default" in text else (
-            f"{text} (default {_shown(getattr(defaults, dest), convert)})"
+            f"{text} (default {_shown(declared.default, convert)})"
         )
-        options: dict[str, Any] = {"dest": dest, "type": convert}
-        if kind == "bool":
+        options: dict[str, Any] = {"dest": declared.name, "type": convert}
+        if bool in declared.kinds:
             options.update(nargs="?", const=True)
-        elif kind == "list":
+        elif list in declared.kinds:
             options.update(action="append")
-        parser.add_argument(f"--{flag}", metavar=metavar, help=shown, **options)
-        parser.add_argument(f"-{flag}", help=argparse.SUPPRESS, **options)
+        metavar = _metavar(declared, convert)
+        parser.add_argument(f"--{declared.flag}", metavar=metavar, help=shown, **options)
+        parser.add_argument(f"-{declared.flag}", help=argparse.SUPPRESS, **options)
     for flag in (*_IGNORED_VALUE, *_REFUSED):
         dest = flag.replace("-", "_")
         parser.add_argument(f"--{flag}", f"-{flag}", dest=dest, help=argparse.SUPPRESS)
@@ -250,10 +204,10 @@ def options_from_namespace(parser: argparse.ArgumentParser, args: Any) -> dict[s
         print(f"nsqd v{NSQD_VERSION} (gnsqlite embedded broker)")
         raise SystemExit(0)
     options: dict[str, Any] = {}
-    for dest, _, _ in _FLAGS.values():
-        value = getattr(args, dest, None)
+    for declared in _FLAGGED:
+        value = getattr(args, declared.name, None)
         if value is not None:
-            options[dest] = value
+            options[declared.name] = value
     return options
 
 

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..http import http_request
+from ..http_transport import http_request
 from .options import AuthPolicy
 
 __all__ = ["AuthError", "Authorization", "AuthState", "query"]

@@ -29,7 +29,7 @@ import gevent.queue
 import gevent.socket
 
 from ..errors import BrokenConnectionError, NSQTimeoutError, RemoteProtocolError
-from ..http import http_request
+from ..http_transport import http_request
 from ..net import parse_address
 from ..protocol import identify
 from ..tcp import connect_tcp

@@ -43,10 +43,11 @@ import gevent.pywsgi
 import gevent.server
 
 from ..net import format_address, parse_address
+from ..protocol import defaults
 from .lookupd_db import PeerInfo, Registration, RegistrationDB
 from .lookupd_http import LookupdHttp
 from .lookupd_tcp import LookupdTcp
-from .options import parse_duration
+from .options import format_duration, parse_duration
 from .wsgi_log import PlainLogHandler
 
 __all__ = [
@@ -72,9 +73,9 @@ class Lookupd:
     Addresses are ``"host:port"``; port 0 picks a free port, and after
     :meth:`start` :attr:`tcp_address` and :attr:`http_address` hold the bound
     addresses. ``broadcast_address`` defaults to the hostname, like
-    nsqlookupd's. ``inactive_producer_timeout`` (seconds, default 300) hides
-    producers that have not pinged for that long; ``tombstone_lifetime``
-    (seconds, default 45) is how long ``/topic/tombstone`` hides a producer.
+    nsqlookupd's. ``inactive_producer_timeout`` (seconds, nsqlookupd's default
+    300) hides producers that have not pinged for that long; ``tombstone_lifetime``
+    (seconds, its default 45) is how long ``/topic/tombstone`` hides a producer.
     ``clock`` returns seconds (``time.monotonic``); tests may replace it.
     """
 
@@ -83,8 +84,8 @@ class Lookupd:
         tcp_address: str = "127.0.0.1:4160",
         http_address: str = "127.0.0.1:4161",
         broadcast_address: str | None = None,
-        inactive_producer_timeout: float = 300.0,
-        tombstone_lifetime: float = 45.0,
+        inactive_producer_timeout: float = defaults.INACTIVE_PRODUCER_TIMEOUT,
+        tombstone_lifetime: float = defaults.TOMBSTONE_LIFETIME,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         parse_address(tcp_address)
@@ -198,10 +199,14 @@ def _arg_parser() -> argparse.ArgumentParser:
                         help="<addr>:<port> to listen on for HTTP clients")
     parser.add_argument("--broadcast-address", default=None,
                         help="address of this lookupd node (defaults to the OS hostname)")
-    parser.add_argument("--inactive-producer-timeout", type=parse_duration, default=300.0,
-                        help="how long a producer stays active since its last ping (5m0s)")
-    parser.add_argument("--tombstone-lifetime", type=parse_duration, default=45.0,
-                        help="how long a producer stays tombstoned (45s)")
+    parser.add_argument("--inactive-producer-timeout", type=parse_duration,
+                        default=defaults.INACTIVE_PRODUCER_TIMEOUT,
+                        help="how long a producer stays active since its last ping"
+                        f" ({format_duration(defaults.INACTIVE_PRODUCER_TIMEOUT)})")
+    parser.add_argument("--tombstone-lifetime", type=parse_duration,
+                        default=defaults.TOMBSTONE_LIFETIME,
+                        help="how long a producer stays tombstoned"
+                        f" ({format_duration(defaults.TOMBSTONE_LIFETIME)})")
     parser.add_argument("--log-level", default="info",
                         choices=["debug", "info", "warn", "error", "fatal"])
     parser.add_argument("--log-prefix", default="[nsqlookupd] ")

@@ -29,6 +29,7 @@ import gevent.server
 from ..net import format_address, parse_address
 from ..tcp import set_nodelay
 from .client import ClientSession
+from .client_reader import serve
 from .http_api import HttpApi
 from .state import NSQD_VERSION, BrokerState, Listener
 from .tls import server_context
@@ -189,7 +190,7 @@ class Broker(BrokerState):
         client = ClientSession(self, sock, address)
         self.clients.add(client)
         log.debug("TCP: new client %s", client.remote_address)
-        client.serve()
+        serve(client)
 
     def _scan_loop(self) -> None:
         interval = self.options.queue_scan_interval

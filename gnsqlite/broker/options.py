@@ -1,22 +1,33 @@
 """The embedded broker's options, named after nsqd's flags, in Python units.
 
-Durations are float seconds, sizes bytes. :class:`BrokerOptions` validates
-every value when it is built and raises :class:`~gnsqlite.errors.ConfigError`
-naming the option. :func:`parse_duration` reads Go duration strings
-(``"60s"``, ``"1m0s"``, ``"500ms"``, ``"2h"``) as nsqd's flags accept them.
+Durations are float seconds, sizes bytes. :class:`BrokerOptions` declares
+each option once with the client's mechanism (:func:`gnsqlite.options.option`:
+its default from :mod:`gnsqlite.protocol.defaults`, range, flag and help),
+validates every value when it is built and raises
+:class:`~gnsqlite.errors.ConfigError` naming the option.
+:func:`parse_duration` reads Go duration strings (``"60s"``, ``"1m0s"``,
+``"500ms"``, ``"2h"``) as nsqd's flags accept them.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from ..errors import ConfigError
-from ..protocol.commands import DEFAULT_MAX_RDY_COUNT
+from ..options import Validated, option
+from ..protocol import defaults
 
-__all__ = ["AuthPolicy", "BrokerOptions", "parse_duration"]
+__all__ = [
+    "AuthPolicy",
+    "BrokerOptions",
+    "format_duration",
+    "parse_bool",
+    "parse_duration",
+    "parse_tls_required",
+]
 
 #: ``auth_policy(remote_ip, tls, secret)`` returns what an nsqd auth server
 #: would answer (``{"ttl": s, "identity": ..., "authorizations": [...]}``), or
@@ -58,73 +69,201 @@ def parse_duration(text: str) -> float:
     return sign * total
 
 
+def format_duration(seconds: float) -> str:
+    """Float seconds as a short Go-style duration (``"1h"``, ``"5m"``, ``"45s"``, ``"250ms"``)."""
+    if seconds >= 3600 and seconds % 3600 == 0:
+        return f"{seconds / 3600:g}h"
+    if seconds >= 60 and seconds % 60 == 0:
+        return f"{seconds / 60:g}m"
+    return f"{seconds:g}s" if seconds >= 1 else f"{seconds * 1000:g}ms"
+
+
+def parse_bool(text: str) -> bool:
+    """A boolean flag's value as nsqd reads it (Go's ``ParseBool``, and ``yes``/``on``)."""
+    value = text.strip().lower()
+    if value in ("1", "t", "true", "yes", "on"):
+        return True
+    if value in ("0", "f", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"not a boolean: {text!r}")
+
+
+def parse_tls_required(text: str) -> bool | str:
+    """nsqd's ``--tls-required``: a boolean, or ``tcp-https`` (TLS on TCP only)."""
+    return "tcp-https" if text.strip().lower() == "tcp-https" else parse_bool(text)
+
+
 def _address(value: str) -> bool:
     _, sep, port = value.rpartition(":")
     return bool(sep) and port.isdigit() and 0 <= int(port) <= 65535
 
 
-@dataclass(frozen=True)
-class BrokerOptions:
-    """Every option of :class:`~gnsqlite.broker.Broker` (nsqd's flag names)."""
+@dataclass(frozen=True, kw_only=True)
+class BrokerOptions(Validated):
+    """Every option of :class:`~gnsqlite.broker.Broker`: nsqd's flag names and defaults.
 
-    tcp_address: str = "127.0.0.1:4150"
-    http_address: str = "127.0.0.1:4151"
-    broadcast_address: str | None = None
-    lookupd_tcp_addresses: Sequence[str] = ()
-    data_path: str | None = None
-    msg_timeout: float = 60.0
-    max_msg_timeout: float = 900.0
-    max_msg_size: int = 1024 * 1024
-    max_body_size: int = 5 * 1024 * 1024
-    max_rdy_count: int = DEFAULT_MAX_RDY_COUNT
+    Each is declared once, with the flag it is read from
+    (``python -m gnsqlite.broker --msg-timeout=1m``) and its help text; the
+    command line is built from these declarations.
+    """
+
+    tcp_address: str = option(
+        "127.0.0.1:4150", str, flag="tcp-address", metavar="ADDR",
+        doc="address to listen on for TCP clients (port 0: a free one)",
+    )
+    http_address: str = option(
+        "127.0.0.1:4151", str, flag="http-address", metavar="ADDR",
+        doc="address to listen on for HTTP clients (port 0: a free one)",
+    )
+    broadcast_address: str | None = option(
+        None, str, nullable=True, flag="broadcast-address", metavar="HOST",
+        doc="address registered with lookupd (default: the listening host)",
+    )
+    lookupd_tcp_addresses: Sequence[str] = option(
+        (), (tuple, list), flag="lookupd-tcp-address", metavar="ADDR",
+        doc="nsqlookupd TCP address to register with (repeatable)",
+    )
+    data_path: str | None = option(
+        None, str, nullable=True, flag="data-path", metavar="PATH",
+        doc="directory to persist messages to at stop (default: none, nothing kept)",
+    )
+    msg_timeout: float = option(
+        defaults.MSG_TIMEOUT, float, above=0, unit="s", flag="msg-timeout",
+        doc="default time before an unanswered message is requeued",
+    )
+    max_msg_timeout: float = option(
+        defaults.MAX_MSG_TIMEOUT, float, above=0, unit="s", flag="max-msg-timeout",
+        doc="longest message timeout a client can ask for",
+    )
+    max_msg_size: int = option(
+        defaults.MAX_MSG_SIZE, int, lo=1, unit="bytes", flag="max-msg-size",
+        doc="largest message body accepted",
+    )
+    max_body_size: int = option(
+        defaults.MAX_BODY_SIZE, int, lo=1, unit="bytes", flag="max-body-size",
+        doc="largest command body accepted (an MPUB's whole batch)",
+    )
+    max_rdy_count: int = option(
+        defaults.MAX_RDY_COUNT, int, lo=1, flag="max-rdy-count", metavar="N",
+        doc="largest RDY count a client may send",
+    )
     #: consumers allowed per channel; 0 = no limit (nsqd's ``--max-channel-consumers``)
-    max_channel_consumers: int = 0
+    max_channel_consumers: int = option(
+        0, int, lo=0, flag="max-channel-consumers", metavar="N",
+        doc="consumer connections allowed per channel (0: no limit)",
+    )
     #: open TCP connections allowed; 0 = no limit. nsqd v1.3.0 has no such flag
     #: (it accepts until the process runs out of file descriptors); over the
     #: limit a new connection is closed at once, before a byte is read.
-    max_connections: int = 0
-    max_heartbeat_interval: float = 60.0
-    max_req_timeout: float = 3600.0
-    client_timeout: float = 60.0
-    max_output_buffer_size: int = 64 * 1024
-    output_buffer_timeout: float = 0.25
-    max_output_buffer_timeout: float = 30.0
-    min_output_buffer_timeout: float = 0.025
-    snappy: bool = True
-    deflate: bool = True
-    max_deflate_level: int = 6
+    max_connections: int = option(
+        0, int, lo=0, flag="max-connections", metavar="N",
+        doc="TCP connections allowed (0: no limit; not an nsqd flag)",
+    )
+    max_heartbeat_interval: float = option(
+        defaults.MAX_HEARTBEAT_INTERVAL, float, above=0, unit="s",
+        flag="max-heartbeat-interval", doc="longest heartbeat interval a client can ask for",
+    )
+    max_req_timeout: float = option(
+        defaults.MAX_REQ_TIMEOUT, float, lo=0, unit="s", flag="max-req-timeout",
+        doc="longest requeue delay accepted",
+    )
+    #: nsqd's ``ClientTimeout`` (no flag): clients that IDENTIFY no heartbeat
+    #: interval get half of it, and must send a command within twice that.
+    client_timeout: float = option(defaults.CLIENT_TIMEOUT, float, above=0, unit="s")
+    max_output_buffer_size: int = option(
+        defaults.MAX_OUTPUT_BUFFER_SIZE, int, lo=1, unit="bytes",
+        flag="max-output-buffer-size", doc="largest output buffer a client can ask for",
+    )
+    output_buffer_timeout: float = option(
+        defaults.OUTPUT_BUFFER_TIMEOUT, float, above=0, unit="s",
+        flag="output-buffer-timeout", doc="default time between flushes to a client",
+    )
+    max_output_buffer_timeout: float = option(
+        defaults.MAX_OUTPUT_BUFFER_TIMEOUT, float, above=0, unit="s",
+        flag="max-output-buffer-timeout", doc="longest flush interval a client can ask for",
+    )
+    min_output_buffer_timeout: float = option(
+        defaults.MIN_OUTPUT_BUFFER_TIMEOUT, float, unit="s",
+        flag="min-output-buffer-timeout", doc="shortest flush interval a client can ask for",
+    )
+    snappy: bool = option(
+        True, bool, flag="snappy", doc="offer snappy compression to clients"
+    )
+    deflate: bool = option(
+        True, bool, flag="deflate", doc="offer deflate compression to clients"
+    )
+    max_deflate_level: int = option(
+        defaults.MAX_DEFLATE_LEVEL, int, lo=1, hi=9, flag="max-deflate-level", metavar="N",
+        doc="highest deflate level a client can ask for (1-9)",
+    )
     #: HTTPS listener (nsqd's ``--https-address``), serving the HTTP API over TLS
     #: with the TCP upgrade's certificate and policy; only with ``tls_cert``. nsqd
     #: listens on 0.0.0.0:4152 unless told otherwise; the embedded broker only
     #: when this is given (tests run many brokers at once).
-    https_address: str | None = None
-    tls_cert: str | None = None
-    tls_key: str | None = None
+    https_address: str | None = option(
+        None, str, nullable=True, flag="https-address", metavar="ADDR",
+        doc="address to serve the HTTP API over TLS on (needs --tls-cert)",
+    )
+    tls_cert: str | None = option(
+        None, str, nullable=True, flag="tls-cert", metavar="PATH",
+        doc="PEM certificate file (TLS upgrades, --https-address)",
+    )
+    tls_key: str | None = option(
+        None, str, nullable=True, flag="tls-key", metavar="PATH", doc="PEM key file of --tls-cert"
+    )
     #: PEM file of the CAs that sign client certificates (``require-verify``).
-    tls_root_ca_file: str | None = None
+    tls_root_ca_file: str | None = option(
+        None, str, nullable=True, flag="tls-root-ca-file", metavar="PATH",
+        doc="PEM file of the CAs that sign client certificates",
+    )
     #: nsqd's ``--tls-required``: ``True`` makes TCP clients upgrade to TLS
     #: before any other command and answers plain HTTP with 403
     #: ``TLS_REQUIRED``; ``"tcp-https"`` requires TLS on TCP only (plain HTTP
     #: still served); ``False`` requires it nowhere.
-    tls_required: bool | str = False
+    tls_required: bool | str = option(
+        False, (bool, str), flag="tls-required", metavar="BOOL", parse=parse_tls_required,
+        doc="require TLS of clients: true, false or tcp-https (TCP only)",
+    )
     #: nsqd's ``--tls-client-auth-policy``: ``None`` asks clients for no certificate
     #: (even with ``tls_root_ca_file``); ``"require"`` demands one from any CA,
     #: unverified; ``"require-verify"`` demands one signed by ``tls_root_ca_file``
     #: (by the system's CAs without it). Setting one makes ``tls_required`` true,
     #: as nsqd does.
-    tls_client_auth_policy: str | None = None
+    tls_client_auth_policy: str | None = option(
+        None, str, nullable=True, flag="tls-client-auth-policy", metavar="POLICY",
+        doc="ask clients for a certificate: require, require-verify",
+    )
     #: nsqd's ``--tls-min-version``: the oldest protocol accepted, ``"tls1.0"``
     #: (nsqd's default), ``"tls1.1"``, ``"tls1.2"`` or ``"tls1.3"``.
-    tls_min_version: str = "tls1.0"
-    auth_http_addresses: Sequence[str] = ()
-    auth_policy: AuthPolicy | None = field(default=None, compare=False)
-    http_client_timeout: float = 5.0
+    tls_min_version: str = option(
+        "tls1.0", object, flag="tls-min-version", metavar="VERSION",
+        doc="oldest TLS accepted: tls1.0, tls1.1, tls1.2 or tls1.3",
+    )
+    auth_http_addresses: Sequence[str] = option(
+        (), (tuple, list), flag="auth-http-address", metavar="ADDR",
+        doc="auth server host:port or URL to ask (repeatable)",
+    )
+    #: what decides AUTH in-process instead of an auth server (see :data:`AuthPolicy`)
+    auth_policy: AuthPolicy | None = option(None, object, nullable=True, compare=False)
+    http_client_timeout: float = option(
+        defaults.HTTP_CLIENT_REQUEST_TIMEOUT, float, above=0, unit="s",
+        flag="http-client-request-timeout", doc="timeout of a request to lookupd or auth",
+    )
     #: the longest an auth server or lookupd HTTP connect may take (nsqd's
     #: ``--http-client-connect-timeout``); ``http_client_timeout`` bounds the rest.
-    http_client_connect_timeout: float = 2.0
-    queue_scan_interval: float = 0.1
+    http_client_connect_timeout: float = option(
+        defaults.HTTP_CLIENT_CONNECT_TIMEOUT, float, above=0, unit="s",
+        flag="http-client-connect-timeout", doc="timeout of a connect to lookupd or auth",
+    )
+    #: how often in-flight and deferred messages are checked for their deadline
+    queue_scan_interval: float = option(0.1, float, above=0, unit="s")
 
-    def __post_init__(self) -> None:
+    _ORDERED: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("msg_timeout", "max_msg_timeout"),
+        ("max_msg_size", "max_body_size"),
+    )
+
+    def _check_rules(self) -> None:
         object.__setattr__(self, "lookupd_tcp_addresses", tuple(self.lookupd_tcp_addresses))
         object.__setattr__(self, "auth_http_addresses", tuple(self.auth_http_addresses))
         for name in ("tcp_address", "http_address"):
@@ -144,41 +283,6 @@ class BrokerOptions:
                 plain = value.split("://", 1)[-1]
                 if not _address(plain):
                     raise ConfigError(f"{name} holds {value!r}, not a 'host:port' address")
-        positive = (
-            "msg_timeout",
-            "max_msg_timeout",
-            "max_heartbeat_interval",
-            "client_timeout",
-            "queue_scan_interval",
-            "http_client_timeout",
-            "http_client_connect_timeout",
-            "max_output_buffer_timeout",
-            "output_buffer_timeout",
-        )
-        for name in positive:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                raise ConfigError(f"{name}={value!r} must be a number of seconds above 0")
-        if self.max_req_timeout < 0:
-            raise ConfigError(f"max_req_timeout={self.max_req_timeout!r} must be 0 or more")
-        if self.msg_timeout > self.max_msg_timeout:
-            raise ConfigError(
-                f"msg_timeout={self.msg_timeout} is above max_msg_timeout={self.max_msg_timeout}"
-            )
-        for name in ("max_msg_size", "max_body_size", "max_rdy_count", "max_output_buffer_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ConfigError(f"{name}={value!r} must be an int above 0")
-        for name in ("max_channel_consumers", "max_connections"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ConfigError(f"{name}={value!r} must be an int >= 0 (0: no limit)")
-        if self.max_body_size < self.max_msg_size:
-            raise ConfigError(
-                f"max_body_size={self.max_body_size} is below max_msg_size={self.max_msg_size}"
-            )
-        if not 1 <= self.max_deflate_level <= 9:
-            raise ConfigError(f"max_deflate_level={self.max_deflate_level!r} must be 1 to 9")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ConfigError("tls_cert and tls_key must be given together")
         self._check_tls()
@@ -224,11 +328,6 @@ class BrokerOptions:
         object.__setattr__(self, "tls_min_version", version)
         if self.tls_required and self.tls_cert is None:
             raise ConfigError("tls_required needs tls_cert and tls_key")
-
-    @classmethod
-    def option_names(cls) -> tuple[str, ...]:
-        """Every option name, in declaration order."""
-        return tuple(f.name for f in fields(cls))
 
     @property
     def auth_enabled(self) -> bool:

@@ -34,6 +34,7 @@ from ..conn import Connection
 from ..errors import NSQConnectionError
 from ..flow import ConnFlow
 from ..message import Message, deliver
+from ..protocol import defaults
 from .flow_control import FlowControl
 
 __all__ = ["Link"]
@@ -88,7 +89,7 @@ class Link:
         self.observers = observers
         self.conn: Connection = None  # type: ignore[assignment]  # attached before connect()
         self.name = address
-        self.msg_timeout = 60.0
+        self.msg_timeout = defaults.MSG_TIMEOUT  # until IDENTIFY says otherwise
         self.active = False  # subscribed and counted (in the link set)
         self.received = 0
         self.finished = 0

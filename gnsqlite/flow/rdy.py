@@ -84,6 +84,7 @@ import math
 import random
 from collections.abc import Sequence, Sized
 
+from ..protocol import defaults
 from .rdy_conn import (
     DEMAND_HEADROOM,
     GRANT_STEP_RATIO,
@@ -126,7 +127,7 @@ class RdyPlanner:
         max_in_flight: int,
         low_rdy_idle_timeout: float = 10.0,
         rng: random.Random | None = None,
-        low_rdy_timeout: float = 30.0,
+        low_rdy_timeout: float = defaults.LOW_RDY_TIMEOUT,
     ) -> None:
         self.max_in_flight = max_in_flight
         self.low_rdy_idle_timeout = low_rdy_idle_timeout

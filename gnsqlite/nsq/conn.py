@@ -31,8 +31,8 @@ import gevent
 from .._version import __version__
 from ..conn import Connection
 from ..errors import NSQError, ServerError
-from ..protocol import DEFAULT_MAX_RDY_COUNT
 from ..protocol import Message as _Wire
+from ..protocol import defaults
 from . import event, tornado_bridge
 from .deflate_socket import DeflateEncoder, DeflateSocket
 from .errors import (
@@ -115,7 +115,7 @@ class AsyncConn(EventedMixin):
         host: str,
         port: int,
         timeout: float = 1.0,
-        heartbeat_interval: int = 30,
+        heartbeat_interval: int = round(defaults.HEARTBEAT_INTERVAL),
         requeue_delay: int = 90,
         tls_v1: bool = False,
         tls_options: dict[str, Any] | None = None,
@@ -123,8 +123,8 @@ class AsyncConn(EventedMixin):
         deflate: bool = False,
         deflate_level: int = 6,
         user_agent: str = DEFAULT_USER_AGENT,
-        output_buffer_size: int = 16 * 1024,
-        output_buffer_timeout: int = 250,
+        output_buffer_size: int = defaults.OUTPUT_BUFFER_SIZE,
+        output_buffer_timeout: int = round(defaults.OUTPUT_BUFFER_TIMEOUT * 1000),
         sample_rate: int = 0,
         auth_secret: bytes | str | None = None,
         msg_timeout: float | None = None,
@@ -162,7 +162,7 @@ class AsyncConn(EventedMixin):
         self.in_flight = 0
         self.rdy = 0
         self.last_rdy = 0
-        self.max_rdy_count = DEFAULT_MAX_RDY_COUNT  # until IDENTIFY says otherwise
+        self.max_rdy_count = defaults.MAX_RDY_COUNT  # until IDENTIFY says otherwise
         self.callback_queue: list[Any] = []
         self.encoder = DefaultEncoder()
         keywords = {

@@ -2,7 +2,9 @@
 
 pynsq passes a Reader's or Writer's extra keywords to ``AsyncConn``; the
 drop-in accepts the same names with the same units and builds a
-:class:`~gnsqlite.config.ConnectionConfig` (seconds everywhere):
+:class:`~gnsqlite.config.ConnectionConfig` (seconds everywhere). Each keyword
+is the ``keyword`` of the ConnectionConfig option it sets (one declaration);
+the conversions from pynsq's units are :data:`_PYNSQ_UNITS`:
 
 ==========================  ===============================================
 ``timeout``                 seconds -> ``connect_timeout``
@@ -25,35 +27,23 @@ from __future__ import annotations
 
 import difflib
 import ssl
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ..config import ConnectionConfig
+from ..options import options_of
 
 __all__ = ["CONNECTION_KEYWORDS", "TLS_OPTION_KEYS", "connection_config", "tls_context"]
 
-#: The keywords pynsq's ``AsyncConn`` takes (besides host and port).
-CONNECTION_KEYWORDS = (
-    "timeout",
-    "heartbeat_interval",
-    "requeue_delay",
-    "tls_v1",
-    "tls_options",
-    "snappy",
-    "deflate",
-    "deflate_level",
-    "user_agent",
-    "output_buffer_size",
-    "output_buffer_timeout",
-    "sample_rate",
-    "auth_secret",
-    "msg_timeout",
-    "hostname",
-)
+#: pynsq keyword -> the ConnectionConfig option it sets (the ``keyword`` of its declaration).
+_OPTION_OF = {o.keyword: o.name for o in options_of(ConnectionConfig) if o.keyword}
+#: The keywords pynsq's ``AsyncConn`` takes (besides host and port); ``requeue_delay``
+#: is the drop-in connection's own (pynsq's requeue policy), no ConnectionConfig option.
+CONNECTION_KEYWORDS = (*_OPTION_OF, "requeue_delay")
 #: The ``tls_options`` keys understood (those of ``ssl.wrap_socket``).
 TLS_OPTION_KEYS = ("cert_reqs", "ca_certs", "certfile", "keyfile", "ssl_version", "ciphers")
-_DIRECT = ("tls_v1", "snappy", "deflate", "deflate_level", "sample_rate", "auth_secret",
-           "user_agent", "hostname")
+#: A converted value meaning "leave the option at its default".
+_DEFAULT = object()
 
 
 def check_keywords(owner: str, given: Iterable[str], extra: Iterable[str] = ()) -> None:
@@ -69,28 +59,13 @@ def check_keywords(owner: str, given: Iterable[str], extra: Iterable[str] = ()) 
 
 def connection_config(kwargs: Mapping[str, Any]) -> ConnectionConfig:
     """Build the connection options from pynsq keywords (``requeue_delay`` is ignored)."""
-    options: dict[str, Any] = {name: kwargs[name] for name in _DIRECT if name in kwargs}
-    if "timeout" in kwargs:
-        options["connect_timeout"] = kwargs["timeout"]
-    if "heartbeat_interval" in kwargs:
-        value = kwargs["heartbeat_interval"]
-        options["heartbeat_interval"] = None if value is None or value == -1 else value
-    if "output_buffer_size" in kwargs:
-        value = kwargs["output_buffer_size"]
-        if value == -1:
-            options["output_buffer_size"] = None
-        elif value != 0:
-            options["output_buffer_size"] = value
-    if "output_buffer_timeout" in kwargs:
-        value = kwargs["output_buffer_timeout"]
-        if value == -1:
-            options["output_buffer_timeout"] = None
-        elif value != 0:
-            options["output_buffer_timeout"] = _milliseconds(value, "output_buffer_timeout")
-    if kwargs.get("msg_timeout"):
-        options["msg_timeout"] = kwargs["msg_timeout"]
-    if kwargs.get("tls_options") is not None:
-        options["tls_context"] = tls_context(kwargs["tls_options"])
+    options: dict[str, Any] = {}
+    for keyword, name in _OPTION_OF.items():
+        if keyword in kwargs:
+            convert = _PYNSQ_UNITS.get(keyword)
+            value = kwargs[keyword] if convert is None else convert(kwargs[keyword])
+            if value is not _DEFAULT:
+                options[name] = value
     return ConnectionConfig(**options)
 
 
@@ -124,7 +99,29 @@ def tls_context(tls_options: Mapping[str, Any]) -> ssl.SSLContext:
     return context
 
 
-def _milliseconds(value: Any, name: str) -> Any:
+def _milliseconds(value: Any) -> Any:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return value  # ConnectionConfig names the option and the type it wants
     return value / 1000.0
+
+
+def _heartbeat(value: Any) -> Any:
+    return None if value is None or value == -1 else value
+
+
+def _output_buffer_size(value: Any) -> Any:
+    return None if value == -1 else _DEFAULT if value == 0 else value
+
+
+def _output_buffer_timeout(value: Any) -> Any:
+    return None if value == -1 else _DEFAULT if value == 0 else _milliseconds(value)
+
+
+#: pynsq keyword -> its value in ConnectionConfig's units (``_DEFAULT``: nsqd's default).
+_PYNSQ_UNITS: dict[str, Callable[[Any], Any]] = {
+    "heartbeat_interval": _heartbeat,
+    "output_buffer_size": _output_buffer_size,
+    "output_buffer_timeout": _output_buffer_timeout,
+    "msg_timeout": lambda value: value if value else _DEFAULT,
+    "tls_options": lambda value: _DEFAULT if value is None else tls_context(value),
+}

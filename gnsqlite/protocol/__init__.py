@@ -5,6 +5,7 @@
 * :mod:`.names`: topic and channel name rules.
 * :mod:`.client`: the client connection state machine (bytes in, events out).
 * :mod:`.events`: the events that machine reports.
+* :mod:`.defaults`: nsqd's defaults (sizes, timeouts, RDY), named once.
 
 >>> import gnsqlite.protocol as p
 >>> p.pub("clicks", b"hi")
@@ -13,7 +14,8 @@ b'PUB clicks\\n\\x00\\x00\\x00\\x02hi'
 
 from __future__ import annotations
 
-from .client import DEFAULT_MAX_RDY_COUNT, ClientConnection, ClientState
+from . import defaults
+from .client import ClientConnection, ClientState
 from .commands import (
     MAGIC_V2,
     MESSAGE_ID_LENGTH,
@@ -48,7 +50,6 @@ from .events import (
 )
 from .frames import (
     CLOSE_WAIT,
-    DEFAULT_MAX_FRAME_SIZE,
     FRAME_TYPE_ERROR,
     FRAME_TYPE_MESSAGE,
     FRAME_TYPE_RESPONSE,
@@ -71,7 +72,7 @@ from .names import (
 )
 
 __all__ = [
-    "DEFAULT_MAX_RDY_COUNT",
+    "defaults",
     "ClientConnection",
     "ClientState",
     "MAGIC_V2",
@@ -103,7 +104,6 @@ __all__ = [
     "Response",
     "Upgraded",
     "CLOSE_WAIT",
-    "DEFAULT_MAX_FRAME_SIZE",
     "FRAME_TYPE_ERROR",
     "FRAME_TYPE_MESSAGE",
     "FRAME_TYPE_RESPONSE",

@@ -36,7 +36,8 @@ from ..errors import (
     error_from_frame,
 )
 from . import commands
-from .commands import DEFAULT_MAX_RDY_COUNT, MESSAGE_ID_LENGTH
+from .commands import MESSAGE_ID_LENGTH
+from .defaults import MAX_FRAME_SIZE, MAX_RDY_COUNT
 from .events import (
     Authenticated,
     CloseWait,
@@ -51,7 +52,6 @@ from .events import (
 )
 from .frames import (
     CLOSE_WAIT,
-    DEFAULT_MAX_FRAME_SIZE,
     FRAME_TYPE_ERROR,
     FRAME_TYPE_MESSAGE,
     FRAME_TYPE_RESPONSE,
@@ -67,7 +67,7 @@ from .states import PUBLISH_STATES as _PUBLISH_STATES
 from .states import RESPOND_STATES as _RESPOND_STATES
 from .states import ClientState
 
-__all__ = ["ClientState", "ClientConnection", "DEFAULT_MAX_RDY_COUNT", "ANSWERED_COMMANDS"]
+__all__ = ["ClientState", "ClientConnection", "ANSWERED_COMMANDS"]
 
 #: The requests whose answer goes back to the caller (the handshake's and
 #: CLS's answers are the machine's own business).
@@ -115,7 +115,7 @@ class ClientConnection:
 
     def __init__(
         self,
-        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        max_frame_size: int = MAX_FRAME_SIZE,
         message_class: type[Delivery] | None = None,
     ) -> None:
         self.state = ClientState.INIT
@@ -133,8 +133,8 @@ class ClientConnection:
 
     @property
     def max_rdy_count(self) -> int:
-        """The largest RDY nsqd accepts (:data:`DEFAULT_MAX_RDY_COUNT` if not negotiated)."""
-        return int(self.features.get("max_rdy_count", DEFAULT_MAX_RDY_COUNT))
+        """The largest RDY nsqd accepts (:data:`.defaults.MAX_RDY_COUNT` if not negotiated)."""
+        return int(self.features.get("max_rdy_count", MAX_RDY_COUNT))
 
     @property
     def msg_timeout(self) -> float:

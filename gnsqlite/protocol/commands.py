@@ -19,7 +19,6 @@ from ..errors import LocalProtocolError
 from .names import check_channel_name, check_topic_name
 
 __all__ = [
-    "DEFAULT_MAX_RDY_COUNT",
     "MAGIC_V2",
     "MESSAGE_ID_LENGTH",
     "identify",
@@ -44,9 +43,6 @@ __all__ = [
 ]
 
 #: The four bytes a client sends first to choose protocol V2.
-#: The largest RDY nsqd accepts unless configured otherwise (``--max-rdy-count``),
-#: and what a client assumes when nsqd does not negotiate it (the guide's figure).
-DEFAULT_MAX_RDY_COUNT = 2500
 MAGIC_V2 = b"  V2"
 #: Message ids are 16 ASCII hex characters.
 MESSAGE_ID_LENGTH = 16

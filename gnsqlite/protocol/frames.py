@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TypeVar, overload
 
 from ..errors import RemoteProtocolError, WrongPortError
+from .defaults import MAX_FRAME_SIZE
 from .ports import (
     HTTP_AS_FRAME_SIZE,
     LOOKUPD_TCP_AS_FRAME_TYPE,
@@ -32,7 +33,6 @@ __all__ = [
     "HEARTBEAT",
     "OK",
     "CLOSE_WAIT",
-    "DEFAULT_MAX_FRAME_SIZE",
     "MESSAGE_HEADER_SIZE",
     "Message",
     "MessageFields",
@@ -51,9 +51,6 @@ HEARTBEAT = b"_heartbeat_"
 OK = b"OK"
 CLOSE_WAIT = b"CLOSE_WAIT"
 
-#: Default ceiling for one frame (16 MiB): above nsqd's default
-#: ``--max-msg-size`` of 1 MiB with ample room for servers configured larger.
-DEFAULT_MAX_FRAME_SIZE = 16 * 1024 * 1024
 #: timestamp (8) + attempts (2) + id (16)
 MESSAGE_HEADER_SIZE = 26
 
@@ -166,7 +163,7 @@ class FrameDecoder:
 
     __slots__ = ("_buf", "_pos", "max_frame_size")
 
-    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+    def __init__(self, max_frame_size: int = MAX_FRAME_SIZE) -> None:
         if max_frame_size < MESSAGE_HEADER_SIZE + 4:
             raise ValueError(f"max_frame_size must be at least 30 bytes, not {max_frame_size}")
         self.max_frame_size = max_frame_size

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ServerError
-from .commands import DEFAULT_MAX_RDY_COUNT
+from . import defaults
 from .server_frames import client_error
 
 __all__ = ["IdentifyLimits", "Negotiated", "negotiate_identify"]
@@ -24,20 +24,20 @@ class IdentifyLimits:
     """What the server allows and offers; durations in milliseconds, sizes in bytes."""
 
     version: str
-    max_rdy_count: int = DEFAULT_MAX_RDY_COUNT
-    msg_timeout_ms: int = 60_000
-    max_msg_timeout_ms: int = 900_000
-    heartbeat_interval_ms: int = 30_000
-    max_heartbeat_interval_ms: int = 60_000
-    output_buffer_size: int = 16 * 1024
-    max_output_buffer_size: int = 64 * 1024
-    output_buffer_timeout_ms: int = 250
-    min_output_buffer_timeout_ms: int = 25
-    max_output_buffer_timeout_ms: int = 30_000
+    max_rdy_count: int = defaults.MAX_RDY_COUNT
+    msg_timeout_ms: int = round(defaults.MSG_TIMEOUT * 1000)
+    max_msg_timeout_ms: int = round(defaults.MAX_MSG_TIMEOUT * 1000)
+    heartbeat_interval_ms: int = round(defaults.HEARTBEAT_INTERVAL * 1000)
+    max_heartbeat_interval_ms: int = round(defaults.MAX_HEARTBEAT_INTERVAL * 1000)
+    output_buffer_size: int = defaults.OUTPUT_BUFFER_SIZE
+    max_output_buffer_size: int = defaults.MAX_OUTPUT_BUFFER_SIZE
+    output_buffer_timeout_ms: int = round(defaults.OUTPUT_BUFFER_TIMEOUT * 1000)
+    min_output_buffer_timeout_ms: int = round(defaults.MIN_OUTPUT_BUFFER_TIMEOUT * 1000)
+    max_output_buffer_timeout_ms: int = round(defaults.MAX_OUTPUT_BUFFER_TIMEOUT * 1000)
     tls: bool = False
     snappy: bool = True
     deflate: bool = True
-    max_deflate_level: int = 6
+    max_deflate_level: int = defaults.MAX_DEFLATE_LEVEL
     auth_required: bool = False
 
 

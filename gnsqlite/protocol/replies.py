@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import RemoteProtocolError
-from .commands import DEFAULT_MAX_RDY_COUNT
+from . import defaults
 from .frames import OK
 
 __all__ = ["agreed_upgrades", "auth_identity", "identify_features"]
@@ -27,7 +27,7 @@ def identify_features(data: bytes) -> tuple[dict[str, Any], bool]:
     for a reply that is neither ``OK`` nor a JSON object.
     """
     if data == OK:
-        return {"max_rdy_count": DEFAULT_MAX_RDY_COUNT}, False
+        return {"max_rdy_count": defaults.MAX_RDY_COUNT}, False
     try:
         features = json.loads(data)
     except (ValueError, RecursionError) as exc:  # RecursionError: nesting too deep
@@ -36,7 +36,7 @@ def identify_features(data: bytes) -> tuple[dict[str, Any], bool]:
         ) from exc
     if not isinstance(features, dict):
         raise RemoteProtocolError(f"the IDENTIFY reply is not a JSON object: {data[:64]!r}")
-    features.setdefault("max_rdy_count", DEFAULT_MAX_RDY_COUNT)
+    features.setdefault("max_rdy_count", defaults.MAX_RDY_COUNT)
     return features, True
 
 

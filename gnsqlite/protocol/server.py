@@ -30,7 +30,8 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from ..errors import RemoteProtocolError, ServerError
-from .commands import DEFAULT_MAX_RDY_COUNT, MAGIC_V2, MESSAGE_ID_LENGTH
+from . import defaults
+from .commands import MAGIC_V2, MESSAGE_ID_LENGTH
 from .names import valid_channel_name, valid_topic_name
 from .negotiate import IdentifyLimits, Negotiated, negotiate_identify
 from .server_commands import (
@@ -142,10 +143,10 @@ class CommandParser:
     def __init__(
         self,
         *,
-        max_msg_size: int = 1024 * 1024,
-        max_body_size: int = 5 * 1024 * 1024,
-        max_rdy_count: int = DEFAULT_MAX_RDY_COUNT,
-        max_req_timeout_ms: int = 3_600_000,
+        max_msg_size: int = defaults.MAX_MSG_SIZE,
+        max_body_size: int = defaults.MAX_BODY_SIZE,
+        max_rdy_count: int = defaults.MAX_RDY_COUNT,
+        max_req_timeout_ms: int = round(defaults.MAX_REQ_TIMEOUT * 1000),
     ) -> None:
         self.max_msg_size = max_msg_size
         self.max_body_size = max_body_size

@@ -40,7 +40,7 @@ from pyspark.sql.datasource import InputPartition
 from ..consumer import Consumer
 from ..errors import NSQConnectionError
 from ..message import Message, finish_all
-from ..protocol import DEFAULT_MAX_RDY_COUNT
+from ..protocol import defaults
 from ._hub import HubThread
 from .arrow_rows import message_rows, with_topic
 from .consuming import close_all, rdy_shares, set_rdy, source_consumer, wait_subscribed
@@ -173,7 +173,7 @@ class ShareTaker:
         started = time.monotonic()
         self._arrived = gevent.event.Event()
         self._taking = True
-        connections = max(1, -(-self.share // DEFAULT_MAX_RDY_COUNT))
+        connections = max(1, -(-self.share // defaults.MAX_RDY_COUNT))
         self._consumers = [
             source_consumer(o, None, share, on_batch=self._on_batch, batch_size=share,
                             batch_timeout=INTAKE_DELAY)

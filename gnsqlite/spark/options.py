@@ -17,7 +17,6 @@ documentation site's Spark page, is generated from it).
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -26,14 +25,15 @@ from typing import Any
 from ..config import ConnectionConfig, ConsumerConfig
 from ..errors import ConfigError
 from ..net import normalize_addresses
-from ..protocol import DEFAULT_MAX_RDY_COUNT, check_channel_name, check_topic_name
+from ..options import Option, Validated, option, options_of
+from ..protocol import check_channel_name, check_topic_name, defaults
 
 __all__ = [
     "OPTIONS",
     "READ_ON",
+    "FormatOptions",
     "SinkOptions",
     "SourceOptions",
-    "Spec",
     "describe_options",
     "parse_sink_options",
     "parse_source_options",
@@ -48,100 +48,153 @@ BOTH = "both"
 SPARK_KEYS = frozenset({"path", "checkpointlocation", "queryname"})
 
 
-@dataclass(frozen=True)
-class Spec:
-    """One option: its spelling, side, type, default, lower bound, unit and meaning."""
+@dataclass(frozen=True, kw_only=True)
+class FormatOptions(Validated):
+    """The connector's own options, each declared once with the one option mechanism.
 
-    name: str
-    side: str
-    kind: type
-    default: Any
-    lo: float | None
-    unit: str
-    doc: str
+    ``key`` is the option's Spark spelling (matched case-insensitively,
+    underscores ignored), ``scope`` the side that takes it (``"source"``,
+    ``"sink"`` or ``"both"``), ``lo`` its lower bound and ``doc`` its meaning
+    (:func:`describe_options`). The values themselves are read by
+    :func:`parse_source_options` and :func:`parse_sink_options`.
+    """
+
+    topic: str | None = option(
+        None, str, nullable=True, key="topic", scope=BOTH,
+        doc="Topic to read (required for reading); default topic of rows without a `topic`"
+        " column value when writing",
+    )
+    nsqd_tcp_addresses: str = option(
+        "", str, key="nsqdTcpAddresses", scope=BOTH,
+        doc="Comma-separated nsqd TCP addresses `host:4150` (writing: required)",
+    )
+    lookupd_http_addresses: str = option(
+        "", str, key="lookupdHttpAddresses", scope=SOURCE,
+        doc="Comma-separated nsqlookupd HTTP addresses `host:4161`; reading needs these or"
+        " nsqdTcpAddresses",
+    )
+    channel: str | None = option(
+        None, str, nullable=True, key="channel", scope=SOURCE,
+        doc="Channel to read from (required)",
+    )
+    max_messages_per_batch: int = option(
+        10000, int, lo=1, unit="messages", key="maxMessagesPerBatch", scope=SOURCE,
+        doc="Most messages in one micro-batch (Spark's default read limit)",
+    )
+    max_in_flight: int = option(
+        0, int, lo=0, unit="messages", key="maxInFlight", scope=SOURCE,
+        doc="RDY budget over all nsqd: messages held unfinished by the source; 0 means 5000"
+        " with walLocation (two connections of nsqd's default --max-rdy-count 2500, so nsqd"
+        " keeps sending while a segment is written), else two batches"
+        " (2 x maxMessagesPerBatch)",
+    )
+    connections_per_nsqd: int = option(
+        0, int, lo=0, key="connectionsPerNsqd", scope=SOURCE,
+        doc="Connections to each nsqd, each a client of the channel with its own share of"
+        " maxInFlight (nsqd caps one connection's RDY at --max-rdy-count); 0 means"
+        " ceil(maxInFlight / 2500), so the budget is not capped by nsqd's default",
+    )
+    wal_location: str = option(
+        "", str, key="walLocation", scope=SOURCE,
+        doc="Directory or URI (hdfs://, s3:// ... through pyarrow.fs) of the source's write-ahead"
+        " log, one per query; every executor must be able to read it. Set: exactly-once with"
+        " an idempotent sink. Unset: messages are held unfinished at nsqd until Spark commits,"
+        " at-least-once",
+    )
+    read_on: str = option(
+        "driver", str, key="readOn", scope=SOURCE,
+        doc="Where messages are consumed: `driver` (one process beside the driver, the default) or"
+        " `executors` (each task of a batch subscribes and takes its share itself; needs"
+        " walLocation, and nsqdHttpAddresses with nsqdTcpAddresses)",
+    )
+    nsqd_http_addresses: str = option(
+        "", str, key="nsqdHttpAddresses", scope=SOURCE,
+        doc="readOn=executors with nsqdTcpAddresses: the HTTP addresses `host:4151` of the same"
+        " nsqd, in the same order (the driver plans from their /stats)",
+    )
+    read_timeout: float = option(
+        10.0, float, lo=0.1, unit="s", key="readTimeout", scope=SOURCE,
+        doc="readOn=executors: a task takes its share within this long at most",
+    )
+    read_idle_timeout: float = option(
+        0.5, float, lo=0.01, unit="s", key="readIdleTimeout", scope=SOURCE,
+        doc="readOn=executors: a task ends its read once no message arrived for this long",
+    )
+    wal_max_bytes: int = option(
+        1 << 30, int, lo=1, unit="bytes", key="walMaxBytes", scope=SOURCE,
+        doc="Uncommitted WAL above this: the source stops taking messages (RDY 0) until Spark"
+        " commits",
+    )
+    wal_segment_messages: int = option(
+        0, int, lo=0, unit="messages", key="walSegmentMessages", scope=SOURCE,
+        doc="Messages per WAL segment at most; 0 means half of maxInFlight, so the next segment"
+        " arrives while one is written",
+    )
+    wal_flush_interval: float = option(
+        0.05, float, lo=0.001, unit="s", key="walFlushInterval", scope=SOURCE,
+        doc="A WAL segment is written at the latest this long after its first message arrived",
+    )
+    wal_batch_delay: float = option(
+        2.0, float, lo=0.0, unit="s", key="walBatchDelay", scope=SOURCE,
+        doc="While a backlog drains (with walLocation: messages arrive faster than half of"
+        " walSegmentMessages per walFlushInterval; without: at least 25,000 per second), a"
+        " micro-batch waits up to this long after its oldest segment was written (without"
+        " walLocation: its oldest message arrived) to fill up to maxMessagesPerBatch, or"
+        " without walLocation to what maxInFlight lets in (fewer, larger batches); slower"
+        " streams are planned at once; 0 never waits",
+    )
+    num_partitions: int = option(
+        2, int, lo=1, key="numPartitions", scope=SOURCE,
+        doc="Spark partitions per micro-batch",
+    )
+    max_attempts: int = option(
+        0, int, lo=0, key="maxAttempts", scope=SOURCE,
+        doc="Finish (drop, with a WARNING, or publish to deadLetterTopic) messages delivered"
+        " more often than this; 0 never drops",
+    )
+    available_now_idle_timeout: float = option(
+        2.0, float, lo=0.01, unit="s", key="availableNowIdleTimeout", scope=SOURCE,
+        doc="Trigger.AvailableNow ends once no message arrived for this long",
+    )
+    start_timeout: float = option(
+        30.0, float, lo=0.1, unit="s", key="startTimeout", scope=SOURCE,
+        doc="How long the source waits for its first nsqd connection before failing",
+    )
+    stop_timeout: float = option(
+        5.0, float, lo=0.0, unit="s", key="stopTimeout", scope=SOURCE,
+        doc="How long stopping the source waits for nsqd to take back unfinished messages",
+    )
+    max_messages_per_publish: int = option(
+        1000, int, lo=1, unit="messages", key="maxMessagesPerPublish", scope=SINK,
+        doc="Most messages in one MPUB (also bounded by maxBodySize)",
+    )
+    max_body_size: int = option(
+        defaults.MAX_BODY_SIZE, int, lo=1024, unit="bytes", key="maxBodySize", scope=SINK,
+        doc="nsqd's --max-body-size: an MPUB body never exceeds it",
+    )
+    max_message_size: int = option(
+        defaults.MAX_MSG_SIZE, int, lo=1, unit="bytes", key="maxMessageSize", scope=SINK,
+        doc="nsqd's --max-msg-size: a larger row fails the task",
+    )
+    max_pending_publishes: int = option(
+        4, int, lo=1, key="maxPendingPublishes", scope=SINK,
+        doc="MPUBs a task keeps waiting for their OK at once",
+    )
+    publish_timeout: float = option(
+        30.0, float, lo=0.1, unit="s", key="publishTimeout", scope=SINK,
+        doc="How long one publish may wait for nsqd's OK, retries included",
+    )
 
 
-def _spec(
-    name: str, side: str, kind: type, default: Any, lo: float | None, unit: str, doc: str
-) -> Spec:
-    return Spec(name, side, kind, default, lo, unit, doc)
+#: The connector's own options, in declaration order (see :class:`FormatOptions`).
+OPTIONS: tuple[Option, ...] = options_of(FormatOptions)
+
+def _key(spec: Option) -> str:
+    """An option's Spark key (every :class:`FormatOptions` option declares one)."""
+    return spec.key or spec.name
 
 
-OPTIONS: tuple[Spec, ...] = (
-    _spec("topic", BOTH, str, None, None, "",
-          "Topic to read (required for reading); default topic of rows without a `topic`"
-          " column value when writing"),
-    _spec("nsqdTcpAddresses", BOTH, str, "", None, "",
-          "Comma-separated nsqd TCP addresses `host:4150` (writing: required)"),
-    _spec("lookupdHttpAddresses", SOURCE, str, "", None, "",
-          "Comma-separated nsqlookupd HTTP addresses `host:4161`; reading needs these or"
-          " nsqdTcpAddresses"),
-    _spec("channel", SOURCE, str, None, None, "", "Channel to read from (required)"),
-    _spec("maxMessagesPerBatch", SOURCE, int, 10000, 1, "messages",
-          "Most messages in one micro-batch (Spark's default read limit)"),
-    _spec("maxInFlight", SOURCE, int, 0, 0, "messages",
-          "RDY budget over all nsqd: messages held unfinished by the source; 0 means 5000"
-          " with walLocation (two connections of nsqd's default --max-rdy-count 2500, so nsqd"
-          " keeps sending while a segment is written), else two batches"
-          " (2 x maxMessagesPerBatch)"),
-    _spec("connectionsPerNsqd", SOURCE, int, 0, 0, "",
-          "Connections to each nsqd, each a client of the channel with its own share of"
-          " maxInFlight (nsqd caps one connection's RDY at --max-rdy-count); 0 means"
-          " ceil(maxInFlight / 2500), so the budget is not capped by nsqd's default"),
-    _spec("walLocation", SOURCE, str, "", None, "",
-          "Directory or URI (hdfs://, s3:// ... through pyarrow.fs) of the source's write-ahead"
-          " log, one per query; every executor must be able to read it. Set: exactly-once with"
-          " an idempotent sink. Unset: messages are held unfinished at nsqd until Spark commits,"
-          " at-least-once"),
-    _spec("readOn", SOURCE, str, "driver", None, "",
-          "Where messages are consumed: `driver` (one process beside the driver, the default) or"
-          " `executors` (each task of a batch subscribes and takes its share itself; needs"
-          " walLocation, and nsqdHttpAddresses with nsqdTcpAddresses)"),
-    _spec("nsqdHttpAddresses", SOURCE, str, "", None, "",
-          "readOn=executors with nsqdTcpAddresses: the HTTP addresses `host:4151` of the same"
-          " nsqd, in the same order (the driver plans from their /stats)"),
-    _spec("readTimeout", SOURCE, float, 10.0, 0.1, "s",
-          "readOn=executors: a task takes its share within this long at most"),
-    _spec("readIdleTimeout", SOURCE, float, 0.5, 0.01, "s",
-          "readOn=executors: a task ends its read once no message arrived for this long"),
-    _spec("walMaxBytes", SOURCE, int, 1 << 30, 1, "bytes",
-          "Uncommitted WAL above this: the source stops taking messages (RDY 0) until Spark"
-          " commits"),
-    _spec("walSegmentMessages", SOURCE, int, 0, 0, "messages",
-          "Messages per WAL segment at most; 0 means half of maxInFlight, so the next segment"
-          " arrives while one is written"),
-    _spec("walFlushInterval", SOURCE, float, 0.05, 0.001, "s",
-          "A WAL segment is written at the latest this long after its first message arrived"),
-    _spec("walBatchDelay", SOURCE, float, 2.0, 0.0, "s",
-          "While a backlog drains (with walLocation: messages arrive faster than half of"
-          " walSegmentMessages per walFlushInterval; without: at least 25,000 per second), a"
-          " micro-batch waits up to this long after its oldest segment was written (without"
-          " walLocation: its oldest message arrived) to fill up to maxMessagesPerBatch, or"
-          " without walLocation to what maxInFlight lets in (fewer, larger batches); slower"
-          " streams are planned at once; 0 never waits"),
-    _spec("numPartitions", SOURCE, int, 2, 1, "", "Spark partitions per micro-batch"),
-    _spec("maxAttempts", SOURCE, int, 0, 0, "",
-          "Finish (drop, with a WARNING, or publish to deadLetterTopic) messages delivered"
-          " more often than this; 0 never drops"),
-    _spec("availableNowIdleTimeout", SOURCE, float, 2.0, 0.01, "s",
-          "Trigger.AvailableNow ends once no message arrived for this long"),
-    _spec("startTimeout", SOURCE, float, 30.0, 0.1, "s",
-          "How long the source waits for its first nsqd connection before failing"),
-    _spec("stopTimeout", SOURCE, float, 5.0, 0.0, "s",
-          "How long stopping the source waits for nsqd to take back unfinished messages"),
-    _spec("maxMessagesPerPublish", SINK, int, 1000, 1, "messages",
-          "Most messages in one MPUB (also bounded by maxBodySize)"),
-    _spec("maxBodySize", SINK, int, 5 * 1024 * 1024, 1024, "bytes",
-          "nsqd's --max-body-size: an MPUB body never exceeds it"),
-    _spec("maxMessageSize", SINK, int, 1024 * 1024, 1, "bytes",
-          "nsqd's --max-msg-size: a larger row fails the task"),
-    _spec("maxPendingPublishes", SINK, int, 4, 1, "",
-          "MPUBs a task keeps waiting for their OK at once"),
-    _spec("publishTimeout", SINK, float, 30.0, 0.1, "s",
-          "How long one publish may wait for nsqd's OK, retries included"),
-)
-
-_SPECS = {spec.name.lower(): spec for spec in OPTIONS}
+_SPECS = {_key(spec).lower(): spec for spec in OPTIONS}
 _CONSUMER_PASSTHROUGH = (
     "lookupd_poll_interval",
     "lookupd_poll_jitter",
@@ -170,7 +223,7 @@ def _camel(snake: str) -> str:
 
 _BY_NORM: dict[str, tuple[str, str]] = {}  # normalized key -> (kind, canonical name)
 for _s in OPTIONS:
-    _BY_NORM[_norm(_s.name)] = ("own", _s.name)
+    _BY_NORM[_norm(_key(_s))] = ("own", _key(_s))
 for _f in _CONNECTION_FIELDS:
     _BY_NORM[_norm(_f)] = ("connection", _f)
 for _f in _CONSUMER_PASSTHROUGH:
@@ -194,7 +247,7 @@ def split_options(
             continue
         found = _BY_NORM.get(_norm(key))
         if found is None:
-            names = [s.name for s in OPTIONS] + [_camel(f) for f in _CONNECTION_FIELDS]
+            names = [_key(s) for s in OPTIONS] + [_camel(f) for f in _CONNECTION_FIELDS]
             if side != SINK:
                 names += [_camel(f) for f in _CONSUMER_PASSTHROUGH]
             close = difflib.get_close_matches(key, names, n=1, cutoff=0.5)
@@ -207,8 +260,8 @@ def split_options(
         kind, name = found
         if kind == "own":
             spec = _SPECS[name.lower()]
-            if side is not None and spec.side not in (side, BOTH):
-                verb = "reading" if spec.side == SOURCE else "writing"
+            if side is not None and spec.scope not in (side, BOTH):
+                verb = "reading" if spec.scope == SOURCE else "writing"
                 raise ConfigError(
                     f"option {key!r} is for {verb} only; remove it from this {side}"
                 )
@@ -222,31 +275,33 @@ def split_options(
     return own, connection, consumer
 
 
-def _value(spec: Spec, raw: Any) -> Any:
+def _value(spec: Option, raw: Any) -> Any:
+    """The value of one of the connector's options, named by its Spark key in errors."""
     if raw is None:
         return spec.default
-    if spec.kind is str:
+    kind = spec.kinds[0]
+    if kind is str:
         return str(raw).strip()
     try:
-        value = spec.kind(str(raw).strip()) if isinstance(raw, str) else spec.kind(raw)
+        value = kind(str(raw).strip()) if isinstance(raw, str) else kind(raw)
     except (TypeError, ValueError):
         raise ConfigError(
-            f"option {spec.name}={raw!r} is not {'an int' if spec.kind is int else 'a number'}"
+            f"option {_key(spec)}={raw!r} is not {'an int' if kind is int else 'a number'}"
             f"{' of ' + spec.unit if spec.unit else ''}"
         ) from None
     if isinstance(raw, bool) or value != value or (spec.lo is not None and value < spec.lo):
         unit = f" {spec.unit}" if spec.unit else ""
         raise ConfigError(
-            f"option {spec.name}={raw!r} is out of range: use {spec.lo}{unit} or more"
+            f"option {_key(spec)}={raw!r} is out of range: use {spec.lo}{unit} or more"
         )
     return value
 
 
 def _resolve(own: Mapping[str, Any], side: str) -> dict[str, Any]:
     return {
-        spec.name: _value(spec, own.get(spec.name))
+        _key(spec): _value(spec, own.get(_key(spec)))
         for spec in OPTIONS
-        if spec.side in (side, BOTH)
+        if spec.scope in (side, BOTH)
     }
 
 
@@ -267,7 +322,7 @@ def _connection(values: Mapping[str, Any]) -> ConnectionConfig:
 
 @dataclass(frozen=True)
 class SourceOptions:
-    """The validated options of the streaming source (see :data:`OPTIONS`)."""
+    """The validated options of the streaming source (their defaults: :data:`OPTIONS`)."""
 
     topic: str
     channel: str
@@ -281,17 +336,17 @@ class SourceOptions:
     start_timeout: float
     stop_timeout: float
     connection: ConnectionConfig
-    consumer: dict[str, Any] = dataclasses.field(default_factory=dict)
-    connections_per_nsqd: int = 1
-    wal_location: str | None = None
-    wal_max_bytes: int = 1 << 30
-    wal_segment_messages: int = 2500
-    wal_flush_interval: float = 0.05
-    wal_batch_delay: float = 2.0
-    read_on: str = "driver"
-    nsqd_http_addresses: tuple[str, ...] = ()
-    read_timeout: float = 10.0
-    read_idle_timeout: float = 0.5
+    consumer: dict[str, Any]
+    connections_per_nsqd: int
+    wal_location: str | None
+    wal_max_bytes: int
+    wal_segment_messages: int
+    wal_flush_interval: float
+    wal_batch_delay: float
+    read_on: str
+    nsqd_http_addresses: tuple[str, ...]
+    read_timeout: float
+    read_idle_timeout: float
 
 
 #: The values of option ``readOn``.
@@ -346,10 +401,10 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
     per_batch = v["maxMessagesPerBatch"]
     wal = v["walLocation"] or None
     if wal is not None:
-        max_in_flight = v["maxInFlight"] or 2 * DEFAULT_MAX_RDY_COUNT
+        max_in_flight = v["maxInFlight"] or 2 * defaults.MAX_RDY_COUNT
     else:
         max_in_flight = v["maxInFlight"] or 2 * per_batch
-    connections = v["connectionsPerNsqd"] or -(-max_in_flight // DEFAULT_MAX_RDY_COUNT)
+    connections = v["connectionsPerNsqd"] or -(-max_in_flight // defaults.MAX_RDY_COUNT)
     read_on = v["readOn"].lower()
     nsqd_http = _addresses("nsqdHttpAddresses", v["nsqdHttpAddresses"])
     if read_on not in READ_ON:
@@ -429,6 +484,6 @@ def describe_options() -> str:
     lines = ["| option | used by | default | unit | meaning |", "|---|---|---|---|---|"]
     for s in OPTIONS:
         default = "(none)" if s.default in (None, "") else str(s.default)
-        side = {"both": "read, write", "source": "read", "sink": "write"}[s.side]
-        lines.append(f"| `{s.name}` | {side} | {default} | {s.unit} | {s.doc} |")
+        side = {"both": "read, write", "source": "read", "sink": "write"}[s.scope or BOTH]
+        lines.append(f"| `{_key(s)}` | {side} | {default} | {s.unit} | {s.doc} |")
     return "\n".join(lines)

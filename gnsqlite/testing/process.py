@@ -26,7 +26,7 @@ import gevent.socket
 import gevent.subprocess
 
 from ..errors import NSQError
-from ..http import HTTPError, http_request
+from ..http_transport import HTTPError, http_request
 
 __all__ = ["ServerProcess", "ServerStartError", "free_port", "kill_all"]
 

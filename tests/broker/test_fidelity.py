@@ -16,7 +16,8 @@ from test_http_api import GeventHTTPConnection, get_json, request
 
 from gnsqlite.broker import Broker
 from gnsqlite.broker.lookupd import Lookupd
-from gnsqlite.http import LookupdClient, http_request
+from gnsqlite.http import LookupdClient
+from gnsqlite.http_transport import http_request
 from gnsqlite.testing.waiting import wait_until
 
 pytestmark = pytest.mark.embedded_only

@@ -28,7 +28,7 @@ import pytest
 from nsqd_raw import Closed, RawClient
 
 from gnsqlite.broker import Broker
-from gnsqlite.broker.client import DECODE_STEP, MAX_QUEUED_OUTPUT
+from gnsqlite.broker.client_reader import DECODE_STEP, MAX_QUEUED_OUTPUT
 from gnsqlite.protocol.frames import FRAME_TYPE_RESPONSE
 from gnsqlite.testing import wait_until
 from gnsqlite.testing.servers import NsqdServer
@@ -205,7 +205,7 @@ def test_a_client_that_sends_without_reading_cannot_grow_the_output_queue(
         peak = 0
         for _ in range(100):
             gevent.sleep(0.02)
-            peak = max(peak, session._out_bytes)
+            peak = max(peak, session.output.queued_bytes)
         # the answers beyond the bound wait in the socket, unread: the queue stays bounded
         assert peak <= MAX_QUEUED_OUTPUT + 64 * 1024, peak
         assert not sender.dead, "the broker read the whole flood although nobody read its answers"

@@ -16,7 +16,8 @@ import gevent.socket
 import pytest
 
 from gnsqlite.broker.lookupd import Lookupd
-from gnsqlite.http import HTTPError, LookupdClient, http_request
+from gnsqlite.http import LookupdClient
+from gnsqlite.http_transport import HTTPError, http_request
 from gnsqlite.testing.waiting import wait_until
 
 pytestmark = pytest.mark.embedded_only

@@ -96,8 +96,8 @@ def _session_writes(broker: Broker, kind: str) -> tuple[list[bytes], Callable[[]
     client.sendall(b"  V2")
     session = wait_until(lambda: next(iter(broker.clients), None))
     assert isinstance(session, ClientSession)  # the TCP session behind broker.clients' Session
-    recorder = RecordingSocket(session.sock)
-    session.sock = recorder
+    recorder = RecordingSocket(session.output.sock)
+    session.output.sock = recorder
     body = json.dumps({kind: True, "feature_negotiation": True}).encode()
     client.sendall(b"IDENTIFY\n" + struct.pack(">I", len(body)) + body)
     codec = make_codec(kind)

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from cli_helpers import assert_one_line_error, gnsqlite, interrupt, read_until, start
 
-from gnsqlite.http import LookupdClient, NsqdHTTPClient, http_request
+from gnsqlite.http import LookupdClient, NsqdHTTPClient
+from gnsqlite.http_transport import http_request
 from gnsqlite.testing import free_port, wait_until
 
 

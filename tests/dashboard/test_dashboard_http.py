@@ -113,7 +113,7 @@ def test_the_dashboard_example_runs_and_stops_on_ctrl_c(nsqd: Any) -> None:
     import sys
     from pathlib import Path
 
-    from gnsqlite.http import http_request
+    from gnsqlite.http_transport import http_request
     from gnsqlite.testing import wait_until
 
     example = Path(__file__).resolve().parents[2] / "examples" / "dashboard_consumer.py"

@@ -17,10 +17,11 @@ import gevent.pywsgi
 import gevent.server
 import pytest
 
-import gnsqlite.http
+import gnsqlite.http_transport
 import gnsqlite.tcp
 from gnsqlite.errors import BrokenConnectionError, ConfigError, NSQTimeoutError, WrongPortError
-from gnsqlite.http import HTTPError, LookupdClient, NsqdHTTPClient, http_request
+from gnsqlite.http import LookupdClient, NsqdHTTPClient
+from gnsqlite.http_transport import HTTPError, http_request
 from gnsqlite.testing.waiting import wait_until
 
 # -- canned servers -----------------------------------------------------------
@@ -199,13 +200,13 @@ def test_the_connect_timeout_bounds_the_connect_alone(monkeypatch: pytest.Monkey
     server.start()
     address = f"127.0.0.1:{server.server_port}"
     connects: list[float] = []
-    real_connect_tcp = gnsqlite.tcp.connect_tcp  # what gnsqlite.http calls
+    real_connect_tcp = gnsqlite.tcp.connect_tcp  # what gnsqlite.http_transport calls
 
     def connect_tcp(target: Any, timeout: float) -> Any:
         connects.append(timeout)
         return real_connect_tcp(target, timeout)
 
-    monkeypatch.setattr(gnsqlite.http, "connect_tcp", connect_tcp)
+    monkeypatch.setattr(gnsqlite.http_transport, "connect_tcp", connect_tcp)
     try:
         assert http_request(address, "GET", "/ping", timeout=5, connect_timeout=0.1) == b"OK"
         assert http_request(address, "GET", "/ping", timeout=0.05 + 5, connect_timeout=9) == b"OK"

@@ -28,8 +28,8 @@ BROKER_DIR = Path(gnsqlite.broker.__file__).parent
 STATE_MODULES = {"options", "queues", "persist", "state", "lookupd_db"}
 #: Front ends and servers (TCP protocol, HTTP APIs, stats documents, listeners).
 FRONT_ENDS = {
-    "client", "client_commands", "http_api", "stats", "nsqd", "lookupd_tcp", "lookupd_http",
-    "lookupd",
+    "client", "client_commands", "client_output", "client_reader", "http_api", "stats", "nsqd",
+    "lookupd_tcp", "lookupd_http", "lookupd",
 }  # fmt: skip
 
 
