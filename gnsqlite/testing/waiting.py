@@ -25,13 +25,15 @@ class WaitTimeout(NSQTimeoutError, AssertionError):
 
 
 def wait_until(
-    predicate: Callable[[], T],
+    predicate: Callable[[], T | None],
     timeout: float = 5.0,
     interval: float = 0.02,
     message: str | None = None,
     ignore: tuple[type[BaseException], ...] = (),
 ) -> T:
     """Call ``predicate`` until it returns something truthy, and return that.
+
+    A predicate typed ``X | None`` gives back an ``X``: ``None`` is never returned.
 
     Blocks the calling greenlet up to ``timeout`` seconds, trying every
     ``interval`` seconds (and once more at the deadline). Exceptions of the
