@@ -1,31 +1,32 @@
 """A producer's counters, ``stats()`` and ``health()``, and the publish timing hook.
 
-:class:`PublishCounting` is a mixin of :class:`~gnsqlite.producer.Producer`:
-it counts what was published (per topic and command) and what failed (per
-:func:`error_code`), and reads the producer's connections for ``stats()``
-and ``health()``. Nothing here blocks or sends.
+:class:`PublishStats` counts what a producer published (per topic and
+command), what failed (per :func:`error_code`) and what is in flight, and
+calls the timing hook; :meth:`PublishStats.report` and :func:`health_of`
+read it with the producer's connections for ``stats()`` and ``health()``.
+Nothing here blocks or sends.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from .conn import Connection
-from .errors import (
+from ..conn import Connection
+from ..errors import (
     ConnectionClosedError,
     NoConnectionsError,
     NSQConnectionError,
     NSQTimeoutError,
     ServerError,
 )
-from .health import ConnectionHealth, Health, build_health
+from ..health import ConnectionHealth, Health, build_health
 
 log = logging.getLogger("gnsqlite.producer")
 
-__all__ = ["PublishCounting", "PublishTiming", "error_code"]
+__all__ = ["PublishStats", "PublishTiming", "error_code", "health_of"]
 
 #: Called with ``(topic, command, seconds)`` when a publish is answered or fails.
 PublishTiming = Callable[[str, str, float], None]
@@ -52,20 +53,22 @@ def error_code(error: BaseException) -> str:
     return type(error).__name__
 
 
-class PublishCounting:
-    """Counters and read-only views of a producer; see the module docstring."""
+class PublishStats:
+    """The counters of one producer; see the module docstring."""
 
-    addresses: tuple[str, ...]
-    _healthy: list[Connection]
-    _last_error: dict[str, BaseException]
-    _published: dict[tuple[str, str], list[int]]
-    _errors: dict[str, int]
-    _in_flight: int
-    _publish_timing: PublishTiming | None
-    _started: bool
-    _closed: bool
+    __slots__ = ("errors", "in_flight", "published", "timing")
 
-    def count_publish(
+    def __init__(self) -> None:
+        #: (topic, command) -> [commands answered OK, messages in them]
+        self.published: dict[tuple[str, str], list[int]] = {}
+        #: error_code() -> failed publishes
+        self.errors: dict[str, int] = {}
+        #: Publishes waiting for an answer (or a connection).
+        self.in_flight = 0
+        #: Called when a publish ends (``None``: nothing is); see :meth:`count`.
+        self.timing: PublishTiming | None = None
+
+    def count(
         self,
         topic: str,
         command: str,
@@ -75,96 +78,83 @@ class PublishCounting:
     ) -> None:
         """Count one publish that ended: answered OK (``error`` ``None``) or failed.
 
-        The producer calls it itself; a front end that publishes on one of
-        its connections directly (the pynsq ``Writer``) calls it too, so that
-        :meth:`stats` counts everything. ``started`` is the
-        ``time.monotonic()`` of the send (``None``: not timed). Does not block.
+        ``started`` is the ``time.monotonic()`` of the call (``None``: not
+        timed): :attr:`timing` gets the seconds since. Its exceptions are
+        logged and ignored (it runs where answers are read: the other
+        answers come first). Does not block.
         """
         if error is None:
-            counts = self._published.get((topic, command))
+            counts = self.published.get((topic, command))
             if counts is None:
-                counts = self._published[(topic, command)] = [0, 0]
+                counts = self.published[(topic, command)] = [0, 0]
             counts[0] += 1
             counts[1] += messages
         else:
             code = error_code(error)
-            self._errors[code] = self._errors.get(code, 0) + 1
-        timing = self._publish_timing
+            self.errors[code] = self.errors.get(code, 0) + 1
+        timing = self.timing
         if timing is not None and started is not None:
             try:
                 timing(topic, command, time.monotonic() - started)
-            except Exception:  # where answers are read: the other answers come first
+            except Exception:
                 log.exception("producer: publish timing %r failed", timing)
 
-    def track_in_flight(self, change: int) -> None:
-        """Add ``change`` to the publishes waiting for an answer (for a front end, as above)."""
-        self._in_flight += change
+    def report(
+        self,
+        addresses: Iterable[str],
+        healthy: Iterable[Connection],
+        last_error: Mapping[str, BaseException],
+    ) -> dict[str, Any]:
+        """The document of :meth:`Producer.stats <gnsqlite.producer.Producer.stats>`.
 
-    def set_publish_timing(self, timing: PublishTiming | None) -> None:
-        """Call ``timing(topic, command, seconds)`` when a publish ends (``None``: stop).
-
-        ``seconds`` runs from the call to nsqd's answer or the failure,
-        retries included. It runs in the greenlet that saw the answer (a
-        connection's reader): it must not block; its exceptions are logged
-        and ignored. :mod:`gnsqlite.metrics` uses it for its histogram.
+        ``addresses`` are every nsqd of the producer, ``healthy`` the
+        connections that can publish now, ``last_error`` the last error per
+        address.
         """
-        self._publish_timing = timing
-
-    def stats(self) -> dict[str, Any]:
-        """What the producer published and how its connections are; does not block.
-
-        ``connections``: every address with ``connected`` (it can publish
-        now) and ``last_error`` (the text of the last error, or ``None``).
-        ``publishes``: one row per topic and command (``"pub"``, ``"mpub"``,
-        ``"dpub"``) with ``count`` (commands nsqd answered ``OK``) and
-        ``messages`` (the messages in them). ``errors``: failed publishes by
-        :func:`error_code`. ``in_flight``: publishes waiting for an answer or
-        a connection. Counts are cumulative since the producer was built;
-        ``totals`` sums them.
-        """
-        up = {conn.name for conn in self._healthy}
+        up = {conn.name for conn in healthy}
         publishes = [
             {"topic": topic, "command": command, "count": counts[0], "messages": counts[1]}
-            for (topic, command), counts in sorted(self._published.items())
+            for (topic, command), counts in sorted(self.published.items())
         ]
         return {
             "connections": [
                 {
                     "address": address,
                     "connected": address in up,
-                    "last_error": (
-                        str(self._last_error[address]) if address in self._last_error else None
-                    ),
+                    "last_error": str(last_error[address]) if address in last_error else None,
                 }
-                for address in self.addresses
+                for address in addresses
             ],
             "publishes": publishes,
-            "errors": dict(sorted(self._errors.items())),
-            "in_flight": self._in_flight,
+            "errors": dict(sorted(self.errors.items())),
+            "in_flight": self.in_flight,
             "totals": {
                 "publishes": sum(p["count"] for p in publishes),
                 "messages": sum(p["messages"] for p in publishes),
-                "errors": sum(self._errors.values()),
-                "in_flight": self._in_flight,
+                "errors": sum(self.errors.values()),
+                "in_flight": self.in_flight,
             },
         }
 
-    def health(self) -> Health:
-        """Whether the producer can publish now, for a readiness probe; does not block.
 
-        ``ok`` when started, not closed and connected to at least one nsqd.
-        Per address: connected or not, and the seconds since anything was read
-        from it (heartbeats included). Sends nothing.
-        """
-        now = time.monotonic()
-        up = {conn.name: conn for conn in self._healthy}
-        rows = [
-            ConnectionHealth(
-                address,
-                address in up,
-                None,
-                now - up[address].last_received if address in up else None,
-            )
-            for address in self.addresses
-        ]
-        return build_health(started=self._started, closed=self._closed, connections=rows)
+def health_of(
+    addresses: Iterable[str], healthy: Iterable[Connection], *, started: bool, closed: bool
+) -> Health:
+    """The document of :meth:`Producer.health <gnsqlite.producer.Producer.health>`.
+
+    ``ok`` when started, not closed and connected to at least one nsqd. Per
+    address: connected or not, and the seconds since anything was read from
+    it (heartbeats included). Does not block.
+    """
+    now = time.monotonic()
+    up = {conn.name: conn for conn in healthy}
+    rows = [
+        ConnectionHealth(
+            address,
+            address in up,
+            None,
+            now - up[address].last_received if address in up else None,
+        )
+        for address in addresses
+    ]
+    return build_health(started=started, closed=closed, connections=rows)
