@@ -61,6 +61,7 @@ from ..health import Health
 from ..net import normalize_addresses
 from ..protocol import as_body, check_topic_name, commands, to_milliseconds
 from ..timers import TimerWheel
+from .attempt import Attempt
 from .pool import Pool
 from .requests import check_body_size, check_message_size, mpub_data
 from .router import Router
@@ -236,14 +237,13 @@ class Producer:
         but nsqd did not answer in time. Invalid names, bodies and sizes
         raise before anything is sent.
         """
-        self._call(*self._pub(topic, body, defer), topic, 1, timeout)
+        self._deadlines.wait(self._pub(topic, body, defer, timeout, True))
 
     def multi_publish(
         self, topic: str, bodies: Iterable[bytes | str], timeout: float | None = None
     ) -> None:
         """MPUB ``bodies`` atomically; blocks until nsqd answers. Raises like :meth:`publish`."""
-        data, count = self._mpub(topic, bodies)
-        self._call("MPUB", data, topic, count, timeout)
+        self._deadlines.wait(self._mpub(topic, bodies, timeout, True))
 
     def publish_async(
         self,
@@ -257,15 +257,13 @@ class Producer:
         The result resolves to ``b"OK"`` or holds the error. Invalid names,
         bodies and sizes raise here, before anything is queued.
         """
-        command, data = self._pub(topic, body, defer)
-        return self._router.submit(command, data, topic, 1, timeout, False).result
+        return self._pub(topic, body, defer, timeout, False).result
 
     def multi_publish_async(
         self, topic: str, bodies: Iterable[bytes | str], timeout: float | None = None
     ) -> gevent.event.AsyncResult[bytes]:
         """Like :meth:`multi_publish` but returns an ``AsyncResult`` at once."""
-        data, count = self._mpub(topic, bodies)
-        return self._router.submit("MPUB", data, topic, count, timeout, False).result
+        return self._mpub(topic, bodies, timeout, False).result
 
     def multi_publish_encoded(
         self, topic: str, payload: bytes | memoryview, timeout: float | None = None
@@ -281,38 +279,34 @@ class Producer:
         topic = check_topic_name(topic)
         check_body_size(len(payload), self.config)
         count = int.from_bytes(bytes(payload[:4]), "big")  # the body's message count
-        self._call("MPUB", commands.mpub_encoded(topic, payload), topic, count, timeout)
+        data = commands.mpub_encoded(topic, payload)
+        self._deadlines.wait(self._router.submit("MPUB", data, topic, count, timeout, True))
 
-    def _call(
-        self, command: str, data: bytes, topic: str, messages: int, timeout: float | None
-    ) -> None:
-        """The one way into a blocking publish: submit ``data``, wait for the answer.
+    def _pub(
+        self, topic: str, body: bytes | str, defer: float | None, timeout: float | None,
+        blocking: bool,
+    ) -> Attempt:  # fmt: skip
+        """Submit the PUB (or DPUB) of ``body``, checked; built once, whatever connection takes it.
 
-        Alone (no other caller blocked on this producer, or just woken),
-        the publish goes out at once: nsqd works on it while the caller
-        sets up its wait. When other callers block here (many greenlets
-        publishing through it), their publishes come in batches, each woken
-        by one batch of answers: this one leaves its send to the hub's
-        flush, which sends the batch together. Sending each at once would
-        split the batches, and once split they stay split.
+        ``blocking``: its caller waits for it next (see :meth:`Router.submit`).
         """
-        deadlines = self._deadlines
-        now = not deadlines.blocked and not deadlines.resuming
-        deadlines.wait(self._router.submit(command, data, topic, messages, timeout, now))
-
-    def _pub(self, topic: str, body: bytes | str, defer: float | None) -> tuple[str, bytes]:
-        """The PUB (or DPUB) of ``body``, checked; built once, whatever connection takes it."""
         topic = check_topic_name(topic)
         raw = body if type(body) is bytes else as_body(body)
         if not 0 < len(raw) <= self.config.max_message_size:
             check_message_size(len(raw), self.config)  # raises the error that says why
         if defer is None:
-            return "PUB", commands.pub(topic, raw)
+            return self._router.submit("PUB", commands.pub(topic, raw), topic, 1, timeout, blocking)
         to_milliseconds(defer, "defer")
-        return "DPUB", commands.dpub(topic, defer, raw)
+        data = commands.dpub(topic, defer, raw)
+        return self._router.submit("DPUB", data, topic, 1, timeout, blocking)
 
-    def _mpub(self, topic: str, bodies: Iterable[bytes | str]) -> tuple[bytes, int]:
-        """The MPUB of ``bodies``, checked, and its message count; each body copied once."""
+    def _mpub(
+        self, topic: str, bodies: Iterable[bytes | str], timeout: float | None, blocking: bool
+    ) -> Attempt:
+        """Submit the MPUB of ``bodies``, checked; each body copied once.
+
+        ``blocking``: as :meth:`_pub`.
+        """
         topic = check_topic_name(topic)
         if isinstance(bodies, (bytes, str)):
             raise TypeError("multi_publish takes a list of bodies, not one bytes or str")
@@ -324,7 +318,7 @@ class Producer:
         if data is None:
             raws = [b if type(b) is bytes else as_body(b) for b in bodies]
             data = cast(bytes, mpub_data(topic, raws, self.config, True))  # built, or raised
-        return data, len(raws)
+        return self._router.submit("MPUB", data, topic, len(raws), timeout, blocking)
 
     # -- counters ----------------------------------------------------------
 

@@ -1,11 +1,10 @@
-"""A producer's connections to its nsqd: connecting, reconnecting, taking turns.
+"""A producer's connections to its nsqd: connecting and reconnecting.
 
 :class:`Pool` connects to every address, keeps the connections that can
 publish (:attr:`Pool.healthy`) and the last error of each address, and
 reconnects one that failed or closed, after a jittered exponential backoff
 (:class:`~gnsqlite.flow.Reconnect`), or at once when nsqd closed it after
-refusing one command. :meth:`Pool.next_for` hands out the healthy
-connections in turn. It knows nothing of publishes: it calls
+refusing one command. It knows nothing of publishes: it calls
 ``on_connected()`` when a connection comes up.
 """
 
@@ -54,7 +53,6 @@ class Pool:
         #: The last error of each address that has one (cleared when it connects).
         self.last_error: dict[str, BaseException] = {}
         self._conns: dict[str, Connection] = {}
-        self._next = 0  # the index in healthy of the last one handed out
         self._group = gevent.pool.Group()  # connection attempts
         self._wheel: TimerWheel | None = None
         self._closed = False
@@ -82,16 +80,6 @@ class Pool:
         """Block until the connection attempts and each connection's greenlets ended."""
         done = bool(self._group.join(timeout=timeout))
         return done and all(conn.join(0) for conn in list(self._conns.values()))
-
-    def next_for(self, tried: set[Connection]) -> Connection | None:
-        """The next healthy connection in turn not in ``tried``, or ``None``."""
-        healthy = self.healthy
-        for _ in range(len(healthy)):
-            self._next = (self._next + 1) % len(healthy)
-            conn = healthy[self._next]
-            if conn not in tried:
-                return conn
-        return None
 
     def _connect(self, address: str) -> None:
         if self._closed:

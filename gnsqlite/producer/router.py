@@ -59,6 +59,7 @@ class Router:
         #: The callers' deadlines; hands the late attempts to :meth:`late`.
         self.deadlines = Deadlines(self.late, owner)
         self._waiting: list[Attempt] = []  # parked until a connection comes up
+        self._next = 0  # the index in the pool's healthy list of the last one used
         self._wheel: TimerWheel | None = None
         self._closed = False
 
@@ -79,12 +80,20 @@ class Router:
 
     def submit(
         self, command: str, data: bytes, topic: str, messages: int, timeout: float | None,
-        now: bool,
+        blocking: bool,
     ) -> Attempt:  # fmt: skip
         """Start one publish of ``data`` (a whole ``command``, ``messages`` in it); does not block.
 
         ``timeout`` (seconds, ``None``: the producer's) bounds it, retries
-        included. ``now``: send it at once rather than with the hub's flush.
+        included. ``blocking``: its caller waits for it next, in
+        :meth:`Deadlines.wait <.deadlines.Deadlines.wait>`. Such a publish
+        goes out at once when no other caller is blocked here or just woken:
+        nsqd works on it while the caller sets up its wait. When other
+        callers block here (many greenlets publishing through one producer),
+        their publishes come in batches, each woken by one batch of answers:
+        this one leaves its send to the hub's flush, which sends the batch
+        together. Sending each at once would split the batches, and once
+        split they stay split.
         """
         if self._closed:
             raise self._closed_error("the producer is closed")
@@ -93,18 +102,28 @@ class Router:
         timeout = self._timeout if timeout is None else timeout
         attempt = Attempt(self, command, data, time.monotonic() + timeout, timeout, topic, messages)
         self._stats.in_flight += 1
-        self.dispatch(attempt, now)
+        deadlines = self.deadlines
+        self.dispatch(attempt, blocking and not deadlines.blocked and not deadlines.resuming)
         return attempt
 
     def dispatch(self, attempt: Attempt, now: bool = False) -> None:
-        """Send ``attempt`` on the next healthy connection it has not tried (``now``: at once)."""
+        """Send ``attempt`` on the pool's next healthy connection (in turn) it has not tried.
+
+        ``now``: at once, rather than with the hub's flush. With none left
+        to try, it is parked until a connection comes up or its deadline.
+        """
         if attempt.ended:
             return
-        conn = self._pool.next_for(attempt.tried)
-        if conn is None:
+        healthy, tried = self._pool.healthy, attempt.tried
+        for _ in range(len(healthy)):  # the next one in turn not tried yet
+            self._next = (self._next + 1) % len(healthy)
+            conn = healthy[self._next]
+            if conn not in tried:
+                break
+        else:
             self._park(attempt)
             return
-        attempt.tried.add(conn)
+        tried.add(conn)
         attempt.conn = conn
         try:
             conn.request_encoded(attempt, attempt.command, attempt.data, now)
