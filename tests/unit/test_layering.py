@@ -18,6 +18,7 @@ import pytest
 import gnsqlite.broker
 import gnsqlite.cli
 import gnsqlite.consumer
+import gnsqlite.producer
 
 pytestmark = pytest.mark.no_server
 
@@ -146,6 +147,19 @@ def test_consumer_collaborators_form_layers_below_the_facade() -> None:
         if path.stem != "__init__":
             assert not imports_facade(path, "gnsqlite.consumer"), (
                 f"consumer/{path.name} imports the façade"
+            )
+
+
+def test_producer_collaborators_form_layers_below_the_facade() -> None:
+    graph = import_graph("gnsqlite.producer")
+    assert {"attempt", "deadlines", "pool", "requests", "router", "stats"} <= set(graph)
+    circle = find_circle(graph)
+    assert circle is None, "import circle in gnsqlite/producer: " + " -> ".join(circle or ())
+    directory = Path(gnsqlite.producer.__file__).parent
+    for path in sorted(directory.glob("*.py")):
+        if path.stem != "__init__":
+            assert not imports_facade(path, "gnsqlite.producer"), (
+                f"producer/{path.name} imports the façade"
             )
 
 
