@@ -196,8 +196,10 @@ class Producer:
         self._closed = True
         if self._wheel is not None:
             self._wheel.cancel_owner(self)  # every collaborator's timers
-        self._pool.close()
+        # The router first: a publish its closing connection fails is not
+        # sent again on another one, nor parked with a new timer.
         self._router.close()
+        self._pool.close()
 
     def join(self, timeout: float | None = None) -> bool:
         """Block until every greenlet of the producer has ended; ``True`` if so.

@@ -90,7 +90,12 @@ class MemoryConnection:
                 event.waiter.set_exception(event.error)
 
     def close(self) -> None:
+        """As a connection closes: its unanswered requests fail, then ``on_close`` runs."""
         self.closed = True
+        for waiter in self.protocol.connection_lost():
+            waiter.set_exception(ConnectionClosedError(self.name, "closed"))
+        if self.on_close is not None:
+            self.on_close(self, None)
 
     def join(self, timeout: float | None = None) -> bool:
         return True
@@ -184,6 +189,19 @@ def test_a_sent_publish_nsqd_never_answers_times_out_and_is_counted(
         assert conn.written == [b"PUB t\n\x00\x00\x00\x01x"]
         assert producer.stats()["errors"] == {"timeout": 1}
         assert producer.stats()["in_flight"] == 0
+
+
+def test_closing_fails_a_publish_in_flight_without_sending_it_elsewhere_or_parking_it(
+    memory: type[MemoryConnection],
+) -> None:
+    producer = Producer(["127.0.0.1:4150", "127.0.0.1:4151"])
+    producer.start()
+    result = producer.publish_async("t", b"x")
+    producer.close()
+    assert isinstance(result.exception, ConnectionClosedError)
+    assert sorted(len(conn.written) for conn in memory.made) == [0, 1]  # written once
+    assert TimerWheel.for_hub().owned_by(producer) == []
+    assert producer.stats()["in_flight"] == 0
 
 
 # -- config means the producer's own settings --------------------------------
