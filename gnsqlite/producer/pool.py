@@ -24,7 +24,7 @@ from ..timers import TimerWheel
 
 __all__ = ["Pool"]
 
-log = logging.getLogger("gnsqlite.producer")
+log = logging.getLogger(__name__)
 
 
 class Pool:

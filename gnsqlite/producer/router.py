@@ -36,7 +36,7 @@ from .stats import PublishStats
 
 __all__ = ["Router"]
 
-log = logging.getLogger("gnsqlite.producer")
+log = logging.getLogger(__name__)
 
 _RETRYABLE = (NSQConnectionError, PubFailedError, MPubFailedError, DPubFailedError)
 #: The command names stats() counts publishes under: the wire's, in lower case.

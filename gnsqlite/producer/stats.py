@@ -24,7 +24,7 @@ from ..errors import (
 )
 from ..health import ConnectionHealth, Health, build_health
 
-log = logging.getLogger("gnsqlite.producer")
+log = logging.getLogger(__name__)
 
 __all__ = ["PublishStats", "PublishTiming", "error_code", "health_of"]
 

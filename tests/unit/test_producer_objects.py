@@ -295,26 +295,36 @@ def test_a_failed_attempt_holds_its_error_for_a_result_made_later() -> None:
 # -- Deadlines --------------------------------------------------------------
 
 
-class Owner:
-    """Owns the deadline timer, as the producer does."""
+class Watched:
+    """Started :class:`Deadlines`, the attempts handed to its ``on_late``, and its timers' owner.
 
+    ``on_late`` fails the attempt and wakes its caller, as the router does.
+    """
 
-def started_deadlines(late: list[Attempt]) -> Deadlines:
-    """Deadlines whose ``on_late`` fails the attempt and wakes its caller, as the router does."""
+    def __init__(self) -> None:
+        self.late: list[Attempt] = []
+        self.owner = object()  # the producer, in a Producer
+        self.deadlines = Deadlines(self.on_late, self.owner)
+        self.deadlines.start(TimerWheel.for_hub(), gevent.get_hub().loop)
 
-    def on_late(attempt: Attempt) -> None:
-        late.append(attempt)
+    def on_late(self, attempt: Attempt) -> None:
+        self.late.append(attempt)
         attempt.failed(NSQTimeoutError("late"))
-        deadlines.woken(attempt)
+        self.deadlines.woken(attempt)
 
-    deadlines = Deadlines(on_late, Owner())
-    deadlines.start(TimerWheel.for_hub(), gevent.get_hub().loop)
-    return deadlines
+    def timers(self) -> int:
+        return len(TimerWheel.for_hub().owned_by(self.owner))
 
 
-def test_wait_returns_at_once_for_an_ended_attempt_and_raises_its_error() -> None:
-    late: list[Attempt] = []
-    deadlines = started_deadlines(late)
+@pytest.fixture
+def watched() -> Iterator[Watched]:
+    watched = Watched()
+    yield watched
+    TimerWheel.for_hub().cancel_owner(watched.owner)
+
+
+def test_wait_returns_at_once_for_an_ended_attempt_and_raises_its_error(watched: Watched) -> None:
+    deadlines = watched.deadlines
     answered = attempt_for(RecordingRoute())
     answered.set(b"OK")
     deadlines.wait(answered)
@@ -322,12 +332,12 @@ def test_wait_returns_at_once_for_an_ended_attempt_and_raises_its_error() -> Non
     refused.failed(error_from_frame(b"E_BAD_TOPIC x"))
     with pytest.raises(Exception, match="E_BAD_TOPIC"):
         deadlines.wait(refused)
-    assert late == [] and (deadlines.blocked, deadlines.resuming) == (0, 0)
+    assert watched.late == [] and (deadlines.blocked, deadlines.resuming) == (0, 0)
+    assert watched.timers() == 0  # nothing waited: no timer
 
 
-def test_a_blocked_caller_is_woken_by_woken_and_counted_until_it_runs() -> None:
-    late: list[Attempt] = []
-    deadlines = started_deadlines(late)
+def test_a_blocked_caller_is_woken_by_woken_and_counted_until_it_runs(watched: Watched) -> None:
+    deadlines = watched.deadlines
     attempt = attempt_for(RecordingRoute())
     caller = gevent.spawn(deadlines.wait, attempt)
     gevent.idle()
@@ -337,43 +347,42 @@ def test_a_blocked_caller_is_woken_by_woken_and_counted_until_it_runs() -> None:
     assert (deadlines.blocked, deadlines.resuming) == (0, 1)
     caller.get(timeout=5)
     assert (deadlines.blocked, deadlines.resuming) == (0, 0)
-    assert late == []
+    assert watched.late == []
 
 
-def test_the_late_are_handed_on_after_their_deadline_with_one_timer_for_all() -> None:
-    late: list[Attempt] = []
-    deadlines = started_deadlines(late)
-    owner = deadlines._owner
+def test_the_late_are_handed_on_after_their_deadline_with_one_timer_for_all(
+    watched: Watched,
+) -> None:
+    deadlines = watched.deadlines
     soon = attempt_for(RecordingRoute(), timeout=0.01)
     later = [attempt_for(RecordingRoute(), timeout=0.2 + i) for i in range(3)]
     callers = [gevent.spawn(deadlines.wait, a) for a in [soon, *later]]
     gevent.idle()
-    assert len(TimerWheel.for_hub().owned_by(owner)) == 1  # not one per caller
+    assert watched.timers() == 1  # not one per caller
     with pytest.raises(NSQTimeoutError):
         callers[0].get(timeout=5)
-    assert late == [soon]
+    assert watched.late == [soon]
     assert time.monotonic() >= soon.deadline + GRACE
     for attempt in later:
         attempt.set(b"OK")
         deadlines.woken(attempt)
     gevent.joinall(callers[1:], timeout=5, raise_error=True)
-    assert late == [soon] and (deadlines.blocked, deadlines.resuming) == (0, 0)
-    TimerWheel.for_hub().cancel_owner(owner)
+    assert watched.late == [soon] and (deadlines.blocked, deadlines.resuming) == (0, 0)
 
 
-def test_a_wait_cut_short_leaves_no_caller_counted_and_a_closed_one_hands_on_at_once() -> None:
-    late: list[Attempt] = []
-    deadlines = started_deadlines(late)
+def test_a_wait_cut_short_leaves_no_caller_counted_and_a_closed_one_hands_on_at_once(
+    watched: Watched,
+) -> None:
+    deadlines = watched.deadlines
     attempt = attempt_for(RecordingRoute())
     with pytest.raises(gevent.Timeout), gevent.Timeout(0.01):
         deadlines.wait(attempt)
     assert (deadlines.blocked, deadlines.resuming) == (0, 0)
-    TimerWheel.for_hub().cancel_owner(deadlines._owner)
     deadlines.close()
     fresh = attempt_for(RecordingRoute())
     with pytest.raises(NSQTimeoutError):
         deadlines.wait(fresh)
-    assert late == [fresh]
+    assert watched.late == [fresh]
 
 
 # -- PublishStats -------------------------------------------------------------
