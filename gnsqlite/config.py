@@ -224,7 +224,7 @@ class ConsumerConfig(Validated):
 
 @dataclass(frozen=True, kw_only=True)
 class ProducerConfig(Validated):
-    """What drives a producer: its call timeout, size limits and reconnects.
+    """What drives a producer (``Producer.config``): its call timeout, size limits and reconnects.
 
     Durations are seconds, sizes bytes. ``max_message_size`` and
     ``max_body_size`` mirror nsqd's ``--max-msg-size`` and ``--max-body-size``.

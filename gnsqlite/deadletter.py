@@ -302,7 +302,7 @@ class DeadLetterPublisher:
                 raise ConnectionClosedError(self.topic, "the dead-letter publisher is closed")
             producer = Producer(
                 self.nsqd or delivered_by,
-                config=self._connection_config,
+                connection_config=self._connection_config,
                 timeout=self.timeout,
                 reconnect_interval=self.reconnect_interval,
                 max_reconnect_interval=self.max_reconnect_interval,

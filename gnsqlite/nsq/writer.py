@@ -145,7 +145,7 @@ class Writer:
             options = {k: v for k, v in kwargs.items() if k != "requeue_delay"}
             self.producer = Producer(
                 self.nsqd_tcp_addresses,
-                config=connection_config(options),
+                connection_config=connection_config(options),
                 reconnect_interval=reconnect_interval,
                 max_reconnect_interval=reconnect_interval,
             )

@@ -155,7 +155,7 @@ class ProducerPool:
             if producer is None:
                 producer = Producer(
                     options.nsqd_tcp_addresses,
-                    config=options.connection,
+                    connection_config=options.connection,
                     timeout=options.publish_timeout,
                     max_message_size=options.max_message_size,
                     max_body_size=options.max_body_size,

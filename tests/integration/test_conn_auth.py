@@ -98,7 +98,7 @@ def test_the_secret_never_appears_in_logs_or_reprs(
 ) -> None:
     caplog.set_level(logging.DEBUG)
     config = ConnectionConfig(auth_secret=SECRET)
-    with Producer(auth_nsqd.tcp_address, config=config) as producer:
+    with Producer(auth_nsqd.tcp_address, connection_config=config) as producer:
         producer.publish("allowed", b"x")
         (conn,) = producer.connections
         texts = [repr(config), str(config), repr(producer), repr(conn), repr(conn.features)]

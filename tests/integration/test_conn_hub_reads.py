@@ -277,7 +277,7 @@ def test_a_blocking_publish_cut_short_leaves_the_next_one_sent_at_once(scripted:
         killed.kill(block=True)
         release.set()
         wait_until(lambda: producer.stats()["in_flight"] == 0, timeout=5)
-        assert (producer._blocked, producer._resuming) == (0, 0)
+        assert (producer._deadlines.blocked, producer._deadlines.resuming) == (0, 0)
         with RecordingSends(producer.connections[0]) as recording:
             producer.publish("t", b"next")
         assert recording.sends == [(gevent.getcurrent(), b"PUB t\n\x00\x00\x00\x04next")]

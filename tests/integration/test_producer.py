@@ -14,7 +14,7 @@ import pytest
 from recording_proxy import RecordingProxy
 from test_conn import Subscriber
 
-import gnsqlite.producer
+import gnsqlite.producer.pool
 from gnsqlite.conn import Connection
 from gnsqlite.errors import (
     BadMessageError,
@@ -242,14 +242,14 @@ def test_a_producer_reconnects_after_5000_failed_attempts(
             return super().connect()
 
     wheel = _FakeClockWheel()
-    monkeypatch.setattr(gnsqlite.producer, "Connection", Refusing)
+    monkeypatch.setattr(gnsqlite.producer.pool, "Connection", Refusing)
     monkeypatch.setattr(TimerWheel, "for_hub", lambda: wheel)
     producer = Producer(nsqd.tcp_address, reconnect_interval=1.0, max_reconnect_interval=60.0)
     try:
         producer.start()
         while len(attempts) <= failures:
             wheel.advance()
-            producer._group.join()  # the reconnect attempt the timer spawned
+            producer.join()  # the reconnect attempt the timer spawned
         assert len(attempts) == failures + 1
         assert len(producer.connections) == 1
         delays = wheel.delays

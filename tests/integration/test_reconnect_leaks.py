@@ -103,7 +103,7 @@ def test_a_publish_that_waited_for_a_reconnect_is_let_go_once_it_succeeded(
         results = [producer.publish_async("leaks", b"parked") for _ in range(20)]
         nsqd.start()
         assert [result.get(timeout=20) for result in results] == [b"OK"] * 20
-        wait_until(lambda: count_objects()["gnsqlite.producer_attempt.Attempt"] == 0,
+        wait_until(lambda: count_objects()["gnsqlite.producer.attempt.Attempt"] == 0,
                    timeout=5, message="the published attempts freed")  # fmt: skip
         assert all("_expire" not in repr(t) for t in TimerWheel.for_hub().owned_by(producer))
     finally:

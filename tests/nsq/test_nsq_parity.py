@@ -183,7 +183,7 @@ def test_connection_keywords_use_pynsq_units() -> None:
     assert reader.consumer.config.lookupd_poll_interval == 0.5
     assert reader.name == "t:c" and reader.max_in_flight == 1
     disabled = nsq.Writer("127.0.0.1:1", output_buffer_timeout=-1, heartbeat_interval=-1)
-    assert disabled.producer.config.output_buffer_timeout is None
-    assert disabled.producer.config.heartbeat_interval is None
+    assert disabled.producer.connection_config.output_buffer_timeout is None
+    assert disabled.producer.connection_config.heartbeat_interval is None
     reader.close()
     disabled.close()

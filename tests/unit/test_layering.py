@@ -17,7 +17,6 @@ import pytest
 
 import gnsqlite.broker
 import gnsqlite.cli
-import gnsqlite.consumer
 
 pytestmark = pytest.mark.no_server
 
@@ -136,17 +135,28 @@ def test_state_modules_import_no_front_end() -> None:
         assert not upward, f"broker/{name}.py imports the front end(s) {sorted(upward)}"
 
 
-def test_consumer_collaborators_form_layers_below_the_facade() -> None:
-    graph = import_graph("gnsqlite.consumer")
-    assert {"link", "links", "flow_control", "dispatch", "settle", "views"} <= set(graph)
+def check_collaborators_below_facade(package: str, expected: set[str]) -> None:
+    """``package``'s modules (``expected`` among them) import no circle and never its façade."""
+    graph = import_graph(package)
+    assert expected <= set(graph)
     circle = find_circle(graph)
-    assert circle is None, "import circle in gnsqlite/consumer: " + " -> ".join(circle or ())
-    directory = Path(gnsqlite.consumer.__file__).parent
+    assert circle is None, f"import circle in {package}: " + " -> ".join(circle or ())
+    directory = Path(importlib.import_module(package).__file__ or "").parent
     for path in sorted(directory.glob("*.py")):
         if path.stem != "__init__":
-            assert not imports_facade(path, "gnsqlite.consumer"), (
-                f"consumer/{path.name} imports the façade"
-            )
+            assert not imports_facade(path, package), f"{package}.{path.stem} imports the façade"
+
+
+def test_consumer_collaborators_form_layers_below_the_facade() -> None:
+    check_collaborators_below_facade(
+        "gnsqlite.consumer", {"link", "links", "flow_control", "dispatch", "settle", "views"}
+    )
+
+
+def test_producer_collaborators_form_layers_below_the_facade() -> None:
+    check_collaborators_below_facade(
+        "gnsqlite.producer", {"attempt", "deadlines", "pool", "requests", "router", "stats"}
+    )
 
 
 def test_cli_package_has_no_import_circle() -> None:
