@@ -10,7 +10,7 @@ connection ended (nothing can be sent; nsqd redelivers the message).
 
 The library never TOUCHes a single handler's messages; a slow handler calls
 :meth:`Message.touch` before :meth:`Message.time_left` runs out (a batch
-handler's messages are touched for it: :mod:`gnsqlite.batch`).
+handler's messages are touched for it: :mod:`gnsqlite.consumer.batch`).
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ is a façade over collaborators it builds in its constructor, one module each:
   reused worker greenlets; readers never run handler code;
 * :mod:`~gnsqlite.consumer.settle`: handler result -> answer, giving up;
 * :mod:`~gnsqlite.consumer.views`: ``stats()`` and ``health()``;
-* :mod:`gnsqlite.batch`: the batcher, for ``batch_handler``.
+* :mod:`gnsqlite.consumer.batch`: the batcher, for ``batch_handler``.
 
 RDY redistribution, backoff windows, lookupd polls and reconnects are timers
 on the hub's :class:`~gnsqlite.timers.TimerWheel` owned by the consumer and
@@ -50,7 +50,7 @@ from typing import Any
 import gevent
 import gevent.event
 
-from ..batch import BatchConfig, Batcher, BatchHandler
+from .batch import BatchConfig, Batcher, BatchHandler
 from ..config import ConnectionConfig, ConsumerConfig, split_options
 from ..conn import Connection
 from ..deadletter import DeadLetterPublisher
@@ -109,7 +109,7 @@ class Consumer:
     ``batch_handler(messages)`` instead of ``handler`` takes lists of up to
     ``batch_size`` messages (at most ``max_in_flight``), handed over when
     full, ``batch_timeout`` seconds after their first message, or when the
-    consumer is starved; see :mod:`gnsqlite.batch`.
+    consumer is starved; see :mod:`gnsqlite.consumer.batch`.
 
     Other keywords are connection options (``heartbeat_interval``,
     ``tls_v1``, ``snappy``, ``auth_secret`` ...), or pass

@@ -31,7 +31,7 @@ import gevent
 import gevent.pool
 from gevent.hub import Waiter, get_hub
 
-from ..batch import Batch, Batcher, messages_of
+from .batch import Batch, Batcher, messages_of
 from ..message import Message
 from .flow_control import FlowControl
 from .settle import Settler

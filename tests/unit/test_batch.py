@@ -9,7 +9,7 @@ import gevent.event
 import gevent.queue
 import pytest
 
-from gnsqlite.batch import Batch, BatchConfig, Batcher
+from gnsqlite.consumer.batch import Batch, BatchConfig, Batcher
 from gnsqlite.config import ConsumerConfig
 from gnsqlite.consumer.settle import Settler
 from gnsqlite.message import Message, RequeueMessage

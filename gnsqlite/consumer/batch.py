@@ -55,10 +55,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .config import _Validated, option
-from .errors import ConfigError
-from .message import Message
-from .timers import Timer, TimerWheel
+from ..config import _Validated, option
+from ..errors import ConfigError
+from ..message import Message
+from ..timers import Timer, TimerWheel
 
 __all__ = ["Batch", "BatchConfig", "BatchHandler", "Batcher", "REASONS", "messages_of"]
 
