@@ -50,7 +50,6 @@ from typing import Any
 import gevent
 import gevent.event
 
-from .batch import BatchConfig, Batcher, BatchHandler
 from ..config import ConnectionConfig, ConsumerConfig, split_options
 from ..conn import Connection
 from ..deadletter import DeadLetterPublisher
@@ -61,6 +60,7 @@ from ..message import Message
 from ..net import normalize_addresses
 from ..protocol import check_channel_name, check_topic_name
 from ..timers import TimerWheel
+from .batch import BatchConfig, Batcher, BatchHandler
 from .dispatch import Dispatcher, requeue_now
 from .flow_control import FlowControl
 from .link import Link

@@ -13,11 +13,8 @@ The queue is a plain deque and an idle worker waits on a
 scheduled by the first item while workers are idle) switches to idle
 workers in turn while items are left: a worker takes items until the queue
 is empty, so a read's worth of messages wakes one worker, not one each, and
-the next wakes only if the first blocks with items left. A blocking
-``gevent.queue.Queue.get`` ends by removing its waiter from the queue's
-getters, which ``Queue._unlock`` already took, so it raised and swallowed a
-``ValueError`` (with the waiter's repr formatted) per wait, once per
-message at ``max_in_flight=1``.
+the next wakes only if the first blocks with items left (why not a
+``gevent.queue.Queue``: docs/benchmarks.md, "The dispatcher's queue").
 """
 
 from __future__ import annotations
@@ -31,8 +28,8 @@ import gevent
 import gevent.pool
 from gevent.hub import Waiter, get_hub
 
-from .batch import Batch, Batcher, messages_of
 from ..message import Message
+from .batch import Batch, Batcher, messages_of
 from .flow_control import FlowControl
 from .settle import Settler
 
