@@ -92,6 +92,7 @@ from .rdy_conn import (
     STARVATION_RATIO,
     Command,
     ConnFlow,
+    may_hold,
     rotation_bound,
     turn_length,
     water_fill,
@@ -158,16 +159,12 @@ class RdyPlanner:
         """True when any connection is starved (the guide's definition)."""
         return bool(self._starved)
 
-    def _check_starved(self, flow: ConnFlow) -> bool:
-        """Keep ``_starved`` up to date (per message: the hot path); returns ``flow.starved``."""
-        if flow.in_flight > 0 and flow.in_flight >= flow.last_rdy * STARVATION_RATIO:
-            self._starved.add(flow.name)
-            return True
-        self._starved.discard(flow.name)
-        return False
-
     def _check(self, flow: ConnFlow) -> None:
-        self._check_starved(flow)
+        """Keep the starved and short sets up to date for ``flow``."""
+        if flow.starved:
+            self._starved.add(flow.name)
+        else:
+            self._starved.discard(flow.name)
         if flow.last_rdy < flow.target:
             self._short.add(flow.name)
         else:
@@ -208,7 +205,7 @@ class RdyPlanner:
             free = self.max_in_flight - self.total_rdy
             return free, free
         flows = self.conns.values()
-        held = sum(max(f.last_rdy, f.in_flight) for f in flows)
+        held = sum(may_hold(f.last_rdy, f.in_flight) for f in flows)  # reserves left out
         return self.max_in_flight - sum(f.committed for f in flows), self.max_in_flight - held
 
     def _fill(self, now: float | None, out: list[Command], eager: bool = True) -> None:
@@ -238,7 +235,7 @@ class RdyPlanner:
             step = max(1, math.ceil(f.target * GRANT_STEP_RATIO))
             if grant > f.last_rdy and (eager or grant == f.target or grant - f.last_rdy >= step):
                 free -= max(0, grant - held)
-                loose -= max(0, grant - max(f.last_rdy, f.in_flight))
+                loose -= max(0, grant - may_hold(f.last_rdy, f.in_flight))
                 self._send(f, grant, now, out)
 
     def _apply(self, targets: dict[str, tuple[int, str]], now: float | None) -> list[Command]:
@@ -394,8 +391,10 @@ class RdyPlanner:
         name = flow.name
         in_flight = len(flow.held)
         flow.last_message_at = now
-        # In-flight only grew: a starved connection stays starved, so only
-        # the other way needs a check (_check_starved, inlined).
+        # In-flight only grew (to 1 at least): a starved connection stays
+        # starved, so only the other way needs a check. A copy of
+        # rdy_conn.starved for the per-message path (in_flight > 0 holds
+        # here); tests/unit/test_flow_rules.py checks the two agree.
         if in_flight >= flow.last_rdy * STARVATION_RATIO:
             self._starved.add(name)
             flow.window_saturated = True
@@ -429,10 +428,12 @@ class RdyPlanner:
         reserve = flow.reserve
         # Only a connection holding more than its RDY frees budget by answering.
         holding_more = reserve > 0 or in_flight >= last_rdy
-        before = max(last_rdy, in_flight + 1, reserve) if holding_more else 0
+        before = may_hold(last_rdy, in_flight + 1, reserve) if holding_more else 0
         if reserve > 0:
             flow.reserve = reserve - 1  # the RDY went out before this answer: nsqd sends no more
-        # In-flight only shrank: a connection not starved stays so (_check_starved, inlined).
+        # In-flight only shrank: a connection not starved stays so. A copy of
+        # rdy_conn.starved for the per-answer path; tests/unit/test_flow_rules.py
+        # checks the two agree.
         if name in self._starved and not (
             in_flight > 0 and in_flight >= last_rdy * STARVATION_RATIO
         ):

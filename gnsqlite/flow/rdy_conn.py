@@ -20,7 +20,9 @@ __all__ = [
     "STARVATION_RATIO",
     "Command",
     "ConnFlow",
+    "may_hold",
     "rotation_bound",
+    "starved",
     "turn_length",
     "water_fill",
 ]
@@ -52,6 +54,26 @@ REASONS = {
 }
 
 Command = tuple[str, int]
+
+
+def starved(in_flight: int, last_rdy: int) -> bool:
+    """The guide's *starved*: ``in_flight`` messages reached 85% of the RDY count last sent.
+
+    The one statement of the rule; the planner's per-message paths carry a
+    copy that names this function, and ``tests/unit/test_flow_rules.py``
+    checks that the two agree.
+    """
+    return in_flight > 0 and in_flight >= last_rdy * STARVATION_RATIO
+
+
+def may_hold(last_rdy: int, in_flight: int, reserve: int = 0) -> int:
+    """What nsqd may hold in flight for one connection: what it takes of the budget.
+
+    Its RDY, or more while it holds more messages (``in_flight``), or, after
+    its RDY was lowered, ``reserve`` (the old count less the answers sent
+    since: messages may still be on the wire).
+    """
+    return max(last_rdy, in_flight, reserve)
 
 
 def rotation_bound(
@@ -143,9 +165,8 @@ class ConnFlow:
 
     @property
     def starved(self) -> bool:
-        """The guide's ``is_starved`` test for this connection."""
-        in_flight = len(self.held)
-        return in_flight > 0 and in_flight >= self.last_rdy * STARVATION_RATIO
+        """The guide's ``is_starved`` test for this connection (:func:`starved`)."""
+        return starved(len(self.held), self.last_rdy)
 
     @property
     def committed(self) -> int:
@@ -155,7 +176,7 @@ class ConnFlow:
         lowered, the old count less the answers sent since (nsqd may have sent
         messages not received yet), until the next evaluation.
         """
-        return max(self.last_rdy, len(self.held), self.reserve)
+        return may_hold(self.last_rdy, len(self.held), self.reserve)
 
     @property
     def turn_start(self) -> float:
