@@ -112,7 +112,10 @@ class Settler:
 
     def settle(self, message: Message, handler: Callable[[Message], Any]) -> None:
         """Run ``handler(message)`` and answer it; blocks while the handler runs."""
-        if self._skips(message):
+        # _skips, copied for the per-message path: its two tests without
+        # their calls (tests/unit/test_rule_copies.py checks they agree).
+        if message.connection.closed or message.attempts > self._give_up_above:
+            self._skips(message)
             return
         timing = self.timing
         started = perf_counter() if timing is not None else 0.0
@@ -121,7 +124,8 @@ class Settler:
         except BaseException:
             self._failed(None, message)  # re-raises GreenletExit and the like
         else:
-            finish_handled(message)
+            if not message._async:  # finish_handled, copied for the per-message path
+                message.finish()
         if timing is not None:
             self._time(timing, perf_counter() - started)
 
