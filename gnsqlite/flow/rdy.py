@@ -7,7 +7,7 @@ about connections, messages and answers in between. The rules:
 * **Budget.** The sum of the RDY counts last sent never exceeds
   ``max_in_flight`` (decreases are emitted before increases). In full flow the
   planner also counts what nsqd may hold for a connection
-  (:attr:`ConnFlow.committed`): its in-flight count when above its RDY, and,
+  (:attr:`LinkPlan.committed`): its in-flight count when above its RDY, and,
   after its RDY was lowered, the old count less the answers sent since (nsqd
   may have sent messages that are still on the wire) until the next
   evaluation. Budget taken from one connection reaches another only as that
@@ -41,7 +41,7 @@ about connections, messages and answers in between. The rules:
   three evaluations (the first at which the old one has dried up, and the
   next, which frees what it might still have on the wire).
 * **Rotation** (``max_in_flight`` < connections). Each connection holds 0 or 1.
-  A waiting connection is *known to have messages* (:attr:`ConnFlow.eager`)
+  A waiting connection is *known to have messages* (:attr:`LinkPlan.eager`)
   when it received during its last turn and was not idle when it ended, or
   never had one. At an evaluation
   a holder gives its 1 up when a connection known to have messages waits and
@@ -68,7 +68,7 @@ about connections, messages and answers in between. The rules:
   when it changes; an answer sends RDY only to hand freed budget to a
   connection below its target (in full flow), never the same count again.
 
-Each connection's :attr:`ConnFlow.reason` says why it holds its count (see
+Each connection's :attr:`LinkPlan.reason` says why it holds its count (see
 :data:`REASONS`). Its in-flight count is the size of a collection the caller
 owns and passes to :meth:`RdyPlanner.add` (the consumer's link's unanswered
 messages): the planner reads it and never counts, so the count is kept once;
@@ -91,7 +91,7 @@ from .rdy_conn import (
     REASONS,
     STARVATION_RATIO,
     Command,
-    ConnFlow,
+    LinkPlan,
     may_hold,
     rotation_bound,
     turn_length,
@@ -99,7 +99,7 @@ from .rdy_conn import (
 )
 
 __all__ = [
-    "ConnFlow",
+    "LinkPlan",
     "RdyPlanner",
     "REASONS",
     "GRANT_STEP_RATIO",
@@ -133,7 +133,7 @@ class RdyPlanner:
         self.low_rdy_idle_timeout = low_rdy_idle_timeout
         self.low_rdy_timeout = low_rdy_timeout
         self.rng = rng if rng is not None else random.Random()
-        self.conns: dict[str, ConnFlow] = {}
+        self.conns: dict[str, LinkPlan] = {}
         self.mode = self.FULL
         #: The starved connections' names, kept up to date so :meth:`is_starved`
         #: is O(1); the same set object for the planner's life (read it, never change it).
@@ -159,7 +159,7 @@ class RdyPlanner:
         """True when any connection is starved (the guide's definition)."""
         return bool(self._starved)
 
-    def _check(self, flow: ConnFlow) -> None:
+    def _check(self, flow: LinkPlan) -> None:
         """Keep the starved and short sets up to date for ``flow``."""
         if flow.starved:
             self._starved.add(flow.name)
@@ -170,7 +170,7 @@ class RdyPlanner:
         else:
             self._short.discard(flow.name)
 
-    def share(self, flow: ConnFlow) -> int:
+    def share(self, flow: LinkPlan) -> int:
         """The even RDY count ``flow`` would get (0 or 1 when connections outnumber
         ``max_in_flight``)."""
         n = len(self.conns)
@@ -187,7 +187,7 @@ class RdyPlanner:
 
     # -- the one place RDY changes -----------------------------------------
 
-    def _send(self, flow: ConnFlow, count: int, now: float | None, out: list[Command]) -> None:
+    def _send(self, flow: LinkPlan, count: int, now: float | None, out: list[Command]) -> None:
         if count > 0 and flow.last_rdy == 0 and now is not None:
             # A hand-over starts a fresh idle clock (and a scarce RDY turn).
             flow.rdy_handed_at = now
@@ -273,7 +273,7 @@ class RdyPlanner:
         """0 or 1 each: holders keep theirs for their turn, the longest waiting get the rest."""
         flows = list(self.conns.values())
         holders = [f for f in flows if f.last_rdy > 0 or f.target > 0]
-        released: list[ConnFlow] = []
+        released: list[LinkPlan] = []
         if half >= 0 and now is not None:  # an evaluation: turns may end
             # Someone waits with messages (or was never tried): turns are short.
             eager = any(f.eager for f in flows if f.last_rdy == 0 and f.target == 0)
@@ -349,11 +349,11 @@ class RdyPlanner:
 
         ``held`` is the caller's live collection of the connection's messages
         received and not yet answered: its size is the in-flight count
-        (:attr:`ConnFlow.in_flight`); the planner only reads it.
+        (:attr:`LinkPlan.in_flight`); the planner only reads it.
         """
         if self._last_evaluation is None:
             self._last_evaluation = now  # the first window starts with the first connection
-        self.conns[name] = ConnFlow(
+        self.conns[name] = LinkPlan(
             name, max(1, max_rdy_count), connected_at=now, held=held, waiting_since=now
         )
         return self._rebalance(now)
@@ -378,7 +378,7 @@ class RdyPlanner:
         flow.active = False
         return self._rebalance(now)
 
-    def message_received(self, flow: ConnFlow, now: float) -> Sequence[Command]:
+    def message_received(self, flow: LinkPlan, now: float) -> Sequence[Command]:
         """A message arrived on ``flow``'s connection (already in its ``held``).
 
         ``flow`` is the record :meth:`add` made (the caller keeps it: no
@@ -411,7 +411,7 @@ class RdyPlanner:
                 return self._rebalance(now)
         return _NO_COMMANDS
 
-    def message_done(self, flow: ConnFlow, now: float | None = None) -> Sequence[Command]:
+    def message_done(self, flow: LinkPlan, now: float | None = None) -> Sequence[Command]:
         """A message of ``flow``'s connection was answered (FIN or REQ) and left its ``held``.
 
         nsqd's window reopens by itself, so the count is not sent again. In

@@ -1,7 +1,7 @@
 """One connection's RDY state, the reasons it holds its count, and the timing bounds.
 
 The pieces of :mod:`gnsqlite.flow.rdy` that do not need the planner: the
-guide's constants, :class:`ConnFlow`, :data:`REASONS`, the rotation bounds
+guide's constants, :class:`LinkPlan`, :data:`REASONS`, the rotation bounds
 (:func:`rotation_bound`, :func:`turn_length`) and the water-filling share
 (:func:`water_fill`). Pure: no clock, no I/O; times are float seconds.
 """
@@ -19,7 +19,7 @@ __all__ = [
     "REASONS",
     "STARVATION_RATIO",
     "Command",
-    "ConnFlow",
+    "LinkPlan",
     "may_hold",
     "rotation_bound",
     "starved",
@@ -38,7 +38,7 @@ DEMAND_HEADROOM = 1.25
 #: Evaluations a new connection that received nothing keeps its share reserved.
 NEW_EVALUATIONS = 1
 
-#: Why a connection holds its RDY count (:attr:`ConnFlow.reason`).
+#: Why a connection holds its RDY count (:attr:`LinkPlan.reason`).
 REASONS = {
     "new": "connected recently, nothing received yet: RDY 1, its even share kept in reserve",
     "even": "an even share of max_in_flight",
@@ -113,8 +113,12 @@ def turn_length(low_rdy_timeout: float, interval: float, short: bool = True) -> 
 
 
 @dataclass
-class ConnFlow:
-    """The flow state of one connection, as the consumer tracks it.
+class LinkPlan:
+    """The RDY planner's view of one link (a subscribed connection): its flow state.
+
+    Not a second record of the connection: the consumer's
+    :class:`~gnsqlite.consumer.link.Link` is that, and holds this as its
+    ``plan``; the planner keeps it by name in :attr:`RdyPlanner.conns`.
 
     Its in-flight count is not kept here: it is the size of ``held``, the
     caller's live collection of the connection's received and unanswered
