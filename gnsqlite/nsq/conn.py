@@ -32,7 +32,7 @@ from .._version import __version__
 from ..conn import Connection
 from ..errors import NSQError, ServerError
 from ..protocol import DEFAULT_MAX_RDY_COUNT
-from ..protocol import Message as _Wire
+from ..protocol import WireMessage as _Wire
 from . import event, tornado_bridge
 from .deflate_socket import DeflateEncoder, DeflateSocket
 from .errors import (
