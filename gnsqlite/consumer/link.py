@@ -184,7 +184,7 @@ class Link:
         on the next message while the counting below runs (at
         ``max_in_flight=1``, every FIN).
         """
-        try:
+        try:  # _quietly, written out for the per-message path (the same except clause)
             self.conn.finish(message.wire_id, len(self.unanswered) <= 1)
         except NSQConnectionError as exc:
             log.debug("%s: not sent (%s); nsqd redelivers what is unanswered", self, exc)
@@ -198,10 +198,7 @@ class Link:
 
         :func:`~gnsqlite.message.finish_all` calls it. Never blocks.
         """
-        try:
-            self.conn.finish_many([message.wire_id for message in messages])
-        except NSQConnectionError as exc:
-            log.debug("%s: not sent (%s); nsqd redelivers what is unanswered", self, exc)
+        self._quietly(self.conn.finish_many, [message.wire_id for message in messages])
         if self.active:
             self.unanswered.difference_update(messages)
             self.finished += len(messages)
@@ -233,10 +230,7 @@ class Link:
 
     def ready(self, count: int) -> None:
         """RDY ``count`` (flow control's command). Never blocks."""
-        try:  # _quietly, inlined: once per message at max_in_flight 1
-            self.conn.ready(count)
-        except NSQConnectionError as exc:
-            log.debug("%s: not sent (%s); nsqd redelivers what is unanswered", self, exc)
+        self._quietly(self.conn.ready, count)  # sent only when the count changes
 
     def _quietly(self, send: Callable[..., None], *args: Any) -> None:
         try:
