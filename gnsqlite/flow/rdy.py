@@ -84,7 +84,7 @@ import math
 import random
 from collections.abc import Sequence, Sized
 
-from .rdy_conn import (
+from .link_plan import (
     DEMAND_HEADROOM,
     GRANT_STEP_RATIO,
     NEW_EVALUATIONS,
@@ -393,7 +393,7 @@ class RdyPlanner:
         flow.last_message_at = now
         # In-flight only grew (to 1 at least): a starved connection stays
         # starved, so only the other way needs a check. A copy of
-        # rdy_conn.starved for the per-message path (in_flight > 0 holds
+        # link_plan.starved for the per-message path (in_flight > 0 holds
         # here); tests/unit/test_flow_rules.py checks the two agree.
         if in_flight >= flow.last_rdy * STARVATION_RATIO:
             self._starved.add(name)
@@ -432,7 +432,7 @@ class RdyPlanner:
         if reserve > 0:
             flow.reserve = reserve - 1  # the RDY went out before this answer: nsqd sends no more
         # In-flight only shrank: a connection not starved stays so. A copy of
-        # rdy_conn.starved for the per-answer path; tests/unit/test_flow_rules.py
+        # link_plan.starved for the per-answer path; tests/unit/test_flow_rules.py
         # checks the two agree.
         if name in self._starved and not (
             in_flight > 0 and in_flight >= last_rdy * STARVATION_RATIO

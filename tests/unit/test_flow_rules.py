@@ -1,6 +1,6 @@
 """The flow rules written once, and the hot-path copies that name them, agree.
 
-``gnsqlite.flow.rdy_conn.starved`` is the guide's *starved* rule; the
+``gnsqlite.flow.link_plan.starved`` is the guide's *starved* rule; the
 planner's per-message paths (``message_received``, ``message_done``) keep
 their own copy for speed. A seeded random walk of receives, answers and RDY
 changes checks after every step that the planner's starved set says what
@@ -14,7 +14,7 @@ import random
 import pytest
 
 from gnsqlite.flow import RdyPlanner
-from gnsqlite.flow.rdy_conn import may_hold, starved
+from gnsqlite.flow.link_plan import may_hold, starved
 
 pytestmark = pytest.mark.no_server
 
