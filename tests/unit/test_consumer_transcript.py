@@ -271,3 +271,32 @@ def test_a_link_set_subscribes_each_nsqd_shares_rdy_and_closes_with_cls(
     finally:
         wheel.cancel_owner("transcript")
         gevent.sleep(0)
+
+
+class BrokenConnection(FakeConnection):
+    """Every write fails as a connection that just ended fails it."""
+
+    def _write(self, command: bytes) -> None:
+        raise BrokenConnectionError(self.name, "write failed")
+
+
+def test_answers_and_rdy_on_a_broken_connection_are_dropped_quietly_and_counted() -> None:
+    # Link.on_finish writes Link._quietly's except clause out (the per-message
+    # path); RDY, REQ, TOUCH and the FIN of a batch call _quietly: all alike.
+    rig = Rig(max_in_flight=3)
+    link = Link("a:4150", False, rig.routes)
+    conn = BrokenConnection("a:4150")
+    link.attach(conn)
+    link.subscribed()
+    rig.flow.add(link, conn.max_rdy_count)  # RDY 1 fails: nothing raised
+    for n in range(4):
+        link.on_message(conn, wire(n))
+    first, second, third, fourth = rig.taken
+    assert first.finish()  # handed to the link; the write failed, nsqd redelivers
+    assert second.requeue(0.0, backoff=False)
+    assert third.touch()
+    link.on_finish_many([third, fourth])
+    link.ready(2)
+    assert conn.written == []
+    assert link.counts() == {"received": 4, "finished": 3, "requeued": 1}
+    assert link.unanswered == set()
