@@ -3,7 +3,7 @@
 Not a test: run it by hand, ``python benchmarks/bench_decode.py``. The stream
 is fed to :class:`gnsqlite.protocol.FrameDecoder` in 64 KiB chunks, as a
 socket would hand it over, and every message frame is decoded into a
-:class:`~gnsqlite.protocol.Message`.
+:class:`~gnsqlite.protocol.WireMessage`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import time
 from gnsqlite.protocol import (
     FRAME_TYPE_MESSAGE,
     FrameDecoder,
-    Message,
+    WireMessage,
     decode_message,
     encode_frame,
     encode_message,
@@ -24,7 +24,7 @@ from gnsqlite.protocol import (
 def build_stream(count: int, body_size: int) -> bytes:
     body = b"x" * body_size
     return b"".join(
-        encode_frame(FRAME_TYPE_MESSAGE, encode_message(Message(b"%016x" % i, body, i, 1)))
+        encode_frame(FRAME_TYPE_MESSAGE, encode_message(WireMessage(b"%016x" % i, body, i, 1)))
         for i in range(count)
     )
 

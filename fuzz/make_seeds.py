@@ -19,7 +19,7 @@ from gnsqlite.protocol.frames import (
     FRAME_TYPE_ERROR,
     FRAME_TYPE_MESSAGE,
     FRAME_TYPE_RESPONSE,
-    Message,
+    WireMessage,
     encode_frame,
     encode_message,
 )
@@ -27,7 +27,9 @@ from gnsqlite.protocol.frames import (
 CORPUS = Path(__file__).resolve().parent / "corpus"
 MID = b"0123456789abcdef"
 PUB_STREAM = b"PUB t\n" + struct.pack(">i", 5) + b"hello" * 40
-MSG = encode_frame(FRAME_TYPE_MESSAGE, encode_message(Message(b"0123456789abcdef", b"hello", 1, 1)))
+MSG = encode_frame(
+    FRAME_TYPE_MESSAGE, encode_message(WireMessage(b"0123456789abcdef", b"hello", 1, 1))
+)
 OK = encode_frame(FRAME_TYPE_RESPONSE, b"OK")
 HEARTBEAT = encode_frame(FRAME_TYPE_RESPONSE, b"_heartbeat_")
 FEATURES = json.dumps({"max_rdy_count": 2500, "version": "1.3.0", "snappy": True, "deflate": False,

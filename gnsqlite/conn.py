@@ -106,7 +106,7 @@ class Connection(Handshake, Reader, Writer):
     ``message_class`` (a :class:`~gnsqlite.protocol.Delivery` subclass):
     ``on_message`` gets each message as an instance of it (built by the
     frame decoder, see :class:`~gnsqlite.protocol.Delivery`) rather than a
-    :class:`~gnsqlite.protocol.Message`, and on a plain TCP connection
+    :class:`~gnsqlite.protocol.WireMessage`, and on a plain TCP connection
     without compression it is called by the hub itself, which reads the
     socket (see :mod:`gnsqlite.conn_reader`): blocking in it raises.
 

@@ -10,7 +10,7 @@ connection ended (nothing can be sent; nsqd redelivers the message).
 
 The library never TOUCHes a single handler's messages; a slow handler calls
 :meth:`Message.touch` before :meth:`Message.time_left` runs out (a batch
-handler's messages are touched for it: :mod:`gnsqlite.batch`).
+handler's messages are touched for it: :mod:`gnsqlite.consumer.batch`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,21 @@ from typing import Any, Protocol
 
 from .protocol import Delivery
 
-__all__ = ["Message", "RequeueMessage", "Responder", "deliver", "finish_all"]
+__all__ = ["Message", "RequeueMessage", "Responder", "connection_gone", "deliver", "finish_all"]
+
+
+def connection_gone(connection: Any) -> bool:
+    """Whether a message's ``connection`` has ended, so no answer can reach nsqd.
+
+    The one statement of the rule (:attr:`Message.connection_lost`, the
+    answers, the settler and :func:`finish_all` ask it). A message built
+    without a connection (``None``, or an object with no ``closed``) has
+    not lost it.
+    """
+    try:
+        return bool(connection.closed)
+    except AttributeError:
+        return False
 
 
 class Responder(Protocol):
@@ -158,7 +172,7 @@ class Message(Delivery):
         nsqd redelivers such a message after its timeout (or at once, when it
         noticed the connection end), so the work may be done twice.
         """
-        return bool(getattr(self.connection, "closed", False))
+        return connection_gone(self.connection)
 
     def finish(self) -> bool:
         """FIN: the message was handled. Does not block.
@@ -170,8 +184,8 @@ class Message(Delivery):
         if self._responded:
             return False
         self._responded = True
-        try:  # connection_lost, inlined: getattr(connection, "closed", False) without its call
-            lost = self.connection.closed
+        try:  # connection_gone(self.connection), copied for the per-message path
+            lost = self.connection.closed  # (tests/unit/test_rule_copies.py checks they agree)
         except AttributeError:
             lost = False
         if lost:
@@ -189,7 +203,7 @@ class Message(Delivery):
         if self._responded:
             return False
         self._responded = True
-        if self.connection_lost:
+        if connection_gone(self.connection):
             return False
         self._responder.on_requeue(self, delay, backoff)
         return True
@@ -200,7 +214,7 @@ class Message(Delivery):
         ``False`` if already answered or its connection has ended. nsqd
         extends a message at most to its ``max_msg_timeout`` in all.
         """
-        if self._responded or self.connection_lost:
+        if self._responded or connection_gone(self.connection):
             return False
         self._deadline = time.monotonic() + self.msg_timeout
         self._responder.on_touch(self)
@@ -254,9 +268,9 @@ def finish_all(messages: Iterable[Message]) -> int:
         if message._responded:
             continue
         message._responded = True
-        if message.connection is not connection:  # connection_lost, once per connection
+        if message.connection is not connection:  # asked once per connection
             connection = message.connection
-            lost = bool(getattr(connection, "closed", False))
+            lost = connection_gone(connection)
         if lost:
             continue
         responder = message._responder

@@ -14,6 +14,9 @@
 How the work is split (``docs/architecture.md`` draws it): :class:`Consumer`
 is a façade over collaborators it builds in its constructor, one module each:
 
+* :mod:`~gnsqlite.consumer.lifecycle`: the
+  :class:`~gnsqlite.consumer.lifecycle.Lifecycle` (started, closing,
+  drained, closed) its collaborators share;
 * :mod:`~gnsqlite.consumer.link`: a :class:`~gnsqlite.consumer.link.Link` per
   subscribed connection, the connection's ``on_message`` target and the
   messages' responder (FIN goes straight to it);
@@ -26,7 +29,7 @@ is a façade over collaborators it builds in its constructor, one module each:
   reused worker greenlets; readers never run handler code;
 * :mod:`~gnsqlite.consumer.settle`: handler result -> answer, giving up;
 * :mod:`~gnsqlite.consumer.views`: ``stats()`` and ``health()``;
-* :mod:`gnsqlite.batch`: the batcher, for ``batch_handler``.
+* :mod:`gnsqlite.consumer.batch`: the batcher, for ``batch_handler``.
 
 RDY redistribution, backoff windows, lookupd polls and reconnects are timers
 on the hub's :class:`~gnsqlite.timers.TimerWheel` owned by the consumer and
@@ -47,10 +50,6 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-import gevent
-import gevent.event
-
-from ..batch import BatchConfig, Batcher, BatchHandler
 from ..config import ConnectionConfig, ConsumerConfig, split_options
 from ..conn import Connection
 from ..deadletter import DeadLetterPublisher
@@ -61,10 +60,12 @@ from ..message import Message
 from ..net import normalize_addresses
 from ..protocol import check_channel_name, check_topic_name
 from ..timers import TimerWheel
-from .dispatch import Dispatcher, requeue_now
+from .batch import BatchConfig, Batcher, BatchHandler
+from .dispatch import Dispatcher
 from .flow_control import FlowControl
-from .link import Link
-from .links import COUNTERS, LinkSet
+from .lifecycle import Lifecycle
+from .link import LinkRoutes
+from .links import COUNTERS, ConnectionHooks, LinkSet, Subscription
 from .settle import GiveUpHook, Settler, log_giving_up
 from .views import health_of, stats_of
 
@@ -109,7 +110,7 @@ class Consumer:
     ``batch_handler(messages)`` instead of ``handler`` takes lists of up to
     ``batch_size`` messages (at most ``max_in_flight``), handed over when
     full, ``batch_timeout`` seconds after their first message, or when the
-    consumer is starved; see :mod:`gnsqlite.batch`.
+    consumer is starved; see :mod:`gnsqlite.consumer.batch`.
 
     Other keywords are connection options (``heartbeat_interval``,
     ``tls_v1``, ``snappy``, ``auth_secret`` ...), or pass
@@ -162,12 +163,12 @@ class Consumer:
             self.topic, self.channel, config, self.connection_config
         )
         # The collaborators, bottom up (none of them knows this class).
-        links: dict[str, Link] = {}
-        self._flow = FlowControl(config, make_backoff_strategy(backoff), rng, links, owner=self)
+        self._life = life = Lifecycle(owner=self)
+        self._flow = FlowControl(config, make_backoff_strategy(backoff), rng, life)
         self._settler = Settler(
             config, on_giving_up, self._dead_letters, self._count_given_up, name=self
         )
-        self._dispatcher = Dispatcher(self._settler, self._flow, config.concurrency)
+        self._dispatcher = Dispatcher(self._settler, self._flow, life, config.concurrency)
         self._batcher = (
             Batcher(
                 batch_handler,
@@ -183,26 +184,29 @@ class Consumer:
         if self._batcher is not None:
             self._flow.on_starved = self._batcher.starved
         self._observers: list[Callable[[Message], None]] = []
-        self._links = LinkSet(
-            self.topic,
-            self.channel,
-            static,
-            lookupd,
-            config,
-            self.connection_config,
-            self._flow,
-            self._dispatcher,
-            links,
+        flow = self._flow
+        routes = LinkRoutes(
+            flow.received,
+            flow.finished,
+            flow.requeued,
+            flow.failed,
             self._batcher.add if self._batcher is not None else self._dispatcher.enqueue,
             self._settler.requeue_delay,
             self._observers,
+            life,
+        )
+        self._links = LinkSet(
+            Subscription(
+                self.topic, self.channel, static, lookupd, config, self.connection_config
+            ),
+            flow,
+            self._dispatcher,
+            routes,
+            ConnectionHooks(self._heartbeat, self._lost, self._server_error),
+            life,
             rng,
-            owner=self,
-            hooks=(self._heartbeat, self._lost, self._server_error),
         )
         self._set_dispatch_handler()
-        self._started = False
-        self._stopped = gevent.event.Event()
         #: Set while :meth:`is_starved` is true: a batching handler waits on it.
         self.starved = self._flow.starved
         #: Set while at least one connection is subscribed (:attr:`connections`).
@@ -322,13 +326,13 @@ class Consumer:
 
     def start(self) -> None:
         """Start connecting and consuming. Does not block; safe to call twice."""
-        if self._flow.closing:
+        if self._life.closing:
             raise NSQConnectionError(f"{self.topic}/{self.channel}", "the consumer is closed")
-        if self._started:
+        if self._life.started:
             return
         if self._handler is None and self._batcher is None and type(self).handle is Consumer.handle:
             raise ConfigError("no handler: pass handler= or override Consumer.handle")
-        self._started = True
+        self._life.start()
         wheel = TimerWheel.for_hub()
         if self._batcher is not None:
             self._batcher.start(wheel)
@@ -345,56 +349,40 @@ class Consumer:
         consumer remains. Called from a handler, it does not wait for that
         handler, whose message is requeued (its worker ends when it returns).
         """
-        flow, links, dispatcher = self._flow, self._links, self._dispatcher
-        if flow.closing:
-            self._stopped.wait(timeout)
+        life, batcher, dispatcher = self._life, self._batcher, self._dispatcher
+        if not life.begin_close():
+            life.wait_closed(timeout)
             return
-        flow.closing = True
         deadline = time.monotonic() + timeout
-        if self._started:
+        if life.started:
             TimerWheel.for_hub().cancel_owner(self)
-        links.stop_tasks()
-        subscribed = list(links.links.values())
-        # Through the planner, so no later answer or lost connection tops RDY up again.
-        flow.pause()
-        # close() may be called from a handler: its worker is not waited for,
-        # and its message cannot be finished before the connections close.
-        requeue_now(dispatcher.running.get(gevent.getcurrent()))
-        for link in subscribed:
-            link.start_close()
-        if self._batcher is not None:
-            self._batcher.close()  # the batch being collected is requeued
-        dispatcher.requeue_queued()
+        # Each collaborator closes its part, in this order:
+        self._flow.pause()  # RDY 0 through the planner: nothing tops it up again
+        self._links.start_close()  # no more connecting or polling; CLS
+        if batcher is not None:
+            batcher.close()  # the batch being collected is requeued
+        dispatcher.start_close()  # the queue (and a calling handler's message) requeued
         dispatcher.drain(deadline - time.monotonic())
-        if flow.in_flight() > 0:
-            flow.drained.clear()
-            if flow.in_flight() > 0:
-                flow.drained.wait(max(0.0, deadline - time.monotonic()))
+        self._flow.wait_drained(deadline - time.monotonic())
         dispatcher.kill()
         if self._dead_letters is not None:
             self._dead_letters.close()
-        # Unanswered messages, async ones included: requeued rather than left
-        # to time out in nsqd (which keeps them in flight after we leave).
-        for link in list(links.links.values()):  # running handlers' messages included
-            for message in list(link.unanswered):
-                if not message.has_responded:
-                    message.requeue(0.0, backoff=False)
-        dispatcher.running.clear()
-        dispatcher.requeue_queued()
-        links.close(max(0.1, deadline - time.monotonic()))
-        if self._batcher is not None:
-            self._batcher.stop()
-        flow.stop()
-        self._stopped.set()
+        self._links.requeue_unanswered()  # async ones, and those of killed handlers
+        dispatcher.stop()
+        self._links.close(max(0.1, deadline - time.monotonic()))
+        if batcher is not None:
+            batcher.stop()
+        self._flow.stop()
+        life.finish_close()
 
     def join(self, timeout: float | None = None) -> bool:
         """Block until the consumer has been closed; ``True`` if it has within ``timeout`` s."""
-        return bool(self._stopped.wait(timeout))
+        return self._life.wait_closed(timeout)
 
     @property
     def closed(self) -> bool:
         """True once :meth:`close` finished."""
-        return self._stopped.is_set()
+        return self._life.closed
 
     # -- flow --------------------------------------------------------------------
 
@@ -491,4 +479,4 @@ class Consumer:
         connection). Backoff state and level are reported, not counted
         against ``ok``. Sends nothing.
         """
-        return health_of(self._links, self._flow, self._started, self._flow.closing)
+        return health_of(self._links, self._flow, self._life.started, self._life.closing)

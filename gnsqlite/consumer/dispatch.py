@@ -13,11 +13,8 @@ The queue is a plain deque and an idle worker waits on a
 scheduled by the first item while workers are idle) switches to idle
 workers in turn while items are left: a worker takes items until the queue
 is empty, so a read's worth of messages wakes one worker, not one each, and
-the next wakes only if the first blocks with items left. A blocking
-``gevent.queue.Queue.get`` ends by removing its waiter from the queue's
-getters, which ``Queue._unlock`` already took, so it raised and swallowed a
-``ValueError`` (with the waiter's repr formatted) per wait, once per
-message at ``max_in_flight=1``.
+the next wakes only if the first blocks with items left (why not a
+``gevent.queue.Queue``: docs/benchmarks.md, "The dispatcher's queue").
 """
 
 from __future__ import annotations
@@ -31,9 +28,10 @@ import gevent
 import gevent.pool
 from gevent.hub import Waiter, get_hub
 
-from ..batch import Batch, Batcher, messages_of
 from ..message import Message
+from .batch import Batch, Batcher, messages_of
 from .flow_control import FlowControl
+from .lifecycle import Lifecycle
 from .settle import Settler
 
 __all__ = ["Dispatcher", "requeue_now"]
@@ -57,17 +55,20 @@ class Dispatcher:
 
     ``handler(message)`` is what a worker calls for a single message (the
     consumer sets it; it may change at any time); ``batcher`` runs batches.
+    Once the ``lifecycle`` is closing, workers requeue what they take.
     """
 
     def __init__(
         self,
         settler: Settler,
         flow: FlowControl,
+        lifecycle: Lifecycle,
         concurrency: int | None,
         batcher: Batcher | None = None,
     ) -> None:
         self._settler = settler
         self._flow = flow
+        self._life = lifecycle
         self._concurrency = concurrency
         self.batcher = batcher
         self.handler: Callable[[Message], Any] | None = None
@@ -116,6 +117,20 @@ class Dispatcher:
         while queue:
             requeue_now(queue.popleft())
 
+    def start_close(self) -> None:
+        """Closing: requeue what is queued, and the caller's own item. Never blocks.
+
+        Called from a worker (close() inside a handler), that worker's item
+        is requeued now: it cannot be finished before the connections close.
+        """
+        requeue_now(self.running.get(gevent.getcurrent()))
+        self.requeue_queued()
+
+    def stop(self) -> None:
+        """The workers ended (:meth:`kill`): forget what they ran, requeue what is queued."""
+        self.running.clear()
+        self.requeue_queued()
+
     def drain(self, timeout: float) -> None:
         """Let the workers finish what they run, then end them; blocks up to ``timeout`` s.
 
@@ -155,7 +170,7 @@ class Dispatcher:
     def _work(self) -> None:
         queue = self._queue
         sleepers = self._sleepers
-        flow = self._flow
+        life = self._life
         settler = self._settler
         running = self.running
         me = gevent.getcurrent()
@@ -175,7 +190,7 @@ class Dispatcher:
             item = queue.popleft()
             if item is None:
                 return
-            if flow.closing:
+            if life.closing:
                 requeue_now(item)
                 continue
             running[me] = item
@@ -190,5 +205,5 @@ class Dispatcher:
                     settler.settle(item, handler)  # type: ignore[arg-type]
             finally:
                 running.pop(me, None)
-            if flow.closing:
+            if life.closing:
                 return  # close() requeues what is still queued

@@ -5,13 +5,14 @@ The decisions are the pure policies' (:class:`~gnsqlite.flow.RdyPlanner`,
 sends the RDY commands they return on the named connections, runs the
 backoff windows and the RDY redistribution on the hub's
 :class:`~gnsqlite.timers.TimerWheel`, and is the only writer of the
-``starved`` Event. It also holds the consumer's ``closing`` flag and the
-``drained`` Event (set when nothing is in flight while closing).
+``starved`` Event. It sets the consumer's
+:attr:`Lifecycle.drained <gnsqlite.consumer.lifecycle.Lifecycle.drained>`
+when nothing is in flight, and stops backing off once it is closing.
 
 In-flight counts per connection are the sizes of the links' ``unanswered``
 sets, handed to the planner in :meth:`FlowControl.add` and read through
-:attr:`ConnFlow.in_flight <gnsqlite.flow.ConnFlow.in_flight>`: nothing here
-counts them. Nothing here blocks.
+:attr:`LinkPlan.in_flight <gnsqlite.flow.LinkPlan.in_flight>`: nothing here
+counts them. Nothing here blocks but :meth:`FlowControl.wait_drained`.
 """
 
 from __future__ import annotations
@@ -19,43 +20,32 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence, Sized
-from typing import Protocol
+from collections.abc import Callable, Sequence
 
 import gevent.event
 
 from ..config import ConsumerConfig
-from ..flow import Backoff, BackoffStrategy, ConnFlow, Pause, Probe, RdyPlanner, Resume
+from ..flow import Backoff, BackoffStrategy, Pause, Probe, RdyPlanner, Resume
 from ..timers import TimerWheel
+from .lifecycle import Lifecycle
+from .link import Link
 
 _monotonic = time.monotonic  # bound once: read once per answer
 
-__all__ = ["FlowControl", "RdyTarget"]
+__all__ = ["FlowControl"]
 
 log = logging.getLogger(__name__)
 
 Command = tuple[str, int]
 
 
-class RdyTarget(Protocol):
-    """Where a RDY count goes: a subscribed connection's link."""
-
-    name: str
-    #: Its record in the planner, from :meth:`FlowControl.add`; ``None`` before.
-    rdy_flow: ConnFlow | None
-
-    def ready(self, count: int) -> None:
-        """Send ``RDY count``; never blocks, never raises for a lost connection."""
-        ...
-
-
 class FlowControl:
     """Executes the RDY and backoff policies; see the module docstring.
 
-    ``links`` maps connection names to their :class:`RdyTarget` (the link
-    set's live mapping); ``owner`` owns the timers this schedules (the
-    consumer, whose close cancels them); ``on_starved()`` runs when the
-    consumer becomes starved (the batcher's cue).
+    The links it counts are those :meth:`add` was given (by name, until
+    :meth:`remove`); the ``lifecycle``'s owner owns the timers this
+    schedules (the consumer, whose close cancels them); ``on_starved()``
+    runs when the consumer becomes starved (the batcher's cue).
     """
 
     def __init__(
@@ -63,8 +53,7 @@ class FlowControl:
         config: ConsumerConfig,
         strategy: BackoffStrategy | None,
         rng: random.Random,
-        links: Mapping[str, RdyTarget],
-        owner: object,
+        lifecycle: Lifecycle,
     ) -> None:
         self.planner = RdyPlanner(
             config.max_in_flight,
@@ -76,18 +65,15 @@ class FlowControl:
             Backoff(strategy, config.max_backoff_duration) if strategy is not None else None
         )
         self._interval = config.rdy_redistribute_interval
-        self._links = links
-        self._owner = owner
+        self._links: dict[str, Link] = {}
+        self._life = lifecycle
+        self._owner = lifecycle.owner
         self._wheel: TimerWheel | None = None
         #: Set while :meth:`is_starved` is true: a batching handler waits on it.
         self.starved = gevent.event.Event()
         self._starved_names = self.planner.starved_names  # the planner's live set
         self._starved_flag = False  # what ``starved`` was last set to
         self.on_starved: Callable[[], None] | None = None
-        #: True once the consumer began closing: no more backoff, RDY stays 0.
-        self.closing = False
-        #: Set while closing when no message is in flight.
-        self.drained = gevent.event.Event()
 
     def start(self, wheel: TimerWheel) -> None:
         """Redistribute RDY every ``rdy_redistribute_interval`` on ``wheel``."""
@@ -96,25 +82,25 @@ class FlowControl:
 
     # -- per message (the hot path) ------------------------------------------------
 
-    def received(self, link: RdyTarget, now: float) -> None:
+    def received(self, link: Link, now: float) -> None:
         """A message arrived on ``link`` at ``now`` (``time.monotonic()``)."""
-        flow = link.rdy_flow
+        flow = link.plan
         commands = self.planner.message_received(flow, now) if flow is not None else ()
         if commands:
             self.send(commands, link)
         elif (not self._starved_names) is self._starved_flag:  # starved now != the flag
             self._update_starved()  # send() with no commands
 
-    def finished(self, link: RdyTarget) -> None:
+    def finished(self, link: Link) -> None:
         """A message of ``link`` was finished: its in-flight slot frees; a success for backoff."""
         now = _monotonic()
-        flow = link.rdy_flow
+        flow = link.plan
         commands = self.planner.message_done(flow, now) if flow is not None else ()
         if commands or (not self._starved_names) is self._starved_flag:
             self.send(commands, link)
-        if self.closing:
+        if self._life.closing:
             if self.in_flight() == 0:
-                self.drained.set()
+                self._life.drained.set()
             return
         backoff = self.backoff
         if backoff is not None and backoff.level:  # at level 0 a success changes nothing
@@ -122,42 +108,52 @@ class FlowControl:
             if action is not None:
                 self._apply(action)
 
-    def requeued(self, link: RdyTarget) -> None:
+    def requeued(self, link: Link) -> None:
         """A message of ``link`` was requeued: its in-flight slot frees."""
-        flow = link.rdy_flow
+        flow = link.plan
         commands = self.planner.message_done(flow, _monotonic()) if flow is not None else ()
         if commands or (not self._starved_names) is self._starved_flag:
             self.send(commands, link)
-        if self.closing and self.in_flight() == 0:
-            self.drained.set()
+        if self._life.closing and self.in_flight() == 0:
+            self._life.drained.set()
 
     def failed(self) -> None:
         """A handler failed (a requeue with backoff): counts toward backoff, before the REQ."""
-        if self.backoff is not None and not self.closing:
+        if self.backoff is not None and not self._life.closing:
             # RDY 0 goes out before the REQ, so nsqd cannot hand the
             # failed message straight back inside the backoff window.
             self._apply(self.backoff.failure(time.monotonic()))
 
     # -- connections -----------------------------------------------------------------
 
-    def add(self, name: str, max_rdy_count: int, held: Sized) -> ConnFlow:
-        """``name`` subscribed; it gets its share of the budget.
+    def add(self, link: Link, max_rdy_count: int) -> None:
+        """``link`` subscribed; it gets its share of the budget (its first RDY).
 
-        ``held`` is its link's live set of unanswered messages: the size is
-        its in-flight count, changed by the link before each call here.
-        Returns the planner's record of it, which the link keeps as its
-        ``rdy_flow`` so that no message looks it up by name.
+        Its ``unanswered`` set is its in-flight count for the planner (the
+        link changes it before each call here); the planner's view of it
+        becomes its :attr:`~gnsqlite.consumer.link.Link.plan`, so that no
+        message looks it up by name.
         """
-        commands = self.planner.add(name, max_rdy_count, time.monotonic(), held)
-        flow = self.planner.conns[name]
+        name = link.name
+        self._links[name] = link
+        commands = self.planner.add(name, max_rdy_count, time.monotonic(), link.unanswered)
+        link.plan = self.planner.conns[name]
         self.send(commands)
-        return flow
 
     def remove(self, name: str) -> None:
         """``name`` is gone; its budget goes to the others."""
+        self._links.pop(name, None)
         self.send(self.planner.remove(name, time.monotonic()))
         if self.in_flight() == 0:
-            self.drained.set()
+            self._life.drained.set()
+
+    def wait_drained(self, timeout: float) -> None:
+        """Block up to ``timeout`` seconds until no message is in flight (closing)."""
+        drained = self._life.drained
+        if self.in_flight() > 0:
+            drained.clear()
+            if self.in_flight() > 0:
+                drained.wait(max(0.0, timeout))
 
     def set_connecting(self, count: int, rebalance: bool) -> None:
         """``count`` connections are being made; with ``rebalance``, share the budget again."""
@@ -195,7 +191,7 @@ class FlowControl:
 
     # -- executing -------------------------------------------------------------------
 
-    def send(self, commands: Sequence[Command], origin: RdyTarget | None = None) -> None:
+    def send(self, commands: Sequence[Command], origin: Link | None = None) -> None:
         """Send the planner's RDY commands, then bring ``starved`` up to date.
 
         The planner names connections; a command for ``origin`` (the link
@@ -221,7 +217,7 @@ class FlowControl:
             self.starved.clear()
 
     def _apply(self, action: Pause | Probe | Resume | None) -> None:
-        if action is None or self.closing:
+        if action is None or self._life.closing:
             return
         if isinstance(action, Pause):
             log.info("%s: backing off for %.3f s", self._owner, action.duration)

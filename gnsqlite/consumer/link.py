@@ -12,15 +12,20 @@ The link is both ends of a message's trip through the consumer:
   which writes FIN on its own connection and tells flow control. No lookup
   by connection name on the way back.
 
+The link is the one record of a subscribed connection in the consumer:
+flow control sends its RDY counts to it, the link set keeps it by name.
 ``unanswered`` is the one record of its messages received and not yet
-answered: close() requeues them (async ones too), and the planner's
-:class:`~gnsqlite.flow.ConnFlow` of the same name reads its in-flight count
-as the set's size (flow control hands the set to the planner when the link
-subscribes). So the set changes before flow control hears of a message or
-an answer. The rest of its flow (RDY, when the last message came) is the
-planner's. A link that left (its connection ended) is
+answered: close() requeues them (async ones too), and the planner's view of
+the link, its :class:`~gnsqlite.flow.LinkPlan` (:attr:`Link.plan`), reads
+its in-flight count as the set's size (flow control hands the set to the
+planner when the link subscribes). So the set changes before flow control
+hears of a message or an answer. The rest of its flow (RDY, when the last
+message came) is the planner's. A link that left (its connection ended) is
 ``active`` no more: answers on it are still written when the connection
 can take them, and counted nowhere.
+
+Where a link's events go is one :class:`LinkRoutes` per consumer, shared by
+its links (so this module knows neither flow control nor the dispatcher).
 """
 
 from __future__ import annotations
@@ -28,65 +33,89 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..conn import Connection
 from ..errors import NSQConnectionError
-from ..flow import ConnFlow
+from ..flow import LinkPlan
 from ..message import Message, deliver
 from ..protocol import defaults
-from .flow_control import FlowControl
+from .lifecycle import Lifecycle
 
-__all__ = ["Link"]
+__all__ = ["Link", "LinkRoutes"]
 
 log = logging.getLogger(__name__)
 
 _monotonic = time.monotonic
 
 
+class LinkRoutes(NamedTuple):
+    """Where the links of one consumer send their events (none of them blocks).
+
+    Flow control hears of each message (``received(link, now)``, ``now``
+    in ``time.monotonic()`` seconds) and answer (``finished(link)``,
+    ``requeued(link)``; ``failed()`` before a REQ with backoff);
+    ``intake(message)`` takes each received message (the dispatcher's
+    ``enqueue`` or the batcher's ``add``); ``requeue_delay(attempts)`` is the
+    settler's delay for a REQ without one, in seconds; ``observers`` is the
+    consumer's live list of message observers; ``lifecycle`` says whether
+    the consumer is closing.
+    """
+
+    received: Callable[[Link, float], None]
+    finished: Callable[[Link], None]
+    requeued: Callable[[Link], None]
+    failed: Callable[[], None]
+    intake: Callable[[Message], None]
+    requeue_delay: Callable[[int], float]
+    observers: list[Callable[[Message], None]]
+    lifecycle: Lifecycle
+
+
 class Link:
     """One subscribed connection and its counts; see the module docstring.
 
-    ``intake(message)`` takes each received message (the dispatcher's
-    ``enqueue`` or the batcher's ``add``; it must not block);
-    ``requeue_delay(attempts)`` is the settler's delay for a REQ without one;
-    ``observers`` is the consumer's live list of message observers.
-    The constructor opens no socket: :attr:`conn` is attached by the link set.
+    ``routes`` says where its events go (:class:`LinkRoutes`: the same for
+    every link of a consumer). The constructor opens no socket: :attr:`conn`
+    is attached by the link set.
     """
 
+    # The routes are kept one per slot: read once per message, no tuple lookup.
     __slots__ = (
         "active",
         "address",
         "conn",
         "discovered",
         "finished",
-        "flow",
         "intake",
+        "lifecycle",
         "msg_timeout",
         "name",
         "observers",
-        "rdy_flow",
+        "on_failed",
+        "on_finished",
+        "on_received",
+        "on_requeued",
+        "plan",
         "received",
         "requeue_delay",
         "requeued",
         "unanswered",
     )
 
-    def __init__(
-        self,
-        address: str,
-        discovered: bool,
-        flow: FlowControl,
-        intake: Callable[[Message], None],
-        requeue_delay: Callable[[int], float],
-        observers: list[Callable[[Message], None]],
-    ) -> None:
+    def __init__(self, address: str, discovered: bool, routes: LinkRoutes) -> None:
         self.address = address
         self.discovered = discovered
-        self.flow = flow
-        self.intake = intake
-        self.requeue_delay = requeue_delay
-        self.observers = observers
+        (
+            self.on_received,
+            self.on_finished,
+            self.on_requeued,
+            self.on_failed,
+            self.intake,
+            self.requeue_delay,
+            self.observers,
+            self.lifecycle,
+        ) = routes
         self.conn: Connection = None  # type: ignore[assignment]  # attached before connect()
         self.name = address
         self.msg_timeout = defaults.MSG_TIMEOUT  # until IDENTIFY says otherwise
@@ -95,8 +124,8 @@ class Link:
         self.finished = 0
         self.requeued = 0
         self.unanswered: set[Message] = set()  # received, not yet finished or requeued
-        #: Its record in flow control's planner, set when it is counted (no lookup by name).
-        self.rdy_flow: ConnFlow | None = None
+        #: The planner's view of it, set when flow control counts it (no lookup by name).
+        self.plan: LinkPlan | None = None
 
     def __repr__(self) -> str:
         return f"<Link {self.name} {'active' if self.active else 'inactive'}>"
@@ -130,9 +159,8 @@ class Link:
         deliver(message, self.name, self, self.msg_timeout, conn, now)
         self.received += 1
         self.unanswered.add(message)  # first: the planner reads its size
-        flow = self.flow
-        flow.received(self, now)
-        if flow.closing:
+        self.on_received(self, now)
+        if self.lifecycle.closing:
             message.requeue(0.0, backoff=False)  # takes it out of unanswered again
             return
         if self.observers:
@@ -157,28 +185,25 @@ class Link:
         on the next message while the counting below runs (at
         ``max_in_flight=1``, every FIN).
         """
-        try:
+        try:  # _quietly, written out for the per-message path (the same except clause)
             self.conn.finish(message.wire_id, len(self.unanswered) <= 1)
         except NSQConnectionError as exc:
             log.debug("%s: not sent (%s); nsqd redelivers what is unanswered", self, exc)
         if self.active:
             self.unanswered.discard(message)
             self.finished += 1
-            self.flow.finished(self)
+            self.on_finished(self)
 
     def on_finish_many(self, messages: Sequence[Message]) -> None:
         """FIN ``messages`` (all received on this link) in one write and count them.
 
         :func:`~gnsqlite.message.finish_all` calls it. Never blocks.
         """
-        try:
-            self.conn.finish_many([message.wire_id for message in messages])
-        except NSQConnectionError as exc:
-            log.debug("%s: not sent (%s); nsqd redelivers what is unanswered", self, exc)
+        self._quietly(self.conn.finish_many, [message.wire_id for message in messages])
         if self.active:
             self.unanswered.difference_update(messages)
             self.finished += len(messages)
-            finished = self.flow.finished
+            finished = self.on_finished
             for _ in messages:
                 finished(self)
 
@@ -192,13 +217,13 @@ class Link:
         if active:
             self.unanswered.discard(message)
             if backoff:
-                self.flow.failed()
+                self.on_failed()
         if delay is None:
             delay = self.requeue_delay(message.attempts)
         self._quietly(self.conn.requeue, message.wire_id, delay)
         if active:
             self.requeued += 1
-            self.flow.requeued(self)
+            self.on_requeued(self)
 
     def on_touch(self, message: Message) -> None:
         """TOUCH ``message``; called by :meth:`Message.touch`. Never blocks."""
@@ -206,10 +231,7 @@ class Link:
 
     def ready(self, count: int) -> None:
         """RDY ``count`` (flow control's command). Never blocks."""
-        try:  # _quietly, inlined: once per message at max_in_flight 1
-            self.conn.ready(count)
-        except NSQConnectionError as exc:
-            log.debug("%s: not sent (%s); nsqd redelivers what is unanswered", self, exc)
+        self._quietly(self.conn.ready, count)  # sent only when the count changes
 
     def _quietly(self, send: Callable[..., None], *args: Any) -> None:
         try:

@@ -15,6 +15,8 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import gevent.event
 import gevent.pool
@@ -29,9 +31,10 @@ from ..net import normalize_address
 from ..timers import Timer, TimerWheel
 from .dispatch import Dispatcher
 from .flow_control import FlowControl
-from .link import Link
+from .lifecycle import Lifecycle
+from .link import Link, LinkRoutes
 
-__all__ = ["COUNTERS", "LinkSet"]
+__all__ = ["COUNTERS", "ConnectionHooks", "LinkSet", "Subscription"]
 
 log = logging.getLogger(__name__)
 
@@ -40,57 +43,62 @@ COUNTERS = ("received", "finished", "requeued", "given_up")
 #: The reconnect policy's key for lookupd polls (an address always has a ':').
 _LOOKUPD = "lookupd"
 
-ConnCallback = Callable[[Connection], None]
-LostCallback = Callable[[Connection, "Exception | None"], None]
-ErrorCallback = Callable[[Connection, ServerError], None]
+@dataclass(frozen=True)
+class Subscription:
+    """What a consumer reads and how: ``topic``/``channel``, the static nsqd
+    (``"host:port"``) and lookupd (HTTP ``"host:port"``) addresses, its
+    options and its connections' options."""
+
+    topic: str
+    channel: str
+    static: tuple[str, ...]
+    lookupd: tuple[str, ...]
+    config: ConsumerConfig
+    connection_config: ConnectionConfig
+
+
+class ConnectionHooks(NamedTuple):
+    """The consumer's hooks for its connections' events (each must not block)."""
+
+    on_heartbeat: Callable[[Connection], None]
+    on_lost: Callable[[Connection, Exception | None], None]
+    on_server_error: Callable[[Connection, ServerError], None]
 
 
 class LinkSet:
     """The consumer's connections; see the module docstring.
 
-    ``links`` (name -> :class:`Link`, empty at first) is written here alone;
-    flow control reads it to send RDY. Each new link hands its messages to
-    ``intake`` and asks ``requeue_delay(attempts)``; ``observers`` is the
-    consumer's live list of message observers. ``static`` is the tuple of
-    static nsqd addresses (it may grow, :meth:`add_static`). ``owner`` owns
-    the reconnect and poll timers.
-    ``on_heartbeat(conn)``, ``on_lost(conn, error)`` and
-    ``on_server_error(conn, error)`` are the consumer's hooks.
+    ``links`` (name -> :class:`Link`, empty at first) is written here alone.
+    Each new link sends its events along ``routes``; ``hooks`` are the
+    consumer's. ``static`` is the tuple of static nsqd addresses (it may
+    grow, :meth:`add_static`). The ``lifecycle``'s owner owns the reconnect
+    and poll timers; ``rng`` jitters the reconnect delays and polls.
     """
 
     def __init__(
         self,
-        topic: str,
-        channel: str,
-        static: tuple[str, ...],
-        lookupd: tuple[str, ...],
-        config: ConsumerConfig,
-        connection_config: ConnectionConfig,
+        subscription: Subscription,
         flow: FlowControl,
         dispatcher: Dispatcher,
-        links: dict[str, Link],
-        intake: Callable[[Message], None],
-        requeue_delay: Callable[[int], float],
-        observers: list[Callable[[Message], None]],
+        routes: LinkRoutes,
+        hooks: ConnectionHooks,
+        lifecycle: Lifecycle,
         rng: random.Random,
-        owner: object,
-        hooks: tuple[ConnCallback, LostCallback, ErrorCallback],
     ) -> None:
-        self.topic = topic
-        self.channel = channel
-        self.static = static
-        self.lookupd = lookupd
-        self._config = config
-        self._connection_config = connection_config
+        self.topic = subscription.topic
+        self.channel = subscription.channel
+        self.static = subscription.static
+        self.lookupd = subscription.lookupd
+        self._config = config = subscription.config
+        self._connection_config = subscription.connection_config
         self._flow = flow
         self._dispatcher = dispatcher
+        self._routes = routes
+        self._hooks = hooks
+        self._life = lifecycle
+        self._owner = lifecycle.owner
         self._rng = rng
-        self._owner = owner
-        self._on_heartbeat, self._on_lost, self._on_server_error = hooks
-        self.links = links
-        self._intake = intake
-        self._requeue_delay = requeue_delay
-        self._observers = observers
+        self.links: dict[str, Link] = {}
         self.connecting: set[str] = set()
         self._reconnect = Reconnect(config.reconnect_interval, config.max_reconnect_interval, rng)
         self._reconnect_timers: dict[str, Timer] = {}  # one pending retry per address
@@ -120,9 +128,25 @@ class LinkSet:
             )
             self._tasks.spawn(self._poll)
 
-    def stop_tasks(self) -> None:
-        """Kill the connect and poll greenlets (closing); blocks until they ended."""
+    def start_close(self) -> None:
+        """Closing: stop connecting and polling, send ``CLS`` on every connection.
+
+        Blocks until the connect and poll greenlets ended; nsqd stops sending
+        and answers remain allowed.
+        """
         self._tasks.kill(block=True)
+        for link in list(self.links.values()):
+            link.start_close()
+
+    def requeue_unanswered(self) -> None:
+        """REQ every message still unanswered (async ones too), at once. Never blocks.
+
+        Rather than leave them to time out in nsqd, which keeps them in
+        flight after the consumer left.
+        """
+        for link in list(self.links.values()):
+            for message in list(link.unanswered):
+                message.requeue(0.0, backoff=False)  # False, and nothing sent, if answered
 
     def close(self, timeout: float) -> None:
         """Close every connection and keep their counts; blocks up to ``timeout`` s."""
@@ -139,7 +163,7 @@ class LinkSet:
 
     def spawn_connect(self, address: str, discovered: bool) -> None:
         """Connect and subscribe to ``address`` in the background, unless under way."""
-        if self._flow.closing or address in self.connecting or address in self.links:
+        if self._life.closing or address in self.connecting or address in self.links:
             return
         self.connecting.add(address)
         self._flow.set_connecting(len(self.connecting), rebalance=False)
@@ -153,16 +177,14 @@ class LinkSet:
             self.spawn_connect(address, discovered=False)
 
     def _connect(self, address: str, discovered: bool) -> None:
-        link = Link(
-            address, discovered, self._flow, self._intake, self._requeue_delay, self._observers
-        )
+        link = Link(address, discovered, self._routes)
         conn = Connection(
             address,
             self._connection_config,
             on_message=link.on_message,
-            on_error=self._on_error,
+            on_error=self._hooks.on_server_error,
             on_close=self._on_close,
-            on_heartbeat=self._on_heartbeat,
+            on_heartbeat=self._hooks.on_heartbeat,
             message_class=Message,  # the frame decoder builds the consumer's messages
         )
         link.attach(conn)
@@ -189,7 +211,7 @@ class LinkSet:
         self.connecting.discard(address)
         # No rebalance here: add() below shares the budget out with this one counted.
         self._flow.set_connecting(len(self.connecting), rebalance=False)
-        if self._flow.closing:
+        if self._life.closing:
             conn.close()
             return
         self._reconnect.succeeded(address)
@@ -202,12 +224,12 @@ class LinkSet:
             return
         log.info("%s: subscribed on %s", self, conn.name)
         self.connected.set()
-        link.rdy_flow = self._flow.add(conn.name, conn.max_rdy_count, link.unanswered)
+        self._flow.add(link, conn.max_rdy_count)
 
     # -- losing ----------------------------------------------------------------------
 
     def _on_close(self, conn: Connection, error: Exception | None) -> None:
-        self._on_lost(conn, error)
+        self._hooks.on_lost(conn, error)
         link = self.links.get(conn.name)
         if link is None or link.conn is not conn:
             return
@@ -221,7 +243,7 @@ class LinkSet:
         # leave the queue now, so they are never handled twice.
         self._flow.remove(conn.name)
         self._dispatcher.drop(conn)
-        if self._flow.closing or error is None:
+        if self._life.closing or error is None:
             return
         log.warning("%s: lost %s: %s", self, conn.name, error)
         if not link.discovered or link.address in self.static:
@@ -230,9 +252,6 @@ class LinkSet:
             # A discovered nsqd is connected again only if lookupd lists it:
             # ask now (as go-nsq does) rather than at the next scheduled poll.
             self.query_lookupd()
-
-    def _on_error(self, conn: Connection, error: ServerError) -> None:
-        self._on_server_error(conn, error)
 
     def _retire(self, link: Link) -> None:
         """Keep a leaving link's counts for the cumulative ``stats()["by_nsqd"]``."""
@@ -254,7 +273,7 @@ class LinkSet:
         return counts
 
     def _schedule_reconnect(self, address: str) -> None:
-        if self._flow.closing or self._wheel is None:
+        if self._life.closing or self._wheel is None:
             return
         delay = self._reconnect.failed(address)
         log.info("%s: reconnecting to %s in %.2f s", self, address, delay)
@@ -269,12 +288,12 @@ class LinkSet:
 
     def query_lookupd(self) -> None:
         """Poll lookupd now, in the background."""
-        if self._poller is not None and not self._flow.closing:
+        if self._poller is not None and not self._life.closing:
             self._tasks.spawn(self._poll)
 
     def _poll(self) -> None:
         """One lookupd poll (in a greenlet of the set), then the next is scheduled."""
-        if self._poller is None or self._flow.closing:
+        if self._poller is None or self._life.closing:
             return
         cfg = self._config
         delay = cfg.lookupd_poll_interval * (1.0 + self._rng.uniform(0.0, cfg.lookupd_poll_jitter))
@@ -295,7 +314,7 @@ class LinkSet:
                 log.warning("%s: lookupd listed a bad address %r", self, address)
                 continue
             self.spawn_connect(name, discovered=True)
-        if self._wheel is not None and not self._flow.closing:
+        if self._wheel is not None and not self._life.closing:
             if self._poll_timer is not None:
                 self._poll_timer.cancel()  # an extra poll (query_lookupd) replaces the next one
             self._poll_timer = self._wheel.call_later(

@@ -1,8 +1,9 @@
 """Settling: the one rule from a handler's result to nsqd's answer.
 
 For a single message and for a batch alike (:meth:`Settler.settle` and
-:meth:`Settler.settle_batch` share the success step and
-:meth:`Settler._failed`, the rule for a handler that raised):
+:meth:`Settler.settle_batch` share :meth:`Settler._skips` (which messages
+never reach the handler), :func:`finish_handled` (the success step) and
+:meth:`Settler._failed` (the rule for a handler that raised)):
 
 * the handler returns: FIN every message it did not answer itself (an async
   one, :meth:`~gnsqlite.message.Message.enable_async`, is left to its owner);
@@ -33,14 +34,20 @@ import gevent
 
 from ..config import ConsumerConfig
 from ..deadletter import DeadLetterPublisher
-from ..message import Message, RequeueMessage
+from ..message import Message, RequeueMessage, connection_gone
 
-__all__ = ["GiveUpHook", "Settler", "log_giving_up"]
+__all__ = ["GiveUpHook", "Settler", "finish_handled", "log_giving_up"]
 
 log = logging.getLogger(__name__)
 
 GiveUpHook = Callable[[Message], Any]
 _PREVIEW = 64
+
+
+def finish_handled(message: Message) -> None:
+    """The success step: FIN ``message`` unless its handler took it over (async)."""
+    if not message._async:  # is_async, without the property call
+        message.finish()
 
 
 def log_giving_up(message: Message) -> None:
@@ -76,10 +83,8 @@ class Settler:
         name: object = "consumer",
     ) -> None:
         self.max_attempts = config.max_attempts
-        #: The give-up rule as one number: a delivery with more attempts is given
-        #: up (``max_attempts``; none when it is 0). :meth:`gives_up` and the
-        #: per-message checks below compare against it.
-        self.give_up_above = config.max_attempts or sys.maxsize
+        # A delivery with more attempts is given up (none when max_attempts is 0).
+        self._give_up_above = config.max_attempts or sys.maxsize
         self._delay = config.requeue_delay
         self._max_delay = config.max_requeue_delay
         self.on_giving_up: GiveUpHook = on_giving_up if on_giving_up is not None else log_giving_up
@@ -92,8 +97,12 @@ class Settler:
     # -- the facts ---------------------------------------------------------------
 
     def gives_up(self, attempts: int) -> bool:
-        """Whether a delivery with ``attempts`` is past ``max_attempts`` (0: never)."""
-        return attempts > self.give_up_above
+        """Whether a delivery with ``attempts`` is past ``max_attempts`` (0: never).
+
+        The one give-up test: what the settler asks of every message before
+        its handler, and of ``attempts + 1`` for a failed last attempt.
+        """
+        return attempts > self._give_up_above
 
     def requeue_delay(self, attempts: int) -> float:
         """The REQ delay for a failure without an explicit delay, in seconds."""
@@ -103,13 +112,10 @@ class Settler:
 
     def settle(self, message: Message, handler: Callable[[Message], Any]) -> None:
         """Run ``handler(message)`` and answer it; blocks while the handler runs."""
-        if message.connection.closed:
-            log.debug(
-                "%s: skipping %s: its connection closed; nsqd redelivers it", self._name, message
-            )
-            return
-        if message.attempts > self.give_up_above:  # gives_up, inlined
-            self.give_up(message)
+        # _skips, copied for the per-message path: its two tests without
+        # their calls (tests/unit/test_rule_copies.py checks they agree).
+        if message.connection.closed or message.attempts > self._give_up_above:
+            self._skips(message)
             return
         timing = self.timing
         started = perf_counter() if timing is not None else 0.0
@@ -118,10 +124,23 @@ class Settler:
         except BaseException:
             self._failed(None, message)  # re-raises GreenletExit and the like
         else:
-            if not message._async:  # is_async, inlined on the hot path
+            if not message._async:  # finish_handled, copied for the per-message path
                 message.finish()
         if timing is not None:
             self._time(timing, perf_counter() - started)
+
+    def _skips(self, message: Message) -> bool:
+        """Whether ``message`` never reaches a handler: True when its connection
+        ended (nsqd redelivers it) or it was given up (past ``max_attempts``)."""
+        if connection_gone(message.connection):
+            log.debug(
+                "%s: skipping %s: its connection closed; nsqd redelivers it", self._name, message
+            )
+            return True
+        if self.gives_up(message.attempts):
+            self.give_up(message)
+            return True
+        return False
 
     def settle_batch(
         self, messages: Sequence[Message], handler: Callable[[list[Message]], Any]
@@ -133,18 +152,8 @@ class Settler:
         """
         timing = self.timing
         started = perf_counter() if timing is not None else 0.0
-        live: list[Message] = []
-        give_up_above = self.give_up_above
-        for message in messages:  # the checks inlined: once per message of every batch
-            if message._responded:  # has_responded
-                continue
-            if getattr(message.connection, "closed", False):  # connection_lost
-                log.debug("skipping %s: its connection closed; nsqd redelivers it", message)
-                continue
-            if message.attempts > give_up_above:  # gives_up
-                self.give_up(message)
-                continue
-            live.append(message)
+        skips = self._skips
+        live = [m for m in messages if not m._responded and not skips(m)]
         if live:
             self._run(live, handler, list(live))  # a list of its own: the handler may keep it
         if timing is not None:
@@ -165,8 +174,7 @@ class Settler:
             self._failed(messages, arg)
         else:
             for message in messages:
-                if not message._async:
-                    message.finish()
+                finish_handled(message)
 
     def _failed(self, messages: Sequence[Message] | None, arg: Any) -> None:
         """Answer the messages of ``handler(arg)``, which raised; call it in the ``except`` block.

@@ -18,13 +18,13 @@ from .backoff import (
     Resume,
     make_backoff_strategy,
 )
-from .rdy import ConnFlow, RdyPlanner
+from .rdy import LinkPlan, RdyPlanner
 from .reconnect import Reconnect, reconnect_ceiling
 
 __all__ = [
     "Backoff",
     "BackoffStrategy",
-    "ConnFlow",
+    "LinkPlan",
     "ExponentialBackoff",
     "FullJitterBackoff",
     "Pause",

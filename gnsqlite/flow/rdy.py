@@ -7,7 +7,7 @@ about connections, messages and answers in between. The rules:
 * **Budget.** The sum of the RDY counts last sent never exceeds
   ``max_in_flight`` (decreases are emitted before increases). In full flow the
   planner also counts what nsqd may hold for a connection
-  (:attr:`ConnFlow.committed`): its in-flight count when above its RDY, and,
+  (:attr:`LinkPlan.committed`): its in-flight count when above its RDY, and,
   after its RDY was lowered, the old count less the answers sent since (nsqd
   may have sent messages that are still on the wire) until the next
   evaluation. Budget taken from one connection reaches another only as that
@@ -41,7 +41,7 @@ about connections, messages and answers in between. The rules:
   three evaluations (the first at which the old one has dried up, and the
   next, which frees what it might still have on the wire).
 * **Rotation** (``max_in_flight`` < connections). Each connection holds 0 or 1.
-  A waiting connection is *known to have messages* (:attr:`ConnFlow.eager`)
+  A waiting connection is *known to have messages* (:attr:`LinkPlan.eager`)
   when it received during its last turn and was not idle when it ended, or
   never had one. At an evaluation
   a holder gives its 1 up when a connection known to have messages waits and
@@ -68,7 +68,7 @@ about connections, messages and answers in between. The rules:
   when it changes; an answer sends RDY only to hand freed budget to a
   connection below its target (in full flow), never the same count again.
 
-Each connection's :attr:`ConnFlow.reason` says why it holds its count (see
+Each connection's :attr:`LinkPlan.reason` says why it holds its count (see
 :data:`REASONS`). Its in-flight count is the size of a collection the caller
 owns and passes to :meth:`RdyPlanner.add` (the consumer's link's unanswered
 messages): the planner reads it and never counts, so the count is kept once;
@@ -85,21 +85,22 @@ import random
 from collections.abc import Sequence, Sized
 
 from ..protocol import defaults
-from .rdy_conn import (
+from .link_plan import (
     DEMAND_HEADROOM,
     GRANT_STEP_RATIO,
     NEW_EVALUATIONS,
     REASONS,
     STARVATION_RATIO,
     Command,
-    ConnFlow,
+    LinkPlan,
+    may_hold,
     rotation_bound,
     turn_length,
     water_fill,
 )
 
 __all__ = [
-    "ConnFlow",
+    "LinkPlan",
     "RdyPlanner",
     "REASONS",
     "GRANT_STEP_RATIO",
@@ -133,7 +134,7 @@ class RdyPlanner:
         self.low_rdy_idle_timeout = low_rdy_idle_timeout
         self.low_rdy_timeout = low_rdy_timeout
         self.rng = rng if rng is not None else random.Random()
-        self.conns: dict[str, ConnFlow] = {}
+        self.conns: dict[str, LinkPlan] = {}
         self.mode = self.FULL
         #: The starved connections' names, kept up to date so :meth:`is_starved`
         #: is O(1); the same set object for the planner's life (read it, never change it).
@@ -159,22 +160,18 @@ class RdyPlanner:
         """True when any connection is starved (the guide's definition)."""
         return bool(self._starved)
 
-    def _check_starved(self, flow: ConnFlow) -> bool:
-        """Keep ``_starved`` up to date (per message: the hot path); returns ``flow.starved``."""
-        if flow.in_flight > 0 and flow.in_flight >= flow.last_rdy * STARVATION_RATIO:
+    def _check(self, flow: LinkPlan) -> None:
+        """Keep the starved and short sets up to date for ``flow``."""
+        if flow.starved:
             self._starved.add(flow.name)
-            return True
-        self._starved.discard(flow.name)
-        return False
-
-    def _check(self, flow: ConnFlow) -> None:
-        self._check_starved(flow)
+        else:
+            self._starved.discard(flow.name)
         if flow.last_rdy < flow.target:
             self._short.add(flow.name)
         else:
             self._short.discard(flow.name)
 
-    def share(self, flow: ConnFlow) -> int:
+    def share(self, flow: LinkPlan) -> int:
         """The even RDY count ``flow`` would get (0 or 1 when connections outnumber
         ``max_in_flight``)."""
         n = len(self.conns)
@@ -191,7 +188,7 @@ class RdyPlanner:
 
     # -- the one place RDY changes -----------------------------------------
 
-    def _send(self, flow: ConnFlow, count: int, now: float | None, out: list[Command]) -> None:
+    def _send(self, flow: LinkPlan, count: int, now: float | None, out: list[Command]) -> None:
         if count > 0 and flow.last_rdy == 0 and now is not None:
             # A hand-over starts a fresh idle clock (and a scarce RDY turn).
             flow.rdy_handed_at = now
@@ -209,7 +206,7 @@ class RdyPlanner:
             free = self.max_in_flight - self.total_rdy
             return free, free
         flows = self.conns.values()
-        held = sum(max(f.last_rdy, f.in_flight) for f in flows)
+        held = sum(may_hold(f.last_rdy, f.in_flight) for f in flows)  # reserves left out
         return self.max_in_flight - sum(f.committed for f in flows), self.max_in_flight - held
 
     def _fill(self, now: float | None, out: list[Command], eager: bool = True) -> None:
@@ -239,7 +236,7 @@ class RdyPlanner:
             step = max(1, math.ceil(f.target * GRANT_STEP_RATIO))
             if grant > f.last_rdy and (eager or grant == f.target or grant - f.last_rdy >= step):
                 free -= max(0, grant - held)
-                loose -= max(0, grant - max(f.last_rdy, f.in_flight))
+                loose -= max(0, grant - may_hold(f.last_rdy, f.in_flight))
                 self._send(f, grant, now, out)
 
     def _apply(self, targets: dict[str, tuple[int, str]], now: float | None) -> list[Command]:
@@ -277,7 +274,7 @@ class RdyPlanner:
         """0 or 1 each: holders keep theirs for their turn, the longest waiting get the rest."""
         flows = list(self.conns.values())
         holders = [f for f in flows if f.last_rdy > 0 or f.target > 0]
-        released: list[ConnFlow] = []
+        released: list[LinkPlan] = []
         if half >= 0 and now is not None:  # an evaluation: turns may end
             # Someone waits with messages (or was never tried): turns are short.
             eager = any(f.eager for f in flows if f.last_rdy == 0 and f.target == 0)
@@ -353,11 +350,11 @@ class RdyPlanner:
 
         ``held`` is the caller's live collection of the connection's messages
         received and not yet answered: its size is the in-flight count
-        (:attr:`ConnFlow.in_flight`); the planner only reads it.
+        (:attr:`LinkPlan.in_flight`); the planner only reads it.
         """
         if self._last_evaluation is None:
             self._last_evaluation = now  # the first window starts with the first connection
-        self.conns[name] = ConnFlow(
+        self.conns[name] = LinkPlan(
             name, max(1, max_rdy_count), connected_at=now, held=held, waiting_since=now
         )
         return self._rebalance(now)
@@ -382,7 +379,7 @@ class RdyPlanner:
         flow.active = False
         return self._rebalance(now)
 
-    def message_received(self, flow: ConnFlow, now: float) -> Sequence[Command]:
+    def message_received(self, flow: LinkPlan, now: float) -> Sequence[Command]:
         """A message arrived on ``flow``'s connection (already in its ``held``).
 
         ``flow`` is the record :meth:`add` made (the caller keeps it: no
@@ -395,8 +392,10 @@ class RdyPlanner:
         name = flow.name
         in_flight = len(flow.held)
         flow.last_message_at = now
-        # In-flight only grew: a starved connection stays starved, so only
-        # the other way needs a check (_check_starved, inlined).
+        # In-flight only grew (to 1 at least): a starved connection stays
+        # starved, so only the other way needs a check. A copy of
+        # link_plan.starved for the per-message path (in_flight > 0 holds
+        # here); tests/unit/test_flow_rules.py checks the two agree.
         if in_flight >= flow.last_rdy * STARVATION_RATIO:
             self._starved.add(name)
             flow.window_saturated = True
@@ -413,7 +412,7 @@ class RdyPlanner:
                 return self._rebalance(now)
         return _NO_COMMANDS
 
-    def message_done(self, flow: ConnFlow, now: float | None = None) -> Sequence[Command]:
+    def message_done(self, flow: LinkPlan, now: float | None = None) -> Sequence[Command]:
         """A message of ``flow``'s connection was answered (FIN or REQ) and left its ``held``.
 
         nsqd's window reopens by itself, so the count is not sent again. In
@@ -430,10 +429,12 @@ class RdyPlanner:
         reserve = flow.reserve
         # Only a connection holding more than its RDY frees budget by answering.
         holding_more = reserve > 0 or in_flight >= last_rdy
-        before = max(last_rdy, in_flight + 1, reserve) if holding_more else 0
+        before = may_hold(last_rdy, in_flight + 1, reserve) if holding_more else 0
         if reserve > 0:
             flow.reserve = reserve - 1  # the RDY went out before this answer: nsqd sends no more
-        # In-flight only shrank: a connection not starved stays so (_check_starved, inlined).
+        # In-flight only shrank: a connection not starved stays so. A copy of
+        # link_plan.starved for the per-answer path; tests/unit/test_flow_rules.py
+        # checks the two agree.
         if name in self._starved and not (
             in_flight > 0 and in_flight >= last_rdy * STARVATION_RATIO
         ):

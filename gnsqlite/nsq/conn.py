@@ -31,7 +31,7 @@ import gevent
 from .._version import __version__
 from ..conn import Connection
 from ..errors import NSQError, ServerError
-from ..protocol import Message as _Wire
+from ..protocol import WireMessage as _Wire
 from ..protocol import defaults
 from . import event, tornado_bridge
 from .deflate_socket import DeflateEncoder, DeflateSocket

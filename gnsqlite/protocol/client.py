@@ -58,7 +58,7 @@ from .frames import (
     HEARTBEAT,
     OK,
     FrameDecoder,
-    Message,
+    WireMessage,
     decode_message,
     encode_frame,
 )
@@ -360,7 +360,7 @@ class ClientConnection:
             received = _new
             set_message = _set_message
             for item in self._decoder.frames_decoding_messages():
-                if type(item) is Message:  # a message frame, decoded
+                if type(item) is WireMessage:  # a message frame, decoded
                     event = received(MessageReceived)
                     set_message(event, item)
                     out.append(event)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ServerError
-from .frames import Message, MessageFields
+from .frames import MessageFields, WireMessage
 
 __all__ = [
     "Event",
@@ -89,7 +89,7 @@ class ErrorReceived(Event):
 class MessageReceived(Event):
     """A message pushed by nsqd."""
 
-    message: Message
+    message: WireMessage
 
 
 class Delivery(Event, MessageFields):

@@ -34,7 +34,7 @@ __all__ = [
     "OK",
     "CLOSE_WAIT",
     "MESSAGE_HEADER_SIZE",
-    "Message",
+    "WireMessage",
     "MessageFields",
     "FrameDecoder",
     "decode_message",
@@ -62,7 +62,7 @@ _F = TypeVar("_F", bound="MessageFields")
 
 
 @dataclass(frozen=True, slots=True)
-class Message:
+class WireMessage:
     """A message as nsqd sends it.
 
     ``timestamp`` is nanoseconds since the epoch when nsqd received it,
@@ -97,26 +97,26 @@ class MessageFields:
     attempts: int
 
 
-# The slots' own setters: building a frozen Message without its __init__,
+# The slots' own setters: building a frozen WireMessage without its __init__,
 # which goes through object.__setattr__ once per field.
-_set_id = Message.__dict__["id"].__set__
-_set_body = Message.__dict__["body"].__set__
-_set_timestamp = Message.__dict__["timestamp"].__set__
-_set_attempts = Message.__dict__["attempts"].__set__
+_set_id = WireMessage.__dict__["id"].__set__
+_set_body = WireMessage.__dict__["body"].__set__
+_set_timestamp = WireMessage.__dict__["timestamp"].__set__
+_set_attempts = WireMessage.__dict__["attempts"].__set__
 _new = object.__new__
 
 
 @overload
-def decode_message(data: bytes | memoryview) -> Message: ...
+def decode_message(data: bytes | memoryview) -> WireMessage: ...
 @overload
 def decode_message(data: bytes | memoryview, into: type[_F]) -> _F: ...
 def decode_message(
     data: bytes | memoryview, into: type[MessageFields] | None = None
-) -> Message | MessageFields:
+) -> WireMessage | MessageFields:
     """Decode the data of a message frame, or raise RemoteProtocolError.
 
     With ``into`` (a :class:`MessageFields` subclass), an instance of it
-    with the four fields set (see :class:`MessageFields`); else a :class:`Message`.
+    with the four fields set (see :class:`MessageFields`); else a :class:`WireMessage`.
     """
     if len(data) < MESSAGE_HEADER_SIZE:
         raise RemoteProtocolError(
@@ -125,7 +125,7 @@ def decode_message(
     timestamp, attempts, message_id = _MESSAGE.unpack_from(data, 0)
     body = bytes(data[MESSAGE_HEADER_SIZE:])
     if into is None:
-        return Message(message_id, body, timestamp, attempts)
+        return WireMessage(message_id, body, timestamp, attempts)
     built = _new(into)
     built.wire_id = message_id
     built.body = body
@@ -134,7 +134,7 @@ def decode_message(
     return built
 
 
-def encode_message(message: Message) -> bytes:
+def encode_message(message: WireMessage) -> bytes:
     """The data of a message frame (without the frame header)."""
     return _MESSAGE.pack(message.timestamp, message.attempts, message.id) + message.body
 
@@ -233,8 +233,8 @@ class FrameDecoder:
 
     def frames_decoding_messages(
         self, into: type[MessageFields] | None = None, others: list[int] | None = None
-    ) -> list[tuple[int, bytes] | Message | MessageFields]:
-        """Like :meth:`frames`, with each message frame decoded into a bare :class:`Message`.
+    ) -> list[tuple[int, bytes] | WireMessage | MessageFields]:
+        """Like :meth:`frames`, with each message frame decoded into a bare :class:`WireMessage`.
 
         The message is read straight from the buffer (its body copied once)
         and stands alone in the list (no ``(frame_type, data)`` pair: its
@@ -253,8 +253,8 @@ class FrameDecoder:
         decode: bool,
         into: type[MessageFields] | None = None,
         others: list[int] | None = None,
-    ) -> list[tuple[int, bytes] | Message | MessageFields]:
-        out: list[tuple[int, bytes] | Message | MessageFields] = []
+    ) -> list[tuple[int, bytes] | WireMessage | MessageFields]:
+        out: list[tuple[int, bytes] | WireMessage | MessageFields] = []
         buf = self._buf
         pos = self._pos
         n = len(buf)
@@ -295,7 +295,7 @@ class FrameDecoder:
                         built.attempts = attempts
                         out.append(built)
                     else:
-                        message = _new(Message)
+                        message = _new(WireMessage)
                         _set_id(message, message_id)
                         _set_body(message, body)
                         _set_timestamp(message, timestamp)

@@ -136,7 +136,7 @@ def source_consumer(options: SourceOptions, on_message: Callable[[Message], None
 
     ``on_message`` handles one message at a time; or, with ``on_message``
     ``None``, ``on_batch`` gets lists of at most ``batch_size`` messages
-    (the library's batch path, :mod:`gnsqlite.batch`: no handler greenlet
+    (the library's batch path, :mod:`gnsqlite.consumer.batch`: no handler greenlet
     switch per message; a batch goes out after ``batch_timeout`` seconds at
     the latest). ``max_in_flight`` overrides the option's (one consumer's
     share of it). Constructing it opens nothing; the caller starts it.

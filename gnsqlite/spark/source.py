@@ -10,7 +10,7 @@ touched while Spark is busy. Every message is answered asynchronously: it
 stays in flight at nsqd until Spark commits the batch that carried it.
 
 Messages reach the source in lists (the consumer's batch path,
-:mod:`gnsqlite.batch`: no handler greenlet switch per message) and their
+:mod:`gnsqlite.consumer.batch`: no handler greenlet switch per message) and their
 Arrow rows are built as they arrive (:class:`~gnsqlite.spark.arrow_rows.RowCache`),
 while Spark runs the previous batch. Spark's calls then cost no Python
 step per message: a batch is a slice of lists (:class:`~gnsqlite.spark.ledger.Ledger`),

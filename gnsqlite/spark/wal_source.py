@@ -7,7 +7,7 @@ source; its consumers (``connectionsPerNsqd`` per nsqd, each with a share of
 continuously, between batches too:
 
 1. received messages arrive in lists through the consumer's batch path
-   (:mod:`gnsqlite.batch`) and are buffered (at most ``maxInFlight``: by
+   (:mod:`gnsqlite.consumer.batch`) and are buffered (at most ``maxInFlight``: by
    default two connections of RDY 2500, and segments of 2500, so nsqd keeps
    sending the next segment while one is written);
 2. a *segment* is cut when ``walSegmentMessages`` messages are buffered or

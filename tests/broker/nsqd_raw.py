@@ -21,7 +21,7 @@ from gnsqlite.protocol import (
     FRAME_TYPE_MESSAGE,
     FRAME_TYPE_RESPONSE,
     FrameDecoder,
-    Message,
+    WireMessage,
     decode_message,
 )
 
@@ -90,12 +90,12 @@ class RawClient:
         assert kind == FRAME_TYPE_ERROR, (kind, data)
         return data
 
-    def message(self, timeout: float | None = None) -> Message:
+    def message(self, timeout: float | None = None) -> WireMessage:
         kind, data = self.frame_skipping_heartbeats(timeout)
         assert kind == FRAME_TYPE_MESSAGE, (kind, data)
         return decode_message(data)
 
-    def messages(self, n: int, timeout: float | None = None) -> list[Message]:
+    def messages(self, n: int, timeout: float | None = None) -> list[WireMessage]:
         return [self.message(timeout) for _ in range(n)]
 
     def assert_closed(self, timeout: float = 5.0) -> None:

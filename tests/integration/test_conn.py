@@ -21,7 +21,7 @@ import pytest
 from gnsqlite.config import ConnectionConfig
 from gnsqlite.conn import Connection
 from gnsqlite.errors import NegotiationError
-from gnsqlite.protocol import Message
+from gnsqlite.protocol import WireMessage
 from gnsqlite.testing.waiting import wait_until
 
 
@@ -39,7 +39,7 @@ class Subscriber:
         self.conn.subscribe(topic, channel, timeout=5)
         self.conn.ready(rdy)
 
-    def _on_message(self, conn: Connection, message: Message) -> None:
+    def _on_message(self, conn: Connection, message: WireMessage) -> None:
         self.bodies.append(message.body)
         self.arrived.append(time.monotonic())
         conn.finish(message.id)

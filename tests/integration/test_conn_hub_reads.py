@@ -34,7 +34,7 @@ from gnsqlite.protocol import (
     FRAME_TYPE_MESSAGE,
     FRAME_TYPE_RESPONSE,
     Delivery,
-    Message,
+    WireMessage,
     encode_frame,
     encode_message,
 )
@@ -209,7 +209,7 @@ class Own(Delivery):
 
 
 def message_frame(number: int) -> bytes:
-    wire = Message(b"%016d" % number, b"body %d" % number, 7, 1)
+    wire = WireMessage(b"%016d" % number, b"body %d" % number, 7, 1)
     return encode_frame(FRAME_TYPE_MESSAGE, encode_message(wire))
 
 

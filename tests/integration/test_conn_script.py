@@ -41,7 +41,7 @@ from gnsqlite.errors import (
     UnauthorizedError,
 )
 from gnsqlite.protocol import FRAME_TYPE_ERROR, FRAME_TYPE_MESSAGE, FRAME_TYPE_RESPONSE
-from gnsqlite.protocol.frames import Message, encode_frame, encode_message
+from gnsqlite.protocol.frames import WireMessage, encode_frame, encode_message
 from gnsqlite.testing.waiting import wait_until
 
 _BODY_COMMANDS = {b"IDENTIFY", b"AUTH", b"PUB", b"MPUB", b"DPUB"}
@@ -543,7 +543,7 @@ def test_messages_reach_on_message_and_close_sends_cls(scripted: Any) -> None:
         peer.respond()
         assert peer.read_command()[0] == b"RDY 2"
         for i in range(2):
-            message = Message(f"{i:016d}".encode(), b"body%d" % i, time.time_ns(), 1)
+            message = WireMessage(f"{i:016d}".encode(), b"body%d" % i, time.time_ns(), 1)
             peer.send(peer.frame(FRAME_TYPE_MESSAGE, encode_message(message)))
         assert peer.read_command()[0] == b"FIN 0000000000000000"
         assert peer.read_command()[0] == b"FIN 0000000000000001"
@@ -553,7 +553,7 @@ def test_messages_reach_on_message_and_close_sends_cls(scripted: Any) -> None:
 
     received: list[bytes] = []
 
-    def on_message(conn: Connection, message: Message) -> None:
+    def on_message(conn: Connection, message: WireMessage) -> None:
         received.append(message.body)
         conn.finish(message.id)
 
@@ -779,13 +779,13 @@ def test_a_failing_callback_is_logged_and_the_connection_goes_on(
         peer.read_command()
         peer.respond()
         for i in range(2):
-            message = Message(f"{i:016d}".encode(), b"b%d" % i, time.time_ns(), 1)
+            message = WireMessage(f"{i:016d}".encode(), b"b%d" % i, time.time_ns(), 1)
             peer.send(peer.frame(FRAME_TYPE_MESSAGE, encode_message(message)))
         until_eof(peer)
 
     received: list[bytes] = []
 
-    def on_message(conn: Connection, message: Message) -> None:
+    def on_message(conn: Connection, message: WireMessage) -> None:
         received.append(message.body)
         if message.body == b"b0":
             raise RuntimeError("handler bug")

@@ -19,8 +19,8 @@ import gevent.event
 import pytest
 
 from gnsqlite import ConfigError
-from gnsqlite.batch import Batcher
 from gnsqlite.consumer import Consumer
+from gnsqlite.consumer.batch import Batcher
 from gnsqlite.flow.rdy import STARVATION_RATIO
 from gnsqlite.http import NsqdHTTPClient
 from gnsqlite.message import Message

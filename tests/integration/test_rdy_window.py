@@ -25,9 +25,9 @@ from gnsqlite.protocol import (
     FRAME_TYPE_MESSAGE,
     FRAME_TYPE_RESPONSE,
     FrameDecoder,
+    WireMessage,
     decode_message,
 )
-from gnsqlite.protocol import Message as WireMessage
 from gnsqlite.testing import NsqdServer, wait_until
 
 QUIET = 0.2  # seconds a window that is full must stay silent

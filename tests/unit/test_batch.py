@@ -9,8 +9,8 @@ import gevent.event
 import gevent.queue
 import pytest
 
-from gnsqlite.batch import Batch, BatchConfig, Batcher
 from gnsqlite.config import ConsumerConfig
+from gnsqlite.consumer.batch import Batch, BatchConfig, Batcher
 from gnsqlite.consumer.settle import Settler
 from gnsqlite.message import Message, RequeueMessage
 from gnsqlite.testing import wait_until

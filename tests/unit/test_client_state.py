@@ -26,10 +26,10 @@ from gnsqlite.protocol import (
     ErrorReceived,
     Heartbeat,
     Identified,
-    Message,
     MessageReceived,
     Response,
     Upgraded,
+    WireMessage,
     encode_frame,
     encode_message,
 )
@@ -48,7 +48,7 @@ def error(data: bytes) -> bytes:
 
 
 def message(body: bytes = b"hi", attempts: int = 1) -> bytes:
-    return encode_frame(FRAME_TYPE_MESSAGE, encode_message(Message(MID, body, 5, attempts)))
+    return encode_frame(FRAME_TYPE_MESSAGE, encode_message(WireMessage(MID, body, 5, attempts)))
 
 
 def identified(features: dict[str, object] | None = None, **requested: object) -> ClientConnection:

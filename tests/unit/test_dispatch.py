@@ -10,6 +10,7 @@ import gevent.event
 import pytest
 
 from gnsqlite.consumer.dispatch import Dispatcher
+from gnsqlite.consumer.lifecycle import Lifecycle
 
 pytestmark = pytest.mark.no_server
 
@@ -22,8 +23,8 @@ class Settler:
 
 
 def dispatcher(concurrency: int) -> Dispatcher:
-    flow = SimpleNamespace(closing=False, planner=SimpleNamespace(max_in_flight=concurrency))
-    return Dispatcher(Settler(), flow, concurrency)  # type: ignore[arg-type]
+    flow = SimpleNamespace(planner=SimpleNamespace(max_in_flight=concurrency))
+    return Dispatcher(Settler(), flow, Lifecycle(owner="test"), concurrency)  # type: ignore[arg-type]
 
 
 def test_blocking_handlers_run_up_to_concurrency_and_every_item_is_handled() -> None:

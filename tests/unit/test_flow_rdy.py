@@ -9,8 +9,8 @@ import pytest
 
 from gnsqlite.config import ConsumerConfig
 from gnsqlite.flow import RdyPlanner
+from gnsqlite.flow.link_plan import Command
 from gnsqlite.flow.rdy import rotation_bound
-from gnsqlite.flow.rdy_conn import Command
 
 pytestmark = pytest.mark.no_server
 

@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gnsqlite.config import ConsumerConfig
-from gnsqlite.flow import ConnFlow, RdyPlanner
+from gnsqlite.flow import LinkPlan, RdyPlanner
 from gnsqlite.flow.rdy import REASONS, rotation_bound
 
 pytestmark = pytest.mark.no_server
@@ -40,7 +40,7 @@ class Nsqd:
     held: list[float] = field(default_factory=list)
     delivered: int = 0
     waiting_from: float | None = None  # has messages, none delivered since
-    flow: ConnFlow | None = None  # the planner's record of it, kept as a link keeps it
+    flow: LinkPlan | None = None  # the planner's record of it, kept as a link keeps it
 
     @property
     def in_flight(self) -> int:

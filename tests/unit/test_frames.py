@@ -14,8 +14,8 @@ from gnsqlite.protocol import (
     FRAME_TYPE_MESSAGE,
     FRAME_TYPE_RESPONSE,
     FrameDecoder,
-    Message,
     MessageFields,
+    WireMessage,
     decode_message,
     encode_frame,
     encode_message,
@@ -23,14 +23,14 @@ from gnsqlite.protocol import (
 
 pytestmark = pytest.mark.no_server
 
-MSG = Message(b"0a1b2c3d4e5f6a7b", b"hello", 1_700_000_000_123_456_789, 3)
+MSG = WireMessage(b"0a1b2c3d4e5f6a7b", b"hello", 1_700_000_000_123_456_789, 3)
 STREAM_FRAMES = [
     (FRAME_TYPE_RESPONSE, b"OK"),
     (FRAME_TYPE_RESPONSE, b"_heartbeat_"),
     (FRAME_TYPE_MESSAGE, encode_message(MSG)),
     (FRAME_TYPE_ERROR, b"E_INVALID invalid command"),
     (FRAME_TYPE_RESPONSE, b"CLOSE_WAIT"),
-    (FRAME_TYPE_MESSAGE, encode_message(Message(b"f" * 16, b"", 0, 65535))),
+    (FRAME_TYPE_MESSAGE, encode_message(WireMessage(b"f" * 16, b"", 0, 65535))),
 ]
 STREAM = b"".join(encode_frame(t, d) for t, d in STREAM_FRAMES)
 
@@ -51,7 +51,7 @@ def test_frame_layout_size_counts_the_frame_type() -> None:
 @pytest.mark.parametrize("split", range(len(STREAM) + 1))
 def test_decoding_messages_in_the_decoder_gives_what_decode_message_gives(split: int) -> None:
     # The consumer's fast path: message frames come out as bare, equal, frozen,
-    # hashable Message values; other frames as (type, bytes), as frames() gives them.
+    # hashable WireMessage values; other frames as (type, bytes), as frames() gives them.
     decoder = FrameDecoder()
     decoder.feed(STREAM[:split])
     got = decoder.frames_decoding_messages()
@@ -60,7 +60,7 @@ def test_decoding_messages_in_the_decoder_gives_what_decode_message_gives(split:
     want = [decode_message(d) if t == FRAME_TYPE_MESSAGE else (t, d) for t, d in STREAM_FRAMES]
     assert got == want
     message = got[2]
-    assert isinstance(message, Message) and hash(message) == hash(MSG)
+    assert isinstance(message, WireMessage) and hash(message) == hash(MSG)
     with pytest.raises(AttributeError):
         message.body = b"changed"  # type: ignore[misc]
     assert decoder.buffered == 0
@@ -70,7 +70,7 @@ class Fields(MessageFields):
     __slots__ = ("rest",)
 
 
-def fields(message: Message) -> tuple[bytes, bytes, int, int]:
+def fields(message: WireMessage) -> tuple[bytes, bytes, int, int]:
     return message.id, message.body, message.timestamp, message.attempts
 
 
@@ -86,7 +86,7 @@ def test_decoding_into_a_class_of_the_receiver_gives_the_same_fields(split: int)
     want = [decode_message(d) if t == FRAME_TYPE_MESSAGE else (t, d) for t, d in STREAM_FRAMES]
     assert len(got) == len(want)
     for item, expected in zip(got, want, strict=True):
-        if isinstance(expected, Message):
+        if isinstance(expected, WireMessage):
             assert type(item) is Fields and not hasattr(item, "rest")
             assert (item.wire_id, item.body, item.timestamp, item.attempts) == fields(expected)
             assert type(item.body) is bytes
@@ -105,7 +105,7 @@ def test_decoding_into_a_class_of_the_receiver_gives_the_same_fields(split: int)
 def test_decoding_a_large_message_into_a_class_copies_its_body_to_bytes() -> None:
     # A long frame arriving in pieces grows in a bytearray: the body must still be bytes.
     body = b"x" * 20_000
-    frame = encode_frame(FRAME_TYPE_MESSAGE, encode_message(Message(b"a" * 16, body, 1, 1)))
+    frame = encode_frame(FRAME_TYPE_MESSAGE, encode_message(WireMessage(b"a" * 16, body, 1, 1)))
     decoder = FrameDecoder()
     decoder.feed(frame[:10_000])
     assert decoder.frames_decoding_messages(Fields) == []
@@ -175,7 +175,7 @@ def test_frames_round_trip_through_any_chunking(
     st.integers(min_value=0, max_value=65535),
 )
 def test_messages_round_trip(mid: bytes, body: bytes, ts: int, attempts: int) -> None:
-    msg = Message(mid, body, ts, attempts)
+    msg = WireMessage(mid, body, ts, attempts)
     assert decode_message(encode_message(msg)) == msg
 
 
@@ -226,7 +226,7 @@ def test_large_frames_in_pieces_decode_whole(
 ) -> None:
     # A rest above a few KiB (a large frame arriving in pieces) grows in
     # place; a short one is copied with the new bytes: both give the frames.
-    messages = [Message(b"%016d" % i, bytes([i % 251]) * n, i, 1) for i, n in enumerate(sizes)]
+    messages = [WireMessage(b"%016d" % i, bytes([i % 251]) * n, i, 1) for i, n in enumerate(sizes)]
     frames = [(FRAME_TYPE_MESSAGE, encode_message(m)) for m in messages]
     frames.insert(len(frames) // 2, (FRAME_TYPE_RESPONSE, b"_heartbeat_"))
     stream = b"".join(encode_frame(t, d) for t, d in frames)
@@ -241,5 +241,5 @@ def test_large_frames_in_pieces_decode_whole(
         i += 1
     want = [decode_message(d) if t == FRAME_TYPE_MESSAGE else (t, d) for t, d in frames]
     assert got == want
-    assert all(type(m.body) is bytes for m in got if isinstance(m, Message))
+    assert all(type(m.body) is bytes for m in got if isinstance(m, WireMessage))
     assert decoder.buffered == 0

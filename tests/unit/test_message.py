@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from gnsqlite.message import Message, deliver, finish_all
-from gnsqlite.protocol import Message as WireMessage
+from gnsqlite.protocol import WireMessage
 from gnsqlite.protocol.frames import decode_message, encode_message
 
 pytestmark = pytest.mark.no_server

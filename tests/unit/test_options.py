@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from gnsqlite.batch import BatchConfig
 from gnsqlite.broker import BrokerOptions
 from gnsqlite.broker.__main__ import build_parser, options_from_args
 from gnsqlite.config import ConnectionConfig, ConsumerConfig, ProducerConfig
+from gnsqlite.consumer.batch import BatchConfig
 from gnsqlite.errors import ConfigError
 from gnsqlite.nsq.options import CONNECTION_KEYWORDS, connection_config
 from gnsqlite.options import Validated, option, options_of

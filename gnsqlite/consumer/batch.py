@@ -55,10 +55,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import ConfigError
-from .message import Message
-from .options import Validated, option
-from .timers import Timer, TimerWheel
+from ..errors import ConfigError
+from ..message import Message
+from ..options import Validated, option
+from ..timers import Timer, TimerWheel
 
 __all__ = ["Batch", "BatchConfig", "BatchHandler", "Batcher", "REASONS", "messages_of"]
 

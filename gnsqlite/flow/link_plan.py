@@ -1,7 +1,7 @@
 """One connection's RDY state, the reasons it holds its count, and the timing bounds.
 
 The pieces of :mod:`gnsqlite.flow.rdy` that do not need the planner: the
-guide's constants, :class:`ConnFlow`, :data:`REASONS`, the rotation bounds
+guide's constants, :class:`LinkPlan`, :data:`REASONS`, the rotation bounds
 (:func:`rotation_bound`, :func:`turn_length`) and the water-filling share
 (:func:`water_fill`). Pure: no clock, no I/O; times are float seconds.
 """
@@ -19,8 +19,10 @@ __all__ = [
     "REASONS",
     "STARVATION_RATIO",
     "Command",
-    "ConnFlow",
+    "LinkPlan",
+    "may_hold",
     "rotation_bound",
+    "starved",
     "turn_length",
     "water_fill",
 ]
@@ -36,7 +38,7 @@ DEMAND_HEADROOM = 1.25
 #: Evaluations a new connection that received nothing keeps its share reserved.
 NEW_EVALUATIONS = 1
 
-#: Why a connection holds its RDY count (:attr:`ConnFlow.reason`).
+#: Why a connection holds its RDY count (:attr:`LinkPlan.reason`).
 REASONS = {
     "new": "connected recently, nothing received yet: RDY 1, its even share kept in reserve",
     "even": "an even share of max_in_flight",
@@ -52,6 +54,26 @@ REASONS = {
 }
 
 Command = tuple[str, int]
+
+
+def starved(in_flight: int, last_rdy: int) -> bool:
+    """The guide's *starved*: ``in_flight`` messages reached 85% of the RDY count last sent.
+
+    The one statement of the rule; the planner's per-message paths carry a
+    copy that names this function, and ``tests/unit/test_flow_rules.py``
+    checks that the two agree.
+    """
+    return in_flight > 0 and in_flight >= last_rdy * STARVATION_RATIO
+
+
+def may_hold(last_rdy: int, in_flight: int, reserve: int = 0) -> int:
+    """What nsqd may hold in flight for one connection: what it takes of the budget.
+
+    Its RDY, or more while it holds more messages (``in_flight``), or, after
+    its RDY was lowered, ``reserve`` (the old count less the answers sent
+    since: messages may still be on the wire).
+    """
+    return max(last_rdy, in_flight, reserve)
 
 
 def rotation_bound(
@@ -91,8 +113,12 @@ def turn_length(low_rdy_timeout: float, interval: float, short: bool = True) -> 
 
 
 @dataclass
-class ConnFlow:
-    """The flow state of one connection, as the consumer tracks it.
+class LinkPlan:
+    """The RDY planner's view of one link (a subscribed connection): its flow state.
+
+    Not a second record of the connection: the consumer's
+    :class:`~gnsqlite.consumer.link.Link` is that, and holds this as its
+    ``plan``; the planner keeps it by name in :attr:`RdyPlanner.conns`.
 
     Its in-flight count is not kept here: it is the size of ``held``, the
     caller's live collection of the connection's received and unanswered
@@ -143,9 +169,8 @@ class ConnFlow:
 
     @property
     def starved(self) -> bool:
-        """The guide's ``is_starved`` test for this connection."""
-        in_flight = len(self.held)
-        return in_flight > 0 and in_flight >= self.last_rdy * STARVATION_RATIO
+        """The guide's ``is_starved`` test for this connection (:func:`starved`)."""
+        return starved(len(self.held), self.last_rdy)
 
     @property
     def committed(self) -> int:
@@ -155,7 +180,7 @@ class ConnFlow:
         lowered, the old count less the answers sent since (nsqd may have sent
         messages not received yet), until the next evaluation.
         """
-        return max(self.last_rdy, len(self.held), self.reserve)
+        return may_hold(self.last_rdy, len(self.held), self.reserve)
 
     @property
     def turn_start(self) -> float:
