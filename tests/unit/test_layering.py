@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import re
 from pathlib import Path
 
 import pytest
@@ -219,3 +220,88 @@ def test_gnsqlite_has_no_import_circle_anywhere() -> None:
     assert {"gnsqlite", "gnsqlite.consumer.link", "gnsqlite.cli.bench"} <= set(graph)
     circle = find_circle(graph)
     assert circle is None, "import circle in gnsqlite: " + " -> ".join(circle or ())
+
+
+# -- the layers of docs/architecture.md, checked against the code ----------------------------
+
+ARCHITECTURE = Path(__file__).resolve().parents[2] / "docs" / "architecture.md"
+#: The layers, bottom first, as docs/architecture.md's table names them (its first cell
+#: starts with the name). A module imports only its own layer and those below, except
+#: that the broker imports nothing of the client side and the client side nothing of it.
+LAYERS = ["pure core", "hub services", "a connection", "clients", "the embedded broker",
+          "front ends"]  # fmt: skip
+CLIENT_SIDE = {"a connection", "clients"}
+
+
+def top_level_names(cell: str) -> list[str]:
+    """The backticked names of a table cell outside parentheses (``protocol/``, ``net.py``)."""
+    names, depth = [], 0
+    for piece in re.split(r"(`[^`]*`|[()])", cell):
+        if piece == "(":
+            depth += 1
+        elif piece == ")":
+            depth -= 1
+        elif piece.startswith("`") and depth == 0:
+            names.append(piece.strip("`"))
+    return names
+
+
+def documented_layers(text: str) -> dict[str, list[str]]:
+    """Layer -> the modules and packages its row of the table lists (``gnsqlite.x``)."""
+    rows = text.split("## The layers", 1)[1].split("\n## ", 1)[0]
+    layers: dict[str, list[str]] = {}
+    for line in rows.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+        layer = next((name for name in LAYERS if cells[0].startswith(name)), None)
+        if layer is None or len(cells) < 2:
+            continue
+        layers[layer] = [
+            "gnsqlite." + name.removesuffix("/").removesuffix(".py").replace("/", ".")
+            for name in top_level_names(cells[1])
+        ]
+    return layers
+
+
+def layer_of(module: str, layers: dict[str, list[str]]) -> list[str]:
+    """The layers whose listed names hold ``module`` (it, or a package above it)."""
+    return [
+        layer
+        for layer, names in layers.items()
+        if any(module == name or module.startswith(name + ".") for name in names)
+    ]
+
+
+#: The package's own entry points, above every layer.
+ENTRY_POINTS = {"gnsqlite", "gnsqlite.__main__", "gnsqlite._version"}
+
+
+def test_top_level_names_skip_what_is_in_parentheses() -> None:
+    cell = "`producer/` (a façade over `pool.py`: the pool (`x.py`)), `deadletter.py`"
+    assert top_level_names(cell) == ["producer/", "deadletter.py"]
+
+
+def test_every_module_is_in_exactly_one_documented_layer() -> None:
+    layers = documented_layers(ARCHITECTURE.read_text())
+    assert sorted(layers) == sorted(LAYERS), "docs/architecture.md's layer table changed its rows"
+    graph = module_graph(Path(gnsqlite.__file__).parent)
+    unplaced = sorted(m for m in graph if m not in ENTRY_POINTS and len(layer_of(m, layers)) != 1)
+    assert not unplaced, f"in no layer, or in two, of docs/architecture.md: {unplaced}"
+    listed = {name for names in layers.values() for name in names}
+    missing = sorted(name for name in listed if name not in graph)
+    assert not missing, f"docs/architecture.md lists modules that do not exist: {missing}"
+
+
+def test_each_module_imports_only_its_layer_and_those_below() -> None:
+    layers = documented_layers(ARCHITECTURE.read_text())
+    graph = module_graph(Path(gnsqlite.__file__).parent)
+    wrong = []
+    for module, targets in sorted(graph.items()):
+        if module in ENTRY_POINTS:
+            continue
+        (own,) = layer_of(module, layers)  # one each: the test above
+        for target in sorted(targets - ENTRY_POINTS):
+            (theirs,) = layer_of(target, layers)
+            up = LAYERS.index(theirs) > LAYERS.index(own)
+            if up or (own == "the embedded broker" and theirs in CLIENT_SIDE):
+                wrong.append(f"{module} ({own}) imports {target} ({theirs})")
+    assert not wrong, "imports against docs/architecture.md's layers:\n" + "\n".join(wrong)
