@@ -1,6 +1,6 @@
 """Small network helpers below everyone: ``"host:port"`` addresses.
 
-The client (:mod:`gnsqlite.conn`, the Consumer and Producer), the HTTP
+The client (:mod:`gnsqlite.connection`, the Consumer and Producer), the HTTP
 client, the Spark connector, the CLI and the embedded broker all take
 ``"host:port"`` addresses and all write small frames that must not wait for
 Nagle's algorithm; they share these helpers rather than each keeping a copy

@@ -46,7 +46,7 @@ import gevent.event
 import gevent.pool
 
 from .config import ConnectionConfig, ProducerConfig
-from .conn import Connection
+from .connection import Connection
 from .errors import (
     ConfigError,
     ConnectionClosedError,

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .conn import Connection
+from .connection import Connection
 from .errors import (
     ConnectionClosedError,
     NoConnectionsError,

@@ -5,15 +5,15 @@ handshake, then starts the connection's two greenlets. The class is put
 together from three halves, one module each, over the pure
 :class:`~gnsqlite.protocol.ClientConnection` it holds:
 
-* :mod:`gnsqlite.conn_handshake`: connect, IDENTIFY, TLS, snappy or
+* :mod:`gnsqlite.connection.handshake`: connect, IDENTIFY, TLS, snappy or
   deflate, AUTH;
-* :mod:`gnsqlite.conn_reader`: the **reader** greenlet (decode and route
+* :mod:`gnsqlite.connection.reader`: the **reader** greenlet (decode and route
   frames: messages to ``on_message``, which must not block; answers to their
   waiters in request order; heartbeats answered with ``NOP``; on a plain
   connection without ``on_message``, or with a ``message_class``, it leaves
   reading answers and messages to the hub)
   and the one liveness rule (dead after two heartbeat intervals of silence);
-* :mod:`gnsqlite.conn_writer`: commands written in batches, one flush a
+* :mod:`gnsqlite.connection.writer`: commands written in batches, one flush a
   turn of the hub, and the **writer** greenlet for what the socket does not
   take at once (and for TLS).
 
@@ -46,12 +46,9 @@ from typing import Any, Protocol
 import gevent
 import gevent.event
 
-from .codecs import Codec
-from .config import ConnectionConfig
-from .conn_handshake import Handshake
-from .conn_reader import Reader
-from .conn_writer import FLUSH_AT, Writer
-from .errors import (
+from ..codecs import Codec
+from ..config import ConnectionConfig
+from ..errors import (
     BrokenConnectionError,
     ConnectionClosedError,
     NSQTimeoutError,
@@ -59,9 +56,12 @@ from .errors import (
     ServerError,
     map_io_errors,
 )
-from .net import format_address, parse_address
-from .protocol import ClientConnection, ClientState, Delivery, commands
-from .timers import Timer
+from ..net import format_address, parse_address
+from ..protocol import ClientConnection, ClientState, Delivery, commands
+from ..timers import Timer
+from .handshake import Handshake
+from .reader import Reader
+from .writer import FLUSH_AT, Writer
 
 __all__ = ["Connection", "Waiter", "format_address", "map_io_errors", "parse_address"]
 
@@ -77,7 +77,7 @@ class Waiter(Protocol):
     """Receives nsqd's answer to one request; a ``gevent.event.AsyncResult`` is one.
 
     Called in the reader greenlet, or in the hub itself on a connection
-    without ``on_message`` (see :mod:`gnsqlite.conn_reader`): it must not
+    without ``on_message`` (see :mod:`gnsqlite.connection.reader`): it must not
     block (in the hub, blocking raises and ends the connection).
     """
 
@@ -108,7 +108,7 @@ class Connection(Handshake, Reader, Writer):
     frame decoder, see :class:`~gnsqlite.protocol.Delivery`) rather than a
     :class:`~gnsqlite.protocol.Message`, and on a plain TCP connection
     without compression it is called by the hub itself, which reads the
-    socket (see :mod:`gnsqlite.conn_reader`): blocking in it raises.
+    socket (see :mod:`gnsqlite.connection.reader`): blocking in it raises.
 
     The constructor opens no socket and starts no greenlet.
     """

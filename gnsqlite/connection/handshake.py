@@ -1,4 +1,4 @@
-"""The handshake half of :class:`~gnsqlite.conn.Connection`: connect, IDENTIFY, upgrades, AUTH.
+"""Connecting a :class:`~gnsqlite.connection.Connection`: connect, IDENTIFY, upgrades, AUTH.
 
 :meth:`Handshake.connect` blocks the calling greenlet through the whole
 handshake (TCP connect, magic, IDENTIFY, TLS, snappy or deflate, AUTH) and
@@ -8,7 +8,7 @@ through the connection's properties. TLS verifies the server by default
 (system CAs and hostname checking); there is no plaintext fallback.
 
 A mixin: the attributes it uses are the Connection's (see
-:mod:`gnsqlite.conn`).
+:mod:`gnsqlite.connection`).
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any
 import gevent
 import gevent.ssl
 
-from .codecs import Codec, make_codec
-from .config import ConnectionConfig
-from .errors import (
+from ..codecs import Codec, make_codec
+from ..config import ConnectionConfig
+from ..errors import (
     ConnectionClosedError,
     NegotiationError,
     NSQError,
@@ -35,7 +35,7 @@ from .errors import (
     WrongPortError,
     map_io_errors,
 )
-from .protocol import (
+from ..protocol import (
     Authenticated,
     ClientConnection,
     ClientState,
@@ -43,11 +43,11 @@ from .protocol import (
     Event,
     Identified,
 )
-from .tcp import connect_tcp
+from ..tcp import connect_tcp
 
 __all__ = ["Handshake"]
 
-log = logging.getLogger("gnsqlite.conn")  # the connection's logger, as before the split
+log = logging.getLogger("gnsqlite.connection")  # the connection's logger, as before the split
 
 
 def _default_client_id() -> str:
@@ -55,7 +55,7 @@ def _default_client_id() -> str:
 
 
 class Handshake:
-    """Connecting a :class:`~gnsqlite.conn.Connection`; see the module docstring."""
+    """Connecting a :class:`~gnsqlite.connection.Connection`; see the module docstring."""
 
     name: str
     address: tuple[str, int]

@@ -1,4 +1,4 @@
-"""The reading half of :class:`~gnsqlite.conn.Connection`: the reader greenlet and liveness.
+"""The reading half of :class:`~gnsqlite.connection.Connection`: the reader greenlet and liveness.
 
 The **reader** reads, decodes and routes frames: messages go to the
 ``on_message`` callback (which must not block: it may run in the hub
@@ -29,7 +29,7 @@ re-armed lazily, not per receive) enforces it by ending the reader's receive
 with :class:`~gnsqlite.errors.BrokenConnectionError`.
 
 A mixin: the attributes it uses are the Connection's (see
-:mod:`gnsqlite.conn`).
+:mod:`gnsqlite.connection`).
 """
 
 from __future__ import annotations
@@ -42,10 +42,10 @@ from typing import TYPE_CHECKING, Any
 import gevent
 from gevent.hub import Waiter
 
-from .codecs import Codec
-from .config import ConnectionConfig
-from .errors import BrokenConnectionError, NSQError, RemoteProtocolError, map_io_errors
-from .protocol import (
+from ..codecs import Codec
+from ..config import ConnectionConfig
+from ..errors import BrokenConnectionError, NSQError, RemoteProtocolError, map_io_errors
+from ..protocol import (
     ClientConnection,
     CloseWait,
     Delivery,
@@ -56,12 +56,12 @@ from .protocol import (
     Response,
     Upgraded,
 )
-from .protocol.frames import OK
-from .timers import Timer, TimerWheel
+from ..protocol.frames import OK
+from ..timers import Timer, TimerWheel
 
 __all__ = ["DEAD_AFTER_HEARTBEATS", "Reader"]
 
-log = logging.getLogger("gnsqlite.conn")  # the connection's logger, as before the split
+log = logging.getLogger("gnsqlite.connection")  # the connection's logger, as before the split
 
 #: Heartbeat intervals of silence after which a connection is dead.
 DEAD_AFTER_HEARTBEATS = 2
@@ -78,7 +78,7 @@ _DECODE_STEP = 64 * 1024
 
 
 class Reader:
-    """Reading a :class:`~gnsqlite.conn.Connection`; see the module docstring."""
+    """Reading a :class:`~gnsqlite.connection.Connection`; see the module docstring."""
 
     name: str
     config: ConnectionConfig

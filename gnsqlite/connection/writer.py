@@ -1,4 +1,4 @@
-"""The writing half of :class:`~gnsqlite.conn.Connection`: batched writes and the writer greenlet.
+"""The writing half of a :class:`~gnsqlite.connection.Connection`: batched writes, the writer.
 
 Commands are written in batches: the first command queued in a turn of the
 event loop schedules one flush, a callback the hub runs before it next polls
@@ -12,7 +12,7 @@ ahead of anything queued later, so no caller and not the hub ever blocks on
 a slow nsqd. On TLS connections the writer greenlet does all the writing.
 
 A mixin: the attributes it uses are the Connection's (see
-:mod:`gnsqlite.conn`).
+:mod:`gnsqlite.connection`).
 """
 
 from __future__ import annotations
@@ -23,12 +23,12 @@ from typing import TYPE_CHECKING, Any
 import gevent
 import gevent.event
 
-from .codecs import Codec
-from .errors import NSQError, map_io_errors
+from ..codecs import Codec
+from ..errors import NSQError, map_io_errors
 
 __all__ = ["FLUSH_AT", "Writer"]
 
-log = logging.getLogger("gnsqlite.conn")  # the connection's logger, as before the split
+log = logging.getLogger("gnsqlite.connection")  # the connection's logger, as before the split
 
 #: Commands queued in one turn of the loop after which they are sent at once
 #: (about 4 KiB of FINs, as go-nsq's buffered writer sends them).
@@ -37,7 +37,7 @@ _FLUSH_AT = FLUSH_AT
 
 
 class Writer:
-    """Writing a :class:`~gnsqlite.conn.Connection`; see the module docstring."""
+    """Writing a :class:`~gnsqlite.connection.Connection`; see the module docstring."""
 
     name: str
     _sock: Any

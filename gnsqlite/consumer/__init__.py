@@ -52,7 +52,7 @@ import gevent.event
 
 from ..batch import BatchConfig, Batcher, BatchHandler
 from ..config import ConnectionConfig, ConsumerConfig, split_options
-from ..conn import Connection
+from ..connection import Connection
 from ..deadletter import DeadLetterPublisher
 from ..errors import ConfigError, NSQConnectionError, ServerError
 from ..flow import make_backoff_strategy

@@ -26,7 +26,7 @@ from test_conn_script import (
     until_eof,
 )
 
-from gnsqlite.conn import Connection
+from gnsqlite.connection import Connection
 from gnsqlite.consumer import Consumer
 from gnsqlite.errors import BrokenConnectionError, ConnectionClosedError, RemoteProtocolError
 from gnsqlite.producer import Producer

@@ -30,7 +30,7 @@ import pytest
 import gnsqlite
 from gnsqlite.codecs import Codec, make_codec
 from gnsqlite.config import ConnectionConfig
-from gnsqlite.conn import Connection
+from gnsqlite.connection import Connection
 from gnsqlite.errors import (
     BadTopicError,
     BrokenConnectionError,

@@ -26,7 +26,7 @@ import pytest
 from recording_proxy import RecordingProxy
 from test_consumer import CHANNEL, TOPIC, channel_stats, drained, live_greenlets, publish
 
-from gnsqlite.conn import parse_address
+from gnsqlite.connection import parse_address
 from gnsqlite.consumer import Consumer
 from gnsqlite.flow import ExponentialBackoff
 from gnsqlite.message import Message

@@ -17,7 +17,7 @@ import gevent.socket
 import pytest
 from recording_proxy import RecordingProxy
 
-from gnsqlite.conn import parse_address
+from gnsqlite.connection import parse_address
 from gnsqlite.consumer import Consumer
 from gnsqlite.http import NsqdHTTPClient
 from gnsqlite.message import Message

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from gnsqlite.conn import Connection
+from gnsqlite.connection import Connection
 
 pytestmark = pytest.mark.no_server
 

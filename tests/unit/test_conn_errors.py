@@ -6,7 +6,7 @@ import ssl
 
 import pytest
 
-from gnsqlite.conn import map_io_errors
+from gnsqlite.connection import map_io_errors
 from gnsqlite.errors import BrokenConnectionError, NSQTimeoutError
 
 pytestmark = pytest.mark.no_server
