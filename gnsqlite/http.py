@@ -6,7 +6,7 @@ topics and channels); :class:`LookupdClient` covers nsqlookupd's
 (``lookup``, ``topics``, ``channels``, ``nodes``).
 
 They are built on the standard library's :mod:`http.client`, with its socket
-made by :func:`gnsqlite.tcp.connect_tcp` (a gevent socket): a request blocks only the
+made by :func:`gnsqlite.net.connect_tcp` (a gevent socket): a request blocks only the
 calling greenlet, whether or not the process is patched. Why not a library
 such as ``geventhttpclient``: the core's runtime dependencies are gevent and
 python-snappy only, and these APIs are a handful of small requests to one
@@ -45,10 +45,9 @@ from .errors import (
     RemoteProtocolError,
     WrongPortError,
 )
-from .net import parse_address
+from .net import connect_tcp, parse_address
 from .protocol import as_body, check_channel_name, check_topic_name, to_milliseconds
 from .protocol.ports import tcp_answer_on_http_port
-from .tcp import connect_tcp
 
 __all__ = ["HTTPError", "NsqdHTTPClient", "LookupdClient", "http_request"]
 

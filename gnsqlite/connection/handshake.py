@@ -35,6 +35,7 @@ from ..errors import (
     WrongPortError,
     map_io_errors,
 )
+from ..net import connect_tcp
 from ..protocol import (
     Authenticated,
     ClientConnection,
@@ -43,7 +44,6 @@ from ..protocol import (
     Event,
     Identified,
 )
-from ..tcp import connect_tcp
 
 __all__ = ["Handshake"]
 
