@@ -2,7 +2,7 @@
 
 An :class:`Attempt` is one publish call travelling over a producer's
 connections until nsqd accepts it or it gives up; it is the
-:class:`~gnsqlite.connection.Waiter` the connection's reader answers directly.
+:class:`~gnsqlite.connection.AnswerWaiter` the connection's reader answers directly.
 :class:`Deadlines` (a mixin of :class:`~gnsqlite.producer.Producer`) blocks
 a caller until its attempt is answered and fails the late ones, with one
 timer of the hub's wheel at the earliest deadline (owned by the producer)
@@ -44,7 +44,7 @@ class AttemptOwner(Protocol):
 class Attempt:
     """One publish call travelling over connections until it succeeds or gives up.
 
-    It is also the :class:`~gnsqlite.connection.Waiter` of the connection it was
+    It is also the :class:`~gnsqlite.connection.AnswerWaiter` of the connection it was
     last sent on (one at a time: it moves on only after that one failed),
     which the connection's reader calls directly.
     """

@@ -1,14 +1,12 @@
-"""Connecting a :class:`~gnsqlite.connection.Connection`: connect, IDENTIFY, upgrades, AUTH.
+"""Connecting: TCP connect, magic, IDENTIFY, TLS, snappy or deflate, AUTH.
 
-:meth:`Handshake.connect` blocks the calling greenlet through the whole
-handshake (TCP connect, magic, IDENTIFY, TLS, snappy or deflate, AUTH) and
-then starts the connection's reader and writer greenlets. What IDENTIFY
-negotiated is the protocol state's (``conn.protocol.features``), read
-through the connection's properties. TLS verifies the server by default
-(system CAs and hostname checking); there is no plaintext fallback.
-
-A mixin: the attributes it uses are the Connection's (see
-:mod:`gnsqlite.connection`).
+:func:`handshake` runs the whole handshake over a stream and returns the
+connected stream (TLS-wrapped when negotiated) with its codec;
+:func:`open_stream` connects TCP first and bounds the whole by the
+connect timeout, translating failures to the library's errors. What
+IDENTIFY negotiated is the protocol state's (``protocol.features``). TLS
+verifies the server by default (system CAs and hostname checking); there
+is no plaintext fallback.
 """
 
 from __future__ import annotations
@@ -16,9 +14,9 @@ from __future__ import annotations
 import logging
 import socket as _stdlib_socket
 import ssl as _stdlib_ssl
-import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 import gevent
 import gevent.ssl
@@ -26,16 +24,14 @@ import gevent.ssl
 from ..codecs import Codec, make_codec
 from ..config import ConnectionConfig
 from ..errors import (
-    ConnectionClosedError,
+    BrokenConnectionError,
     NegotiationError,
-    NSQError,
     NSQTimeoutError,
     RemoteProtocolError,
     ServerError,
     WrongPortError,
     map_io_errors,
 )
-from ..net import connect_tcp
 from ..protocol import (
     Authenticated,
     ClientConnection,
@@ -44,134 +40,151 @@ from ..protocol import (
     Event,
     Identified,
 )
+from .reader import feed_protocol
+from .stream import SocketStream, Stream
 
-__all__ = ["Handshake"]
+__all__ = ["Connected", "handshake", "open_stream"]
 
-log = logging.getLogger("gnsqlite.connection")  # the connection's logger, as before the split
+log = logging.getLogger(__name__)
+
+#: Bytes asked of one ``recv`` during the handshake.
+_RECV_SIZE = 64 * 1024
+
+
+@dataclass
+class Connected:
+    """What a finished handshake hands the connection."""
+
+    #: The stream to read and write from now on (TLS-wrapped when negotiated).
+    stream: Stream
+    #: The compression codec negotiated, or ``None``.
+    codec: Codec | None
+    #: nsqd's AUTH reply, or ``None`` when no AUTH was needed.
+    identity: dict[str, Any] | None
 
 
 def _default_client_id() -> str:
     return _stdlib_socket.gethostname().split(".")[0]
 
 
-class Handshake:
-    """Connecting a :class:`~gnsqlite.connection.Connection`; see the module docstring."""
+def open_stream(
+    address: tuple[str, int],
+    config: ConnectionConfig,
+    protocol: ClientConnection,
+    name: str,
+    connect: Callable[[tuple[str, int]], Stream] = SocketStream.connect,
+) -> Connected:
+    """Connect to ``address`` and run the whole handshake; blocks up to ``connect_timeout``.
 
-    name: str
-    address: tuple[str, int]
-    config: ConnectionConfig
-    protocol: ClientConnection
-    identity: dict[str, Any] | None
-    last_received: float
-    _sock: Any
-    _codec: Codec | None
-    closed: bool
-    _tls: bool
-    _loop: Any
-    _reader: gevent.Greenlet[[], None] | None
-    _writer: gevent.Greenlet[[], None] | None
-
-    if TYPE_CHECKING:
-
-        @property
-        def features(self) -> dict[str, Any]: ...
-        def _end(self, error: Exception | None) -> None: ...
-        def _feed(self, data: bytes, route: Callable[[Event], None] | None = None) -> None: ...
-        def _recv(self) -> bytes: ...
-        def _encode(self, data: bytes) -> bytes: ...
-        def _read_loop(self) -> None: ...
-        def _write_loop(self) -> None: ...
-
-    def connect(self) -> dict[str, Any]:
-        """Connect and run the whole handshake; blocks until done.
-
-        Returns the negotiated features (nsqd's IDENTIFY reply, or defaults
-        such as ``max_rdy_count`` 2500 when nsqd answered a plain ``OK``).
-        Raises :class:`~gnsqlite.errors.BrokenConnectionError` on network
-        failure, :class:`~gnsqlite.errors.NSQTimeoutError` when the handshake
-        exceeds ``connect_timeout`` seconds,
-        :class:`~gnsqlite.errors.WrongPortError` when the address is an HTTP
-        port (or nsqlookupd's), :class:`~gnsqlite.errors.NegotiationError` when nsqd cannot provide
-        TLS or AUTH as configured or its certificate is refused, and the
-        server's error (``AuthFailedError``, ``UnauthorizedError``,
-        ``BadBodyError`` ...) for a refused IDENTIFY or AUTH.
-        """
-        if self.closed or self._reader is not None:
-            raise ConnectionClosedError(self.name, "a Connection object connects only once")
-        timeout = self.config.connect_timeout
-        deadline = gevent.Timeout(timeout)
-        deadline.start()
-        try:
-            with map_io_errors(self.name, "connect failed", OSError, ValueError):
-                self._handshake()
-            return self.features
-        except gevent.Timeout as exc:
-            if exc is not deadline:  # the caller's own timeout: leave no socket behind
-                self._end(ConnectionClosedError(self.name, "connect was interrupted"))
-                raise
-            error: Exception = NSQTimeoutError(
-                f"{self.name}: the handshake took longer than {timeout} s"
-            )
-            self._end(error)
-            raise error from None
-        except WrongPortError as exc:  # the decoder's words, without the address
-            error = WrongPortError(f"{self.name}: {exc}")
-            self._end(error)
-            raise error from None
-        except NegotiationError as exc:
-            self._end(exc)
-            if self.name in str(exc):
-                raise
-            raise NegotiationError(f"{self.name}: {exc}") from exc
-        except ServerError as exc:
-            self._end(exc)
-            raise type(exc)(f"{exc.text} (from {self.name})", code=exc.code) from exc
-        except NSQError as exc:  # BrokenConnectionError from map_io_errors included
-            self._end(exc)
+    ``connect`` opens the stream (a TCP connection by default). Raises
+    :class:`~gnsqlite.errors.BrokenConnectionError` on network failure,
+    :class:`~gnsqlite.errors.NSQTimeoutError` when the handshake exceeds
+    ``config.connect_timeout`` seconds, :class:`~gnsqlite.errors.WrongPortError`
+    when the address is an HTTP port (or nsqlookupd's),
+    :class:`~gnsqlite.errors.NegotiationError` when nsqd cannot provide TLS
+    or AUTH as configured or its certificate is refused, and the server's
+    error (``AuthFailedError``, ``BadBodyError`` ...) for a refused IDENTIFY
+    or AUTH; every message names ``name``. The stream is closed on failure.
+    """
+    timeout = config.connect_timeout
+    deadline = gevent.Timeout(timeout)
+    deadline.start()
+    try:
+        with map_io_errors(name, "connect failed", OSError, ValueError):
+            stream = connect(address)
+            return handshake(stream, protocol, config, name, address[0])
+    except gevent.Timeout as exc:
+        if exc is not deadline:  # the caller's own timeout
             raise
-        except BaseException:  # GreenletExit, KeyboardInterrupt: leave no socket behind
-            self._end(ConnectionClosedError(self.name, "connect was interrupted"))
+        raise NSQTimeoutError(f"{name}: the handshake took longer than {timeout} s") from None
+    except WrongPortError as exc:  # the decoder's words, without the address
+        raise WrongPortError(f"{name}: {exc}") from None
+    except NegotiationError as exc:
+        if name in str(exc):
             raise
-        finally:
-            deadline.close()
+        raise NegotiationError(f"{name}: {exc}") from exc
+    except ServerError as exc:
+        raise type(exc)(f"{exc.text} (from {name})", code=exc.code) from exc
+    finally:
+        deadline.close()
 
-    def _handshake(self) -> None:
-        sock = self._sock = connect_tcp(self.address)
-        hostname = self.config.hostname or _stdlib_socket.gethostname()
-        body = self.config.identify_body(_default_client_id(), hostname)
-        sock.sendall(self.protocol.start(body))
-        while self.protocol.state not in (ClientState.READY, ClientState.AUTH_REQUIRED):
-            for event in self._handshake_events():
+
+def handshake(
+    stream: Stream, protocol: ClientConnection, config: ConnectionConfig, name: str, host: str
+) -> Connected:
+    """Magic, IDENTIFY, the upgrades nsqd agreed to, AUTH, over ``stream``; blocks.
+
+    Returns the connected stream and codec. ``host`` is the name TLS
+    verifies. Raises as :func:`open_stream` says (network errors as
+    ``OSError``); the stream is closed on any failure.
+    """
+    steps = _Handshake(stream, protocol, config, name, host)
+    try:
+        steps.run()
+    except BaseException:
+        steps.stream.close()
+        raise
+    return Connected(steps.stream, steps.codec, steps.identity)
+
+
+class _Handshake:
+    """The state of one handshake in progress: the stream (it changes at TLS) and the codec."""
+
+    def __init__(
+        self,
+        stream: Stream,
+        protocol: ClientConnection,
+        config: ConnectionConfig,
+        name: str,
+        host: str,
+    ) -> None:
+        self.stream = stream
+        self.protocol = protocol
+        self.config = config
+        self.name = name
+        self.host = host
+        self.codec: Codec | None = None
+        self.identity: dict[str, Any] | None = None
+
+    def run(self) -> None:
+        protocol, config = self.protocol, self.config
+        hostname = config.hostname or _stdlib_socket.gethostname()
+        body = config.identify_body(_default_client_id(), hostname)
+        self.stream.sendall(protocol.start(body))
+        while protocol.state not in (ClientState.READY, ClientState.AUTH_REQUIRED):
+            for event in self._events():
                 if isinstance(event, Identified):  # the protocol keeps its features
                     self._check_compression(event)
                 elif isinstance(event, ErrorReceived):
                     raise event.error
-            upgrade = self.protocol.pending_upgrade
+            upgrade = protocol.pending_upgrade
             if upgrade is not None:
                 self._upgrade(upgrade)
-        if self.protocol.state is ClientState.AUTH_REQUIRED:
+        if protocol.state is ClientState.AUTH_REQUIRED:
             self._authenticate()
-        elif self.config.auth_secret is not None:
+        elif config.auth_secret is not None:
             log.warning("%s: auth_secret set but nsqd does not require AUTH; not sent", self.name)
-        self._sock.settimeout(None)  # the reader bounds its own waits; writes may be long
-        self.last_received = time.monotonic()
-        self._loop = gevent.get_hub().loop
-        self._reader = gevent.spawn(self._read_loop)
-        self._writer = gevent.spawn(self._write_loop)
 
     def _check_compression(self, event: Identified) -> None:
         for kind in ("snappy", "deflate"):
             if getattr(self.config, kind) and kind not in event.upgrades:
                 log.warning("%s: %s was requested but nsqd does not offer it", self.name, kind)
 
-    def _handshake_events(self) -> list[Event]:
-        events = self.protocol.events()
-        while not events and self.protocol.pending_upgrade is None:
-            self._feed(self._recv())
-            events = self.protocol.events()
-        data = self.protocol.data_to_send()
+    def _encode(self, data: bytes) -> bytes:
+        return self.codec.encode(data) if self.codec is not None else data
+
+    def _events(self) -> list[Event]:
+        protocol = self.protocol
+        events = protocol.events()
+        while not events and protocol.pending_upgrade is None:
+            data = self.stream.recv(_RECV_SIZE)
+            if not data:
+                raise BrokenConnectionError(self.name, "nsqd closed the connection")
+            feed_protocol(protocol, self.codec, data, self.name)
+            events = protocol.events()
+        data = protocol.data_to_send()
         if data:
-            self._sock.sendall(self._encode(data))
+            self.stream.sendall(self._encode(data))
         return events
 
     def _upgrade(self, kind: str) -> None:
@@ -181,34 +194,19 @@ class Handshake:
         if kind == "tls":
             if rest:
                 raise RemoteProtocolError("nsqd sent data before the TLS handshake")
-            self._sock = self._wrap_tls(self._sock)
-            self._tls = True
+            context = self.config.tls_context or self._tls_context()
+            try:
+                self.stream = self.stream.start_tls(context, self.host)
+            except _stdlib_ssl.SSLError as exc:
+                raise NegotiationError(f"{self.name}: TLS handshake failed: {exc}") from exc
         else:
-            level = int(self.features.get("deflate_level", self.config.deflate_level))
-            self._codec = make_codec(kind, level)
+            level = int(self.protocol.features.get("deflate_level", self.config.deflate_level))
+            self.codec = make_codec(kind, level)
         self.protocol.upgrade_started()
         if rest:
-            self._feed(rest)
+            feed_protocol(self.protocol, self.codec, rest, self.name)
 
-    def _wrap_tls(self, sock: Any) -> Any:
-        context = self.config.tls_context or self._build_tls_context()
-        host = self.address[0]
-        try:
-            # gevent.ssl.SSLSocket accepts any SSLContext (a stdlib one too) and
-            # keeps every operation cooperative; context.wrap_socket would not
-            # when the user built the context with the stdlib ssl module.
-            tls = gevent.ssl.SSLSocket(
-                sock=sock,
-                server_hostname=host,
-                do_handshake_on_connect=False,
-                _context=context,
-            )
-            tls.do_handshake()
-        except _stdlib_ssl.SSLError as exc:
-            raise NegotiationError(f"{self.name}: TLS handshake failed: {exc}") from exc
-        return tls
-
-    def _build_tls_context(self) -> _stdlib_ssl.SSLContext:
+    def _tls_context(self) -> _stdlib_ssl.SSLContext:
         cfg = self.config
         context: _stdlib_ssl.SSLContext = gevent.ssl.create_default_context(cafile=cfg.tls_ca_file)
         if cfg.tls_cert_file is not None:
@@ -224,12 +222,11 @@ class Handshake:
             raise NegotiationError(
                 f"{self.name}: nsqd requires AUTH (auth_required) but no auth_secret was given"
             )
-        self._sock.sendall(self._encode(self.protocol.auth(secret)))
+        self.stream.sendall(self._encode(self.protocol.auth(secret)))
         while self.protocol.state is ClientState.AUTHENTICATING:
-            for event in self._handshake_events():
+            for event in self._events():
                 if isinstance(event, Authenticated):
                     self.identity = event.identity
                     log.debug("%s: authenticated as %r", self.name, event.identity.get("identity"))
                 elif isinstance(event, ErrorReceived):
                     raise event.error
-

@@ -354,7 +354,7 @@ def test_commands_written_together_go_out_in_one_send(scripted: Any) -> None:
     conn.connect()
     conn.subscribe("t", "c", timeout=5)
     sends: list[int] = []
-    real = conn._sock
+    real = conn.stream.socket  # type: ignore[union-attr]
 
     class CountingSocket:
         def __getattr__(self, name: str) -> Any:
@@ -369,7 +369,7 @@ def test_commands_written_together_go_out_in_one_send(scripted: Any) -> None:
             sends.append(len(data))
             real.sendall(data)
 
-    conn._sock = CountingSocket()
+    conn.stream.socket = CountingSocket()  # type: ignore[union-attr]
     try:
         for i in range(50):
             conn.finish(f"{i:016d}")
@@ -377,7 +377,7 @@ def test_commands_written_together_go_out_in_one_send(scripted: Any) -> None:
         assert lines == [f"FIN {i:016d}".encode() for i in range(50)]
         assert sends == [50 * len(b"FIN 0000000000000000\n")]
     finally:
-        conn._sock = real
+        conn.stream.socket = real  # type: ignore[union-attr]
         conn.close()
 
 
@@ -386,7 +386,7 @@ class RecordingSends:
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
-        self.real = conn._sock
+        self.real = conn.stream.socket  # type: ignore[union-attr]
         self.sends: list[tuple[Any, bytes]] = []
 
     def __getattr__(self, name: str) -> Any:
@@ -398,11 +398,11 @@ class RecordingSends:
         return sent
 
     def __enter__(self) -> RecordingSends:
-        self.conn._sock = self
+        self.conn.stream.socket = self  # type: ignore[union-attr]
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.conn._sock = self.real
+        self.conn.stream.socket = self.real  # type: ignore[union-attr]
 
 
 def test_a_lone_request_goes_out_from_the_hub_without_waking_the_writer(scripted: Any) -> None:
@@ -501,7 +501,7 @@ def test_a_flush_the_socket_takes_in_part_is_finished_before_later_commands(
     server = scripted(script)
     conn = Connection(server.address)
     conn.connect()
-    real = conn._sock
+    real = conn.stream.socket  # type: ignore[union-attr]
     throttled = [True]
 
     class SlowSocket:
@@ -516,7 +516,7 @@ def test_a_flush_the_socket_takes_in_part_is_finished_before_later_commands(
             sent = real.send(data, *args)
             return sent
 
-    conn._sock = SlowSocket()
+    conn.stream.socket = SlowSocket()  # type: ignore[union-attr]
     try:
         first = conn.publish("t", b"first")
         rest = [gevent.spawn(conn.publish, "t", f"m{i}".encode()) for i in range(3)]
@@ -532,7 +532,7 @@ def test_a_flush_the_socket_takes_in_part_is_finished_before_later_commands(
             (b"PUB t", b"m2"),
         ]
     finally:
-        conn._sock = real
+        conn.stream.socket = real  # type: ignore[union-attr]
         conn.close()
 
 
@@ -746,8 +746,8 @@ def test_a_handshake_that_never_ends_times_out(scripted: Any) -> None:
 def test_the_constructor_opens_nothing_and_close_before_connect_is_fine() -> None:
     before = gevent.getcurrent()
     conn = Connection("127.0.0.1:1")
-    assert conn._sock is None
-    assert conn._reader is None and conn._writer is None
+    assert conn.stream is None
+    assert conn.reader.greenlet is None and conn.writer.greenlet is None
     assert not conn.is_connected
     conn.close()
     assert conn.closed

@@ -559,7 +559,7 @@ def test_a_dropped_nsqd_found_through_lookupd_is_rediscovered_at_once(
         nsq_cluster, consumers, lookupd_poll_interval=600.0
     )
     (first,) = consumer.connections
-    first._sock.shutdown(socket.SHUT_RDWR)  # the network drops it; nsqd stays listed
+    first.socket.shutdown(socket.SHUT_RDWR)  # the network drops it; nsqd stays listed
     wait_until(lambda: first.closed, timeout=5)
     wait_until(lambda: [c for c in consumer.connections if c is not first], timeout=5)
     publish(server, [b"two"])

@@ -62,8 +62,8 @@ def test_finish_all_sends_a_connections_fins_in_one_write(nsqd: NsqdServer) -> N
         assert all_held.wait(10), f"held {len(held)} of {n}"
         conn = held[0].connection
         assert all(m.connection is conn for m in held)
-        spy = CountingSocket(conn._sock)
-        conn._sock = spy
+        spy = CountingSocket(conn.stream.socket)  # type: ignore[union-attr]
+        conn.stream.socket = spy  # type: ignore[union-attr]
         assert finish_all(held) == n
         wait_until(lambda: nsqd.channel_drained(TOPIC, CHANNEL), timeout=10)
         fin_writes = [w for w in spy.writes if b"FIN " in w]
@@ -77,5 +77,5 @@ def test_finish_all_sends_a_connections_fins_in_one_write(nsqd: NsqdServer) -> N
         assert finish_all(held) == 0  # answered once: nothing more is sent
     finally:
         if spy is not None:
-            held[0].connection._sock = spy.sock
+            held[0].connection.stream.socket = spy.sock  # type: ignore[union-attr]
         consumer.close(5.0)
