@@ -46,7 +46,10 @@ class Stream(Protocol):
         ...
 
     def send_nowait(self, data: bytes) -> int:
-        """Send what the stream takes now, without waiting; returns the bytes taken."""
+        """Send what the stream takes now, without waiting; returns the bytes taken.
+
+        May raise ``BlockingIOError`` when it takes nothing.
+        """
         ...
 
     def sendall(self, data: bytes | memoryview) -> None:
@@ -70,11 +73,17 @@ class SocketStream:
     """A :class:`Stream` over a connected gevent socket (plain TCP or TLS)."""
 
     def __init__(self, sock: Any, tls: bool = False) -> None:
-        self.socket = sock  # writes look it up each time: a test may wrap it
+        self.socket = sock
         self.tls = tls
-        self.recv = sock.recv  # bound once: the reader calls it per read
         # The OS socket under gevent's (non-blocking), for the hub's reads: plain TCP only.
-        self.hub_readable: Any = None if tls else getattr(sock, "_sock", None)
+        raw = None if tls else getattr(sock, "_sock", None)
+        self.hub_readable: Any = raw
+        self.recv = sock.recv  # bound once: the reader calls it per read
+        # Bound once, no Python frame per flush: the non-blocking OS socket's
+        # own send takes what it can and raises BlockingIOError when full.
+        self.send_nowait: Callable[[bytes], int] = (
+            raw.send if raw is not None else functools.partial(sock.send, flags=0, timeout=0.0)
+        )
         # A plain gevent socket can be waited on before the receive: after a
         # short read the next receive would fail with EAGAIN (an exception per
         # round trip) before gevent waits anyway.
@@ -90,14 +99,6 @@ class SocketStream:
     def connect(cls, address: tuple[str, int]) -> SocketStream:
         """A stream over a new TCP connection to ``address``; blocks. Raises ``OSError``."""
         return cls(connect_tcp(address))
-
-    def send_nowait(self, data: bytes) -> int:
-        """See :meth:`Stream.send_nowait`; ``OSError`` other than "would block" propagates."""
-        try:
-            sent: int = self.socket.send(data, 0, 0.0)  # timeout 0.0: never wait
-        except BlockingIOError:
-            return 0
-        return sent
 
     def sendall(self, data: bytes | memoryview) -> None:
         """See :meth:`Stream.sendall`: one ``send``, then ``sendall`` for any rest."""

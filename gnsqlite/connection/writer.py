@@ -86,7 +86,9 @@ class Writer:
         outbox = self.outbox
         outbox.append(data)
         if now and not self.tls:
-            self.flush()
+            self._flush()
+            if self.flush_scheduled and not outbox:
+                self._unschedule()
         elif self.tls or not self.flush_scheduled or len(outbox) >= FLUSH_AT:
             self.queued()  # otherwise the flush already scheduled takes it
 
@@ -116,9 +118,12 @@ class Writer:
             return
         self._flush()
         if self.flush_scheduled and not self.outbox:
-            # The hub's flush would find nothing: drop it (a callback a publish).
-            self.flush_scheduled = False
-            self._flush_handle.stop()
+            self._unschedule()
+
+    def _unschedule(self) -> None:
+        """The hub's flush would find nothing: drop it (a callback a publish)."""
+        self.flush_scheduled = False
+        self._flush_handle.stop()
 
     def _flush_callback(self) -> None:
         self.flush_scheduled = False
@@ -147,6 +152,8 @@ class Writer:
         outbox.clear()
         try:
             sent = self.stream.send_nowait(data)  # type: ignore[union-attr]
+        except BlockingIOError:
+            sent = 0
         except OSError as exc:
             log.debug("%s: write failed (%s); left to the writer", self.name, exc)
             sent = 0
@@ -156,8 +163,6 @@ class Writer:
 
     def _write_loop(self) -> None:
         outbox = self.outbox
-        stream = self.stream
-        assert stream is not None  # start() set it
         try:
             with map_io_errors(self.name, "write failed"):
                 while True:
@@ -171,7 +176,7 @@ class Writer:
                         self._unsent = b""
                         self._writing = True
                         try:
-                            stream.sendall(data)
+                            self.stream.sendall(data)  # type: ignore[union-attr]
                         finally:
                             self._writing = False
                     if self._draining and not outbox and not self._unsent:

@@ -354,22 +354,22 @@ def test_commands_written_together_go_out_in_one_send(scripted: Any) -> None:
     conn.connect()
     conn.subscribe("t", "c", timeout=5)
     sends: list[int] = []
-    real = conn.stream.socket  # type: ignore[union-attr]
+    real = conn.writer.stream
 
-    class CountingSocket:
+    class CountingStream:
         def __getattr__(self, name: str) -> Any:
             return getattr(real, name)
 
-        def send(self, data: bytes, *args: Any) -> int:
-            sent: int = real.send(data, *args)
+        def send_nowait(self, data: bytes) -> int:
+            sent: int = real.send_nowait(data)  # type: ignore[union-attr]
             sends.append(sent)
             return sent
 
         def sendall(self, data: bytes) -> None:
             sends.append(len(data))
-            real.sendall(data)
+            real.sendall(data)  # type: ignore[union-attr]
 
-    conn.stream.socket = CountingSocket()  # type: ignore[union-attr]
+    conn.writer.stream = CountingStream()  # type: ignore[assignment]
     try:
         for i in range(50):
             conn.finish(f"{i:016d}")
@@ -377,32 +377,36 @@ def test_commands_written_together_go_out_in_one_send(scripted: Any) -> None:
         assert lines == [f"FIN {i:016d}".encode() for i in range(50)]
         assert sends == [50 * len(b"FIN 0000000000000000\n")]
     finally:
-        conn.stream.socket = real  # type: ignore[union-attr]
+        conn.writer.stream = real
         conn.close()
 
 
 class RecordingSends:
-    """Wraps a connection's socket; records which greenlet made each ``send`` and what it sent."""
+    """Wraps a connection's stream; records which greenlet made each write and what it sent."""
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
-        self.real = conn.stream.socket  # type: ignore[union-attr]
+        self.real: Any = conn.writer.stream
         self.sends: list[tuple[Any, bytes]] = []
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.real, name)
 
-    def send(self, data: bytes, *args: Any) -> int:
+    def send_nowait(self, data: bytes) -> int:
         self.sends.append((gevent.getcurrent(), bytes(data)))
-        sent: int = self.real.send(data, *args)
+        sent: int = self.real.send_nowait(data)
         return sent
 
+    def sendall(self, data: bytes) -> None:
+        self.sends.append((gevent.getcurrent(), bytes(data)))
+        self.real.sendall(data)
+
     def __enter__(self) -> RecordingSends:
-        self.conn.stream.socket = self  # type: ignore[union-attr]
+        self.conn.writer.stream = self  # type: ignore[assignment]
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.conn.stream.socket = self.real  # type: ignore[union-attr]
+        self.conn.writer.stream = self.real
 
 
 def test_a_lone_request_goes_out_from_the_hub_without_waking_the_writer(scripted: Any) -> None:
@@ -501,22 +505,22 @@ def test_a_flush_the_socket_takes_in_part_is_finished_before_later_commands(
     server = scripted(script)
     conn = Connection(server.address)
     conn.connect()
-    real = conn.stream.socket  # type: ignore[union-attr]
+    real: Any = conn.writer.stream
     throttled = [True]
 
-    class SlowSocket:
+    class SlowStream:
         def __getattr__(self, name: str) -> Any:
             return getattr(real, name)
 
-        def send(self, data: bytes, *args: Any) -> int:
-            if throttled[0] and args == (0, 0.0):  # a flush, which must not wait
+        def send_nowait(self, data: bytes) -> int:  # a flush, which must not wait
+            if throttled[0]:
                 throttled[0] = False
-                sent: int = real.send(bytes(data[:3]))
+                sent: int = real.send_nowait(bytes(data[:3]))
                 return sent
-            sent = real.send(data, *args)
+            sent = real.send_nowait(data)
             return sent
 
-    conn.stream.socket = SlowSocket()  # type: ignore[union-attr]
+    conn.writer.stream = SlowStream()  # type: ignore[assignment]
     try:
         first = conn.publish("t", b"first")
         rest = [gevent.spawn(conn.publish, "t", f"m{i}".encode()) for i in range(3)]
@@ -532,7 +536,7 @@ def test_a_flush_the_socket_takes_in_part_is_finished_before_later_commands(
             (b"PUB t", b"m2"),
         ]
     finally:
-        conn.stream.socket = real  # type: ignore[union-attr]
+        conn.writer.stream = real
         conn.close()
 
 
