@@ -73,6 +73,20 @@ def shape(event: Any) -> tuple[Any, ...]:
     return (type(event), *values, id(getattr(event, "waiter", None)))
 
 
+def assert_agree(
+    fast: ClientConnection, slow: ClientConnection, frames: list[bytes], seed: int
+) -> None:
+    """``frames`` through ``events()`` and through the original rule: the same outcome."""
+    data = b"".join(frames)
+    fast.receive_data(data)
+    slow.receive_data(data)
+    got, expected = fast.events(), by_the_original_rule(slow)
+    assert [shape(e) for e in got] == [shape(e) for e in expected], f"seed {seed}"
+    assert fast.data_to_send() == slow.data_to_send(), f"seed {seed}"
+    assert fast.state is slow.state, f"seed {seed}"
+    assert fast.pending_requests == slow.pending_requests, f"seed {seed}"
+
+
 def random_message(rng: random.Random) -> bytes:
     wire = Message(b"%016x" % rng.getrandbits(64), rng.randbytes(rng.randrange(0, 40)), 1, 1)
     return encode_frame(FRAME_TYPE_MESSAGE, encode_message(wire))
@@ -96,14 +110,7 @@ def test_a_subscribed_connections_events_follow_the_one_rule(
         )
         for _ in range(rng.randrange(1, 30))
     ]
-    fast, slow = subscribed(message_class), subscribed(message_class)
-    data = b"".join(frames)
-    fast.receive_data(data)
-    slow.receive_data(data)
-    got, expected = fast.events(), by_the_original_rule(slow)
-    assert [shape(e) for e in got] == [shape(e) for e in expected], f"seed {seed}"
-    assert fast.data_to_send() == slow.data_to_send(), f"seed {seed}"
-    assert fast.state is slow.state, f"seed {seed}"
+    assert_agree(subscribed(message_class), subscribed(message_class), frames, seed)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -127,13 +134,8 @@ def test_a_publishers_answers_follow_the_one_rule(seed: int) -> None:
         else:
             frames.append(OK)
             answers += 1
-    data = b"".join(frames)
-    fast.receive_data(data)
-    slow.receive_data(data)
-    got, expected = fast.events(), by_the_original_rule(slow)
-    assert [shape(e) for e in got] == [shape(e) for e in expected], f"seed {seed}"
-    assert fast.data_to_send() == slow.data_to_send(), f"seed {seed}"
-    assert fast.pending_requests == slow.pending_requests == 0, f"seed {seed}"
+    assert_agree(fast, slow, frames, seed)
+    assert fast.pending_requests == 0, f"seed {seed}"
 
 
 @pytest.mark.parametrize("seed", SEEDS)
