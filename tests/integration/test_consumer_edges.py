@@ -26,10 +26,10 @@ import pytest
 from recording_proxy import RecordingProxy
 from test_consumer import CHANNEL, TOPIC, channel_stats, drained, live_greenlets, publish
 
-from gnsqlite.connection import parse_address
 from gnsqlite.consumer import Consumer
 from gnsqlite.flow import ExponentialBackoff
 from gnsqlite.message import Message
+from gnsqlite.net import parse_address
 from gnsqlite.testing import NsqdServer, wait_until
 
 
