@@ -57,7 +57,7 @@ from ..net import format_address, parse_address
 from ..protocol import ClientConnection, ClientState, Delivery, commands
 from .handshake import open_stream
 from .reader import Reader
-from .stream import Stream
+from .stream import SocketStream, Stream
 from .writer import Writer
 
 __all__ = ["AnswerWaiter", "Connection"]
@@ -153,7 +153,7 @@ class Connection:
             on_error=on_error,
             on_heartbeat=on_heartbeat,
         )
-        self._connect_stream = connect_stream
+        self._connect_stream = connect_stream or SocketStream.connect
         self._compression: str | None = None
         self._error: Exception | None = None
         #: Connected, not closing, not closed: commands may be queued (one read per command).
@@ -239,12 +239,9 @@ class Connection:
         if self.closed or self.reader.greenlet is not None:
             raise ConnectionClosedError(self.name, "a Connection object connects only once")
         try:
-            if self._connect_stream is None:
-                done = open_stream(self.address, self.config, self.protocol, self.name)
-            else:
-                done = open_stream(
-                    self.address, self.config, self.protocol, self.name, self._connect_stream
-                )
+            done = open_stream(
+                self.address, self.config, self.protocol, self.name, self._connect_stream
+            )
         except Exception as exc:
             self._end(exc)
             raise
