@@ -116,8 +116,8 @@ class Reader:
     ``on_message(owner, message)``, ``on_error(owner, error)`` and
     ``on_heartbeat(owner)`` are the connection's callbacks; ``queue(data)``
     queues bytes to write (the NOP answering a heartbeat); ``on_end(error)``
-    runs once when reading ends on its own (``None`` never: an end the
-    owner asked for is no failure). ``heartbeat_interval`` (seconds, or
+    runs once when reading ends by itself (nsqd hung up, a network,
+    protocol or fatal server error), never after :meth:`stop`. ``heartbeat_interval`` (seconds, or
     ``None``) sets the liveness rule. The constructor opens nothing and
     starts no greenlet: :meth:`start` does.
     """
