@@ -85,18 +85,21 @@ class Writer:
         """
         outbox = self.outbox
         outbox.append(data)
-        if now and not self.tls:
-            self._flush()
-            if self.flush_scheduled and not outbox:
-                self._unschedule()
-        elif self.tls or not self.flush_scheduled or len(outbox) >= FLUSH_AT:
-            self.queued()  # otherwise the flush already scheduled takes it
+        # The rule: when this says nothing is to do, the flush already
+        # scheduled takes it. Connection.finish copies this test (its hot
+        # path); tests/unit/test_connection.py checks that the two agree.
+        if now or self.tls or not self.flush_scheduled or len(outbox) >= FLUSH_AT:
+            self.queued(now)
 
-    def queued(self) -> None:
-        """After a command was appended to :attr:`outbox`: see that it goes out."""
+    def queued(self, now: bool = False) -> None:
+        """After a command was appended to :attr:`outbox`: see that it goes out (now: at once)."""
         outbox = self.outbox
         if self.tls:
             self._wakeup.set()  # gevent's TLS socket cannot try a send without waiting
+        elif now:
+            self._flush()
+            if self.flush_scheduled and not outbox:
+                self._unschedule()
         elif len(outbox) >= FLUSH_AT:
             # A long burst (FINs while a backlog is handled): send part of it
             # now, so nsqd refills the window while the rest is handled.

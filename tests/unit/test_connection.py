@@ -19,6 +19,7 @@ from gnsqlite.codecs import make_codec
 from gnsqlite.config import ConnectionConfig
 from gnsqlite.connection import Connection
 from gnsqlite.connection.stream import MemoryStream
+from gnsqlite.connection.writer import FLUSH_AT
 from gnsqlite.errors import BadTopicError, BrokenConnectionError, FinFailedError, InvalidError
 from gnsqlite.protocol import MAGIC_V2, ClientState, Message
 from gnsqlite.protocol.frames import (
@@ -246,3 +247,30 @@ def test_the_handshake_transcript_magic_identify_tls_snappy_auth() -> None:
         assert nsqd_in.decode(written(stream, b"x")) == b"NOP\n"
     finally:
         conn.close(1.0)
+
+
+@pytest.mark.parametrize("now", [False, True])
+@pytest.mark.parametrize("tls", [False, True])
+@pytest.mark.parametrize("scheduled", [False, True])
+@pytest.mark.parametrize("queued_before", [0, FLUSH_AT - 2, FLUSH_AT - 1])
+def test_finish_queues_a_fin_by_the_writers_own_rule(
+    now: bool, tls: bool, scheduled: bool, queued_before: int
+) -> None:
+    # Connection.finish inlines Writer.queue (one FIN per message): both must
+    # leave the same outbox and ask the writer to send in the same cases.
+    def prepared(conn: Connection) -> list[bool]:
+        writer = conn.writer
+        writer.tls, writer.flush_scheduled = tls, scheduled
+        writer.outbox[:] = [b"NOP\n"] * queued_before
+        asked: list[bool] = []
+        writer.queued = asked.append  # type: ignore[method-assign, assignment]
+        return asked
+
+    by_finish, by_queue = Connection("127.0.0.1:4150"), Connection("127.0.0.1:4150")
+    by_finish._usable = True
+    by_finish.protocol.state = ClientState.SUBSCRIBED
+    asked_by_finish, asked_by_queue = prepared(by_finish), prepared(by_queue)
+    by_finish.finish(b"0123456789abcdef", now)
+    by_queue.writer.queue(b"FIN 0123456789abcdef\n", now)
+    assert asked_by_finish == asked_by_queue
+    assert by_finish.writer.outbox == by_queue.writer.outbox
