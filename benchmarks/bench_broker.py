@@ -29,9 +29,8 @@ import sys
 import time
 import urllib.request
 
-from gnsqlite.net import parse_address
+from gnsqlite.net import parse_address, set_nodelay
 from gnsqlite.protocol import FRAME_TYPE_MESSAGE, FRAME_TYPE_RESPONSE, FrameDecoder, mpub
-from gnsqlite.tcp import set_nodelay
 
 TOPIC = "bench"
 CHANNEL = "ch"

@@ -39,10 +39,9 @@ import gevent.server
 
 from gnsqlite import Consumer, Producer
 from gnsqlite.flow import ExponentialBackoff
-from gnsqlite.net import parse_address
+from gnsqlite.net import connect_tcp, parse_address
 from gnsqlite.protocol.server import CommandParser
 from gnsqlite.protocol.server_commands import STATE_SUBSCRIBED, Fin, Rdy, Req, Sub
-from gnsqlite.tcp import connect_tcp
 
 TOPIC = "clicks"
 #: What the run does, in seconds from the consumer's start.

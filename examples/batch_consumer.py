@@ -28,7 +28,7 @@ import gevent
 import gevent.event
 
 from gnsqlite.cli.wording import EXIT_INTERRUPTED, fail
-from gnsqlite.conn import Connection
+from gnsqlite.connection import Connection
 from gnsqlite.consumer import Consumer
 from gnsqlite.errors import NSQError
 from gnsqlite.message import Message

@@ -27,7 +27,7 @@ import sys
 import gevent.event
 
 from gnsqlite.cli.wording import EXIT_INTERRUPTED, fail, log_on_one_line
-from gnsqlite.conn import Connection
+from gnsqlite.connection import Connection
 from gnsqlite.consumer import Consumer
 from gnsqlite.deadletter import decode_envelope
 from gnsqlite.errors import NSQError

@@ -2,7 +2,7 @@
 
 :func:`http_request` sends one request to ``"host:port"`` and returns the
 body; it blocks only the calling greenlet (the socket is made by
-:func:`gnsqlite.tcp.connect_tcp`, a gevent socket, whether or not the process
+:func:`gnsqlite.net.connect_tcp`, a gevent socket, whether or not the process
 is patched). :mod:`gnsqlite.http`'s clients for nsqd and nsqlookupd are built
 on it, and so are the embedded broker's queries to auth servers and lookupd
 (which is why it is not in :mod:`gnsqlite.http`: the broker imports nothing
@@ -25,9 +25,8 @@ from urllib.parse import urlencode
 import gevent
 
 from .errors import BrokenConnectionError, NSQError, NSQTimeoutError, WrongPortError
-from .net import parse_address
+from .net import connect_tcp, parse_address
 from .protocol.ports import tcp_answer_on_http_port
-from .tcp import connect_tcp
 
 __all__ = ["HTTPError", "http_request"]
 

@@ -1,24 +1,28 @@
 """Small network helpers below everyone: ``"host:port"`` addresses.
 
-The client (:mod:`gnsqlite.conn`, the Consumer and Producer), the HTTP
+The client (:mod:`gnsqlite.connection`, the Consumer and Producer), the HTTP
 client, the Spark connector, the CLI and the embedded broker all take
 ``"host:port"`` addresses and all write small frames that must not wait for
 Nagle's algorithm; they share these helpers rather than each keeping a copy
-(``TCP_NODELAY`` is :func:`gnsqlite.tcp.set_nodelay`). Pure: it imports no
+(``TCP_NODELAY`` is :func:`gnsqlite.net.set_nodelay`). Pure: it imports no
 I/O module, so the protocol core can use it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from .errors import ConfigError
 
 __all__ = [
+    "connect_tcp",
     "format_address",
+    "ip_family",
     "normalize_address",
     "normalize_addresses",
     "parse_address",
+    "set_nodelay",
 ]
 
 
@@ -67,3 +71,62 @@ def normalize_addresses(option: str, value: str | Iterable[str]) -> tuple[str, .
         except (ValueError, TypeError) as exc:
             raise ConfigError(f"{option}: {exc}") from None
     return tuple(dict.fromkeys(out))
+
+
+def ip_family(host: str) -> int | None:
+    """``AF_INET`` or ``AF_INET6`` when ``host`` is an IP address literal, else ``None``.
+
+    A name (``"localhost"``), or an IPv6 address with a zone (``"fe80::1%eth0"``),
+    gives ``None``: those need the resolver.
+    """
+    import socket
+
+    for family in (socket.AF_INET, socket.AF_INET6):
+        try:
+            socket.inet_pton(family, host)
+        except (OSError, ValueError):
+            continue
+        return family
+    return None
+
+
+def connect_tcp(address: tuple[str, int], timeout: float | None = None) -> Any:
+    """A connected gevent TCP socket to ``(host, port)``, with ``TCP_NODELAY`` set.
+
+    Blocks the calling greenlet until connected; ``timeout`` (seconds, ``None``:
+    no limit) bounds the connect and stays the socket's timeout, as with
+    ``gevent.socket.create_connection``, which serves a host name. An IP
+    address is connected to directly, with no name lookup (see the module
+    docstring). Raises ``OSError`` (``ConnectionRefusedError``,
+    ``TimeoutError`` ...) as ``create_connection`` does.
+    """
+    import socket
+
+    import gevent.socket
+
+    host, port = address
+    family = ip_family(host)
+    if family is None:
+        sock = gevent.socket.create_connection((host, port), timeout)
+    else:
+        sock = gevent.socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(timeout)
+            sock.connect((host, port))
+        except BaseException:
+            sock.close()
+            raise
+    set_nodelay(sock)
+    return sock
+
+
+def set_nodelay(sock: Any) -> None:
+    """Disable Nagle's algorithm on a TCP socket, so small frames go out at once.
+
+    A socket that cannot take the option (not TCP) is left as it is. Does not block.
+    """
+    import contextlib
+    import socket
+
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

@@ -33,7 +33,7 @@ from urllib.parse import urldefrag, urljoin, urlsplit
 import gevent.event
 from testsite import TestSite
 
-from gnsqlite.conn import Connection
+from gnsqlite.connection import Connection
 from gnsqlite.consumer import Consumer
 from gnsqlite.message import Message
 from gnsqlite.producer import Producer

@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from gnsqlite.conn import Connection
+from gnsqlite.connection import Connection
 from gnsqlite.errors import ConfigError, NSQError
 
 HERE = Path(__file__).resolve().parent

@@ -18,7 +18,7 @@ import time
 
 import gevent
 
-from gnsqlite.conn import Connection
+from gnsqlite.connection import Connection
 from gnsqlite.errors import NSQError
 from gnsqlite.producer import Producer
 from gnsqlite.protocol.names import check_topic_name

@@ -13,7 +13,7 @@ import sys
 
 import gevent.event
 
-from gnsqlite.conn import Connection
+from gnsqlite.connection import Connection
 from gnsqlite.consumer import Consumer
 from gnsqlite.errors import NSQError
 from gnsqlite.message import Message

@@ -30,9 +30,8 @@ import gevent.socket
 
 from ..errors import BrokenConnectionError, NSQTimeoutError, RemoteProtocolError
 from ..http_transport import http_request
-from ..net import parse_address
+from ..net import connect_tcp, parse_address
 from ..protocol import identify
-from ..tcp import connect_tcp
 
 __all__ = ["BrokerLike", "LookupPeer", "LookupPeers", "attach", "register_commands"]
 

@@ -26,8 +26,7 @@ import gevent.pool
 import gevent.pywsgi
 import gevent.server
 
-from ..net import format_address, parse_address
-from ..tcp import set_nodelay
+from ..net import format_address, parse_address, set_nodelay
 from .client import ClientSession
 from .client_reader import serve
 from .http_api import HttpApi

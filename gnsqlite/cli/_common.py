@@ -20,7 +20,7 @@ import gevent.event
 
 from .. import net
 from ..config import ConnectionConfig
-from ..conn import Connection
+from ..connection import Connection
 from ..errors import NSQError
 from ..http import LookupdClient, NsqdHTTPClient
 from .wording import (

@@ -51,7 +51,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..config import ConnectionConfig, ConsumerConfig, split_options
-from ..conn import Connection
+from ..connection import Connection
 from ..deadletter import DeadLetterPublisher
 from ..errors import ConfigError, NSQConnectionError, ServerError
 from ..flow import make_backoff_strategy

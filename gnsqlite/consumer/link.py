@@ -2,7 +2,7 @@
 
 The link is both ends of a message's trip through the consumer:
 
-* its :meth:`Link.on_message` is the :class:`~gnsqlite.conn.Connection`'s
+* its :meth:`Link.on_message` is the :class:`~gnsqlite.connection.Connection`'s
   ``on_message`` callback (where the connection reads, the hub or the
   reader greenlet: complete the :class:`~gnsqlite.message.Message`, count
   it, tell flow control, hand it to the dispatcher or the batcher; never
@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from ..conn import Connection
+from ..connection import Connection
 from ..errors import NSQConnectionError
 from ..flow import LinkPlan
 from ..message import Message, deliver

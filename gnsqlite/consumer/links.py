@@ -22,7 +22,7 @@ import gevent.event
 import gevent.pool
 
 from ..config import ConnectionConfig, ConsumerConfig
-from ..conn import Connection
+from ..connection import Connection
 from ..discovery import LookupdPoller
 from ..errors import NSQConnectionError, NSQError, ServerError, WrongPortError
 from ..flow import Reconnect

@@ -4,7 +4,7 @@ For programs that drive a connection themselves, as pynsq's Reader and
 Writer do inside: ``conn.on(nsq.event.MESSAGE, ...)``, ``conn.connect()``,
 ``conn.send(nsq.subscribe(topic, channel))``, ``conn.send_rdy(10)``, then
 ``message.finish()``. Underneath is a gnsqlite
-:class:`~gnsqlite.conn.Connection`, which does the whole handshake
+:class:`~gnsqlite.connection.Connection`, which does the whole handshake
 (IDENTIFY, TLS, snappy or deflate, AUTH) in :meth:`AsyncConn.connect`'s
 greenlet and answers heartbeats; the events pynsq fires along the way
 (``connect``, ``identify``, ``identify_response``, ``auth``,
@@ -29,7 +29,7 @@ from typing import Any
 import gevent
 
 from .._version import __version__
-from ..conn import Connection
+from ..connection import Connection
 from ..errors import NSQError, ServerError
 from ..protocol import WireMessage as _Wire
 from ..protocol import defaults

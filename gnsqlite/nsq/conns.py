@@ -2,20 +2,20 @@
 
 ``Reader.conns`` maps ids to these views, and ``Writer`` callbacks receive
 one as ``conn``. Anything else is read from the gnsqlite
-:class:`~gnsqlite.conn.Connection` behind it (``view.connection``).
+:class:`~gnsqlite.connection.Connection` behind it (``view.connection``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..conn import Connection
+from ..connection import Connection
 
 __all__ = ["ConnectionView"]
 
 
 class ConnectionView:
-    """A pynsq-shaped view of one gnsqlite :class:`~gnsqlite.conn.Connection`.
+    """A pynsq-shaped view of one gnsqlite :class:`~gnsqlite.connection.Connection`.
 
     ``rdy``, ``last_rdy`` and ``in_flight`` are the Reader's counters when
     the view was made (0 for a Writer's connection).

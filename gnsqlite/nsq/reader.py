@@ -32,7 +32,7 @@ import gevent
 import gevent.event
 import gevent.pool
 
-from ..conn import Connection
+from ..connection import Connection
 from ..consumer import Consumer
 from ..errors import ConfigError
 from ..message import Message as _Delivered

@@ -5,7 +5,7 @@ For scripts that speak the protocol by hand with the byte helpers of
 ``nsq.unpack_response(conn.read_response())``). It runs on
 ``gevent.socket``, so a call blocks only the calling greenlet; it does no
 handshake beyond the magic, answers no heartbeat and decodes nothing. The
-native :class:`gnsqlite.conn.Connection` does all of that.
+native :class:`gnsqlite.connection.Connection` does all of that.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ import gevent.event
 import gevent.pool
 import gevent.queue
 
-from ..conn import Connection
+from ..connection import Connection
 from ..errors import ConfigError, NoConnectionsError, NSQConnectionError
 from ..producer import Producer
 from . import runner, tornado_bridge

@@ -54,7 +54,7 @@ import gevent
 import gevent.event
 
 from ..config import ConnectionConfig, ProducerConfig
-from ..conn import Connection
+from ..connection import Connection
 from ..errors import ConfigError, ConnectionClosedError
 from ..flow import Reconnect
 from ..health import Health

@@ -2,7 +2,7 @@
 
 An :class:`Attempt` is one publish call travelling over a producer's
 connections until nsqd accepts it or it gives up; it is the
-:class:`~gnsqlite.conn.Waiter` the connection's reader answers directly.
+:class:`~gnsqlite.connection.AnswerWaiter` the connection's reader answers directly.
 It knows nothing of the producer: it reports to an :class:`AttemptRoute`
 (the producer's :class:`~gnsqlite.producer.router.Router`), whose two
 public methods are all it calls. Nothing here blocks.
@@ -15,7 +15,7 @@ from typing import Protocol
 import gevent.event
 from gevent.hub import Waiter
 
-from ..conn import Connection
+from ..connection import Connection
 from ..timers import Timer
 
 __all__ = ["Attempt", "AttemptRoute"]
@@ -38,7 +38,7 @@ class AttemptRoute(Protocol):
 class Attempt:
     """One publish call travelling over connections until it succeeds or gives up.
 
-    It is also the :class:`~gnsqlite.conn.Waiter` of the connection it was
+    It is also the :class:`~gnsqlite.connection.AnswerWaiter` of the connection it was
     last sent on (one at a time: it moves on only after that one failed),
     which the connection's reader calls directly.
     """

@@ -17,7 +17,7 @@ import gevent
 import gevent.pool
 
 from ..config import ConnectionConfig
-from ..conn import Connection
+from ..connection import Connection
 from ..errors import ServerError
 from ..flow import Reconnect
 from ..timers import TimerWheel

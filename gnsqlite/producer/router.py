@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 
-from ..conn import Connection
+from ..connection import Connection
 from ..errors import (
     ConnectionClosedError,
     DPubFailedError,

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from ..conn import Connection
+from ..connection import Connection
 from ..errors import (
     ConnectionClosedError,
     NoConnectionsError,

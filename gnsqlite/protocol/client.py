@@ -231,7 +231,7 @@ class ClientConnection:
         if self.state not in _RESPOND_STATES:
             self._require(_RESPOND_STATES, "RDY")
         if type(count) is int and count >= 0:
-            return b"RDY %d\n" % count  # commands.rdy's common case, inlined
+            return b"RDY %d\n" % count  # a copy of commands.rdy's common case (tested)
         return commands.rdy(count)
 
     def fin(self, message_id: bytes | str) -> bytes:
@@ -239,7 +239,7 @@ class ClientConnection:
         if self.state not in _RESPOND_STATES:
             self._require(_RESPOND_STATES, "FIN")
         if type(message_id) is bytes and len(message_id) == MESSAGE_ID_LENGTH:
-            return b"FIN %s\n" % message_id  # commands.fin's common case, inlined
+            return b"FIN %s\n" % message_id  # a copy of commands.fin's common case (tested)
         return commands.fin(message_id)
 
     def req(self, message_id: bytes | str, delay: float = 0.0) -> bytes:
@@ -331,6 +331,8 @@ class ClientConnection:
         nothing buffered and no more answers than requests waiting, those leave
         the queue in order; their waiters (``None`` where none was attached) are
         answered :data:`~.frames.OK`. Else ``None``, having taken nothing.
+        The waiters are those :meth:`events` would carry (its copy of
+        ``_other_event``'s rule; tests/unit/test_client_fast_paths.py checks it).
         """
         count = len(data) // _OK_FRAME_SIZE
         take = self._pending.popleft
@@ -348,6 +350,10 @@ class ClientConnection:
         Raises :class:`RemoteProtocolError` when nsqd breaks the protocol.
         """
         out: list[Event] = []
+        # Two fast paths below copy the rule for one frame, _other_event (the
+        # original: every other state goes through it); they skip its state
+        # check and, for a publish's answer, the frozen dataclass's __init__.
+        # tests/unit/test_client_fast_paths.py checks that they agree with it.
         if self.state is ClientState.SUBSCRIBED:
             # The hot path: messages, heartbeats and the odd error.
             into = self.message_class
@@ -376,7 +382,7 @@ class ClientConnection:
                     and pending
                     and pending[0].command in _PUBLISH_COMMANDS
                     and data != HEARTBEAT
-                ):  # the hot path: _frame_event's answer to a publish, inlined
+                ):  # a copy of _frame_event's answer to a publish (see above)
                     answered = pending.popleft()
                     answer: Response = _new(Response)  # no frozen __init__
                     _set_data(answer, data)

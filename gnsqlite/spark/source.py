@@ -35,7 +35,7 @@ import gevent
 import gevent.event
 import pyarrow as pa
 
-from ..conn import Connection
+from ..connection import Connection
 from ..consumer import Consumer
 from ..errors import NSQConnectionError
 from ..message import Message, finish_all

@@ -15,7 +15,7 @@ import gevent.socket
 import gevent.ssl
 
 from gnsqlite.codecs import Codec, make_codec
-from gnsqlite.conn import parse_address
+from gnsqlite.net import parse_address
 from gnsqlite.protocol import (
     FRAME_TYPE_ERROR,
     FRAME_TYPE_MESSAGE,

@@ -12,7 +12,7 @@ import pytest
 from nsqd_raw import RawClient
 
 from gnsqlite.broker import Broker
-from gnsqlite.conn import parse_address
+from gnsqlite.net import parse_address
 
 pytestmark = pytest.mark.embedded_only
 

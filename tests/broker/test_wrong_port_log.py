@@ -13,7 +13,7 @@ import pytest
 
 from gnsqlite.broker.lookupd import Lookupd
 from gnsqlite.broker.wsgi_log import plain_error_line
-from gnsqlite.tcp import connect_tcp
+from gnsqlite.net import connect_tcp
 from gnsqlite.testing import wait_until
 
 pytestmark = pytest.mark.embedded_only

@@ -19,7 +19,7 @@ import gevent.pool
 import gevent.server
 import gevent.socket
 
-from gnsqlite.conn import parse_address
+from gnsqlite.net import parse_address
 
 __all__ = ["RecordingProxy", "Record"]
 

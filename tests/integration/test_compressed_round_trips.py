@@ -19,7 +19,7 @@ import gevent.event
 import pytest
 
 from gnsqlite.config import ConnectionConfig
-from gnsqlite.conn import Connection
+from gnsqlite.connection import Connection
 from gnsqlite.consumer import Consumer
 from gnsqlite.message import Message
 from gnsqlite.producer import Producer

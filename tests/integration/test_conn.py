@@ -19,7 +19,7 @@ import gevent.event
 import pytest
 
 from gnsqlite.config import ConnectionConfig
-from gnsqlite.conn import Connection
+from gnsqlite.connection import Connection
 from gnsqlite.errors import NegotiationError
 from gnsqlite.protocol import WireMessage
 from gnsqlite.testing.waiting import wait_until

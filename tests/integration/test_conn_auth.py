@@ -10,7 +10,7 @@ import pytest
 from test_conn import Subscriber
 
 from gnsqlite.config import ConnectionConfig
-from gnsqlite.conn import Connection
+from gnsqlite.connection import Connection
 from gnsqlite.errors import (
     AuthFailedError,
     NegotiationError,

@@ -1,7 +1,7 @@
 """A publisher's connection: the hub reads nsqd's answers, the reader greenlet the rest.
 
 A connection without ``on_message`` parks its reader greenlet and lets the
-hub read the socket (``conn_reader.Reader._park``): answers resolve their
+hub read the socket (``gnsqlite.connection.reader.Reader._park``): answers resolve their
 waiters with no switch to the reader and back. These tests script nsqd
 (see ``test_conn_script``) to show the fast path is taken, and that what
 is not an answer (a heartbeat, an undecodable frame, a failing waiter,
@@ -26,7 +26,7 @@ from test_conn_script import (
     until_eof,
 )
 
-from gnsqlite.conn import Connection
+from gnsqlite.connection import Connection
 from gnsqlite.consumer import Consumer
 from gnsqlite.errors import BrokenConnectionError, ConnectionClosedError, RemoteProtocolError
 from gnsqlite.producer import Producer
@@ -71,7 +71,7 @@ def test_answers_are_read_by_the_hub_without_waking_the_reader_greenlet(scripted
 
     producer = start_producer(scripted(script))
     try:
-        reader = producer.connections[0]._reader
+        reader = producer.connections[0].reader.greenlet
         producer.publish("t", b"warm-up")
         switched_to: list[Any] = []
 
@@ -182,11 +182,11 @@ def test_close_while_a_publish_waits_for_the_hub_fails_it_and_stops_the_reads(
     conn.connect()
     result = conn.publish("t", b"x")
     assert received.wait(5)
-    assert conn._watch is not None and conn._watch.active  # the hub reads for the reader
+    assert conn.reader.watch is not None and conn.reader.watch.active  # the hub reads
     conn.close()
     with pytest.raises(ConnectionClosedError):
         result.get(timeout=5)
-    assert not conn._watch.active
+    assert not conn.reader.watch.active
     assert conn.join(1)
 
 
@@ -199,7 +199,7 @@ def test_a_connection_with_on_message_never_parks_its_reader(scripted: Any) -> N
     conn.connect()
     try:
         assert conn.publish("t", b"x").get(timeout=5) == b"OK"
-        assert conn._watch is None
+        assert conn.reader.watch is None
     finally:
         conn.close()
 
@@ -247,7 +247,7 @@ def test_a_consumer_connection_with_a_message_class_gets_its_messages_from_the_h
             (b"%016d" % i, b"body %d" % i) for i in range(4)
         ]
         assert all(where is gevent.get_hub() for where, _, _ in got[:3])
-        assert conn._watch is not None
+        assert conn.reader.watch is not None
     finally:
         conn.close()
 

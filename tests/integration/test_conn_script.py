@@ -30,7 +30,7 @@ import pytest
 import gnsqlite
 from gnsqlite.codecs import Codec, make_codec
 from gnsqlite.config import ConnectionConfig
-from gnsqlite.conn import Connection
+from gnsqlite.connection import Connection
 from gnsqlite.errors import (
     BadTopicError,
     BrokenConnectionError,
@@ -354,22 +354,22 @@ def test_commands_written_together_go_out_in_one_send(scripted: Any) -> None:
     conn.connect()
     conn.subscribe("t", "c", timeout=5)
     sends: list[int] = []
-    real = conn._sock
+    real = conn.writer.stream
 
-    class CountingSocket:
+    class CountingStream:
         def __getattr__(self, name: str) -> Any:
             return getattr(real, name)
 
-        def send(self, data: bytes, *args: Any) -> int:
-            sent: int = real.send(data, *args)
+        def send_nowait(self, data: bytes) -> int:
+            sent: int = real.send_nowait(data)  # type: ignore[union-attr]
             sends.append(sent)
             return sent
 
         def sendall(self, data: bytes) -> None:
             sends.append(len(data))
-            real.sendall(data)
+            real.sendall(data)  # type: ignore[union-attr]
 
-    conn._sock = CountingSocket()
+    conn.writer.stream = CountingStream()  # type: ignore[assignment]
     try:
         for i in range(50):
             conn.finish(f"{i:016d}")
@@ -377,32 +377,36 @@ def test_commands_written_together_go_out_in_one_send(scripted: Any) -> None:
         assert lines == [f"FIN {i:016d}".encode() for i in range(50)]
         assert sends == [50 * len(b"FIN 0000000000000000\n")]
     finally:
-        conn._sock = real
+        conn.writer.stream = real
         conn.close()
 
 
 class RecordingSends:
-    """Wraps a connection's socket; records which greenlet made each ``send`` and what it sent."""
+    """Wraps a connection's stream; records which greenlet made each write and what it sent."""
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
-        self.real = conn._sock
+        self.real: Any = conn.writer.stream
         self.sends: list[tuple[Any, bytes]] = []
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.real, name)
 
-    def send(self, data: bytes, *args: Any) -> int:
+    def send_nowait(self, data: bytes) -> int:
         self.sends.append((gevent.getcurrent(), bytes(data)))
-        sent: int = self.real.send(data, *args)
+        sent: int = self.real.send_nowait(data)
         return sent
 
+    def sendall(self, data: bytes) -> None:
+        self.sends.append((gevent.getcurrent(), bytes(data)))
+        self.real.sendall(data)
+
     def __enter__(self) -> RecordingSends:
-        self.conn._sock = self
+        self.conn.writer.stream = self  # type: ignore[assignment]
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.conn._sock = self.real
+        self.conn.writer.stream = self.real
 
 
 def test_a_lone_request_goes_out_from_the_hub_without_waking_the_writer(scripted: Any) -> None:
@@ -501,22 +505,22 @@ def test_a_flush_the_socket_takes_in_part_is_finished_before_later_commands(
     server = scripted(script)
     conn = Connection(server.address)
     conn.connect()
-    real = conn._sock
+    real: Any = conn.writer.stream
     throttled = [True]
 
-    class SlowSocket:
+    class SlowStream:
         def __getattr__(self, name: str) -> Any:
             return getattr(real, name)
 
-        def send(self, data: bytes, *args: Any) -> int:
-            if throttled[0] and args == (0, 0.0):  # a flush, which must not wait
+        def send_nowait(self, data: bytes) -> int:  # a flush, which must not wait
+            if throttled[0]:
                 throttled[0] = False
-                sent: int = real.send(bytes(data[:3]))
+                sent: int = real.send_nowait(bytes(data[:3]))
                 return sent
-            sent = real.send(data, *args)
+            sent = real.send_nowait(data)
             return sent
 
-    conn._sock = SlowSocket()
+    conn.writer.stream = SlowStream()
     try:
         first = conn.publish("t", b"first")
         rest = [gevent.spawn(conn.publish, "t", f"m{i}".encode()) for i in range(3)]
@@ -532,7 +536,7 @@ def test_a_flush_the_socket_takes_in_part_is_finished_before_later_commands(
             (b"PUB t", b"m2"),
         ]
     finally:
-        conn._sock = real
+        conn.writer.stream = real
         conn.close()
 
 
@@ -746,8 +750,8 @@ def test_a_handshake_that_never_ends_times_out(scripted: Any) -> None:
 def test_the_constructor_opens_nothing_and_close_before_connect_is_fine() -> None:
     before = gevent.getcurrent()
     conn = Connection("127.0.0.1:1")
-    assert conn._sock is None
-    assert conn._reader is None and conn._writer is None
+    assert conn.stream is None
+    assert conn.reader.greenlet is None and conn.writer.greenlet is None
     assert not conn.is_connected
     conn.close()
     assert conn.closed

@@ -1,4 +1,4 @@
-"""Opening TCP connections (``gnsqlite.tcp.connect_tcp``): IP addresses need no name lookup.
+"""Opening TCP connections (``gnsqlite.net.connect_tcp``): IP addresses need no name lookup.
 
 gevent's default resolver runs ``getaddrinfo`` in a thread pool that it
 starts on the first lookup; a client told an IP address must not start it.
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from gnsqlite.tcp import connect_tcp, ip_family
+from gnsqlite.net import connect_tcp, ip_family
 
 
 @pytest.fixture

@@ -27,10 +27,10 @@ import pytest
 from recording_proxy import RecordingProxy
 from test_consumer import CHANNEL, TOPIC, channel_stats, drained, publish
 
-from gnsqlite.conn import parse_address
 from gnsqlite.consumer import Consumer
 from gnsqlite.flow import ExponentialBackoff
 from gnsqlite.message import Message
+from gnsqlite.net import parse_address
 from gnsqlite.testing import NsqdServer, wait_until
 from gnsqlite.testing.faults import live_greenlets
 
@@ -565,7 +565,7 @@ def test_a_dropped_nsqd_found_through_lookupd_is_rediscovered_at_once(
         nsq_cluster, consumers, lookupd_poll_interval=600.0
     )
     (first,) = consumer.connections
-    first._sock.shutdown(socket.SHUT_RDWR)  # the network drops it; nsqd stays listed
+    first.socket.shutdown(socket.SHUT_RDWR)  # the network drops it; nsqd stays listed
     wait_until(lambda: first.closed, timeout=5)
     wait_until(lambda: [c for c in consumer.connections if c is not first], timeout=5)
     publish(server, [b"two"])

@@ -21,24 +21,24 @@ TOPIC = "finish_many"
 CHANNEL = "ch"
 
 
-class CountingSocket:
-    """Wraps a connection's socket and keeps what each ``send`` call was given."""
+class CountingStream:
+    """Wraps a connection's stream and keeps what each write was given."""
 
-    def __init__(self, sock: Any) -> None:
-        self.sock = sock
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
         self.writes: list[bytes] = []
 
-    def send(self, data: bytes, *args: Any) -> int:
+    def send_nowait(self, data: bytes) -> int:
         self.writes.append(bytes(data))
-        sent: int = self.sock.send(data, *args)
+        sent: int = self.stream.send_nowait(data)
         return sent
 
-    def sendall(self, data: Any, *args: Any) -> None:
+    def sendall(self, data: Any) -> None:
         self.writes.append(bytes(data))
-        self.sock.sendall(data, *args)
+        self.stream.sendall(data)
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self.sock, name)
+        return getattr(self.stream, name)
 
 
 def test_finish_all_sends_a_connections_fins_in_one_write(nsqd: NsqdServer) -> None:
@@ -57,13 +57,13 @@ def test_finish_all_sends_a_connections_fins_in_one_write(nsqd: NsqdServer) -> N
     consumer = Consumer(TOPIC, CHANNEL, batch_handler=hold, batch_size=100, batch_timeout=0.05,
                         max_in_flight=n, backoff=None, nsqd_tcp_addresses=[nsqd.tcp_address])
     consumer.start()
-    spy: CountingSocket | None = None
+    spy: CountingStream | None = None
     try:
         assert all_held.wait(10), f"held {len(held)} of {n}"
         conn = held[0].connection
         assert all(m.connection is conn for m in held)
-        spy = CountingSocket(conn._sock)
-        conn._sock = spy
+        spy = CountingStream(conn.writer.stream)
+        conn.writer.stream = spy
         assert finish_all(held) == n
         wait_until(lambda: nsqd.channel_drained(TOPIC, CHANNEL), timeout=10)
         fin_writes = [w for w in spy.writes if b"FIN " in w]
@@ -77,5 +77,5 @@ def test_finish_all_sends_a_connections_fins_in_one_write(nsqd: NsqdServer) -> N
         assert finish_all(held) == 0  # answered once: nothing more is sent
     finally:
         if spy is not None:
-            held[0].connection._sock = spy.sock
+            held[0].connection.writer.stream = spy.stream
         consumer.close(5.0)

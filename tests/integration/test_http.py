@@ -18,7 +18,7 @@ import gevent.server
 import pytest
 
 import gnsqlite.http_transport
-import gnsqlite.tcp
+import gnsqlite.net
 from gnsqlite.errors import BrokenConnectionError, ConfigError, NSQTimeoutError, WrongPortError
 from gnsqlite.http import LookupdClient, NsqdHTTPClient
 from gnsqlite.http_transport import HTTPError, http_request
@@ -200,7 +200,7 @@ def test_the_connect_timeout_bounds_the_connect_alone(monkeypatch: pytest.Monkey
     server.start()
     address = f"127.0.0.1:{server.server_port}"
     connects: list[float] = []
-    real_connect_tcp = gnsqlite.tcp.connect_tcp  # what gnsqlite.http_transport calls
+    real_connect_tcp = gnsqlite.net.connect_tcp  # what gnsqlite.http_transport calls
 
     def connect_tcp(target: Any, timeout: float) -> Any:
         connects.append(timeout)

@@ -15,7 +15,7 @@ from recording_proxy import RecordingProxy
 from test_conn import Subscriber
 
 import gnsqlite.producer.pool
-from gnsqlite.conn import Connection
+from gnsqlite.connection import Connection
 from gnsqlite.errors import (
     BadMessageError,
     BrokenConnectionError,

@@ -17,10 +17,10 @@ import gevent.socket
 import pytest
 from recording_proxy import RecordingProxy
 
-from gnsqlite.conn import parse_address
 from gnsqlite.consumer import Consumer
 from gnsqlite.http import NsqdHTTPClient
 from gnsqlite.message import Message
+from gnsqlite.net import parse_address
 from gnsqlite.protocol import (
     FRAME_TYPE_MESSAGE,
     FRAME_TYPE_RESPONSE,

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from gnsqlite.config import ConnectionConfig
-from gnsqlite.conn import Connection
+from gnsqlite.connection import Connection
 from gnsqlite.errors import NSQError
 from gnsqlite.testing import TLSFiles
 

@@ -28,7 +28,6 @@ ALLOWED = {
     "gnsqlite.errors",
     "gnsqlite.net",
     "gnsqlite.options",
-    "gnsqlite.tcp",
     "gnsqlite.timers",
     "gnsqlite.http_transport",
     "gnsqlite.codecs",

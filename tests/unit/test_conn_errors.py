@@ -6,8 +6,7 @@ import ssl
 
 import pytest
 
-from gnsqlite.conn import map_io_errors
-from gnsqlite.errors import BrokenConnectionError, NSQTimeoutError
+from gnsqlite.errors import BrokenConnectionError, NSQTimeoutError, map_io_errors
 
 pytestmark = pytest.mark.no_server
 

@@ -17,7 +17,7 @@ import gevent
 import pytest
 
 from gnsqlite.config import ConnectionConfig, ConsumerConfig
-from gnsqlite.conn import Connection
+from gnsqlite.connection import Connection
 from gnsqlite.consumer import links as links_module
 from gnsqlite.consumer.dispatch import Dispatcher
 from gnsqlite.consumer.flow_control import FlowControl
@@ -38,7 +38,7 @@ pytestmark = pytest.mark.no_server
 class FakeConnection:
     """A subscribed connection that records what it is asked to write.
 
-    Built like :class:`gnsqlite.conn.Connection` (the link set builds it);
+    Built like :class:`gnsqlite.connection.Connection` (the link set builds it);
     ``written`` holds each command as nsqd reads it, without the newline
     (a command's body, if any, left out).
     """

@@ -234,15 +234,15 @@ CLIENT_SIDE = {"a connection", "clients"}
 
 
 def top_level_names(cell: str) -> list[str]:
-    """The backticked names of a table cell outside parentheses (``protocol/``, ``net.py``)."""
+    """The backticked modules and packages of a table cell outside parentheses."""
     names, depth = [], 0
     for piece in re.split(r"(`[^`]*`|[()])", cell):
         if piece == "(":
             depth += 1
         elif piece == ")":
             depth -= 1
-        elif piece.startswith("`") and depth == 0:
-            names.append(piece.strip("`"))
+        elif piece.startswith("`") and depth == 0 and piece.strip("`").endswith((".py", "/")):
+            names.append(piece.strip("`"))  # a module or a package, not a class
     return names
 
 
@@ -276,7 +276,7 @@ ENTRY_POINTS = {"gnsqlite", "gnsqlite.__main__", "gnsqlite._version"}
 
 
 def test_top_level_names_skip_what_is_in_parentheses() -> None:
-    cell = "`producer/` (a façade over `pool.py`: the pool (`x.py`)), `deadletter.py`"
+    cell = "`producer/` (a façade over `pool.py`: the pool (`x.py`)), `Pool`, `deadletter.py`"
     assert top_level_names(cell) == ["producer/", "deadletter.py"]
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gnsqlite.conn import Connection
+from gnsqlite.connection import Connection
 from gnsqlite.errors import ConfigError
 from gnsqlite.net import normalize_address, normalize_addresses, parse_address
 

@@ -1,6 +1,6 @@
 """The Producer's objects on their own, and a publish as a transcript, with no socket.
 
-``MemoryConnection`` has the public surface of :class:`~gnsqlite.conn.Connection`
+``MemoryConnection`` has the public surface of :class:`~gnsqlite.connection.Connection`
 that the producer uses (``connect``, ``request_encoded``, ``close``, ``join``,
 ``name``, ``last_received``) on the pure client protocol: what it records is
 exactly what a connection would write, and :meth:`MemoryConnection.answer`

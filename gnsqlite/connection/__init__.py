@@ -1,27 +1,28 @@
-"""One connection to nsqd: the protocol state machine over a gevent socket.
+"""One connection to nsqd: the protocol state machine over a stream, and the objects it holds.
 
 :meth:`Connection.connect` blocks the calling greenlet through the whole
-handshake, then starts the connection's two greenlets. The class is put
-together from three halves, one module each, over the pure
-:class:`~gnsqlite.protocol.ClientConnection` it holds:
+handshake, then starts the connection's reader and writer. A
+:class:`Connection` holds, over the pure
+:class:`~gnsqlite.protocol.ClientConnection`:
 
-* :mod:`gnsqlite.conn_handshake`: connect, IDENTIFY, TLS, snappy or
-  deflate, AUTH;
-* :mod:`gnsqlite.conn_reader`: the **reader** greenlet (decode and route
-  frames: messages to ``on_message``, which must not block; answers to their
-  waiters in request order; heartbeats answered with ``NOP``; on a plain
-  connection without ``on_message``, or with a ``message_class``, it leaves
-  reading answers and messages to the hub)
-  and the one liveness rule (dead after two heartbeat intervals of silence);
-* :mod:`gnsqlite.conn_writer`: commands written in batches, one flush a
-  turn of the hub, and the **writer** greenlet for what the socket does not
-  take at once (and for TLS).
+* the stream (:mod:`gnsqlite.connection.stream`: a socket, or in tests a
+  :class:`~gnsqlite.connection.stream.MemoryStream`), opened by the
+  handshake (:func:`gnsqlite.connection.handshake.open_stream`: connect,
+  IDENTIFY, TLS, snappy or deflate, AUTH);
+* a :class:`~gnsqlite.connection.reader.Reader`: the reader greenlet
+  (messages to ``on_message``, which must not block; answers to their
+  waiters in request order; heartbeats answered with ``NOP``; the hub reads
+  for it where it can), the one routing rule and the one liveness rule
+  (dead after two heartbeat intervals of silence);
+* a :class:`~gnsqlite.connection.writer.Writer`: commands written in
+  batches, one flush a turn of the hub, and the writer greenlet for what
+  the socket does not take at once (and for TLS).
 
-This module keeps the state, the commands and closing. Network failures
-surface as :class:`~gnsqlite.errors.BrokenConnectionError` carrying the
-address, with the cause chained (translated once, by
-:func:`~gnsqlite.errors.map_io_errors`); using a connection after
-:meth:`Connection.close` raises :class:`~gnsqlite.errors.ConnectionClosedError`.
+This module keeps the commands and closing. Network failures surface as
+:class:`~gnsqlite.errors.BrokenConnectionError` carrying the address, with
+the cause chained (translated once, by :func:`~gnsqlite.errors.map_io_errors`);
+using a connection after :meth:`Connection.close` raises
+:class:`~gnsqlite.errors.ConnectionClosedError`.
 
 TLS verifies the server by default (system CAs and hostname checking);
 ``tls_context`` (an ``ssl.SSLContext`` the caller built) or the
@@ -36,9 +37,7 @@ Works with and without monkey-patching: it uses ``gevent.socket`` and
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import socket as _stdlib_socket
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
@@ -46,24 +45,22 @@ from typing import Any, Protocol
 import gevent
 import gevent.event
 
-from .codecs import Codec
-from .config import ConnectionConfig
-from .conn_handshake import Handshake
-from .conn_reader import Reader
-from .conn_writer import FLUSH_AT, Writer
-from .errors import (
+from ..config import ConnectionConfig
+from ..errors import (
     BrokenConnectionError,
     ConnectionClosedError,
     NSQTimeoutError,
     ProtocolError,
     ServerError,
-    map_io_errors,
 )
-from .net import format_address, parse_address
-from .protocol import ClientConnection, ClientState, Delivery, commands
-from .timers import Timer
+from ..net import format_address, parse_address
+from ..protocol import ClientConnection, ClientState, Delivery, commands
+from .handshake import open_stream
+from .reader import Reader
+from .stream import SocketStream, Stream
+from .writer import FLUSH_AT, Writer
 
-__all__ = ["Connection", "Waiter", "format_address", "map_io_errors", "parse_address"]
+__all__ = ["AnswerWaiter", "Connection"]
 
 log = logging.getLogger(__name__)
 
@@ -73,12 +70,18 @@ CloseCallback = Callable[["Connection", "Exception | None"], None]
 HeartbeatCallback = Callable[["Connection"], None]
 
 
-class Waiter(Protocol):
-    """Receives nsqd's answer to one request; a ``gevent.event.AsyncResult`` is one.
+class AnswerWaiter(Protocol):
+    """What receives nsqd's answer to one request: the two calls the reader makes.
+
+    A type, not a class beside gevent's: a ``gevent.event.AsyncResult`` is
+    one (and :meth:`Connection.publish` uses it), but a producer's publish
+    attempt answers itself through these two calls, without an
+    ``AsyncResult`` per publish; gevent's own ``gevent.hub.Waiter`` has
+    ``switch``/``throw`` instead and serves one greenlet only.
 
     Called in the reader greenlet, or in the hub itself on a connection
-    without ``on_message`` (see :mod:`gnsqlite.conn_reader`): it must not
-    block (in the hub, blocking raises and ends the connection).
+    without ``on_message`` (see :mod:`gnsqlite.connection.reader`): it must
+    not block (in the hub, blocking raises and ends the connection).
     """
 
     def set(self, value: bytes) -> None:
@@ -90,7 +93,7 @@ class Waiter(Protocol):
         ...
 
 
-class Connection(Handshake, Reader, Writer):
+class Connection:
     """A connection to one nsqd; see the module docstring.
 
     ``address`` is ``"host:port"`` or ``(host, port)``; ``config`` the
@@ -108,18 +111,13 @@ class Connection(Handshake, Reader, Writer):
     frame decoder, see :class:`~gnsqlite.protocol.Delivery`) rather than a
     :class:`~gnsqlite.protocol.WireMessage`, and on a plain TCP connection
     without compression it is called by the hub itself, which reads the
-    socket (see :mod:`gnsqlite.conn_reader`): blocking in it raises.
+    socket (see :mod:`gnsqlite.connection.reader`): blocking in it raises.
+    ``connect_stream(address)`` opens the stream the handshake runs over
+    (a TCP connection by default; a test may hand in a
+    :class:`~gnsqlite.connection.stream.MemoryStream`).
 
     The constructor opens no socket and starts no greenlet.
     """
-
-    # What ended the connection: set once, when it ends. A class default, not
-    # set in __init__: CPython 3.11 keeps an instance's attributes inline (and
-    # specializes every read and method lookup on it) only up to 29 of them,
-    # and a connection has 29 besides this one; one more and each read of
-    # ``self.closed``, ``conn.finish`` ... on the hot paths becomes a dict
-    # lookup (tests/unit/test_conn_attributes.py keeps the count).
-    _error: Exception | None = None
 
     def __init__(
         self,
@@ -131,35 +129,35 @@ class Connection(Handshake, Reader, Writer):
         on_close: CloseCallback | None = None,
         on_heartbeat: HeartbeatCallback | None = None,
         message_class: type[Delivery] | None = None,
+        connect_stream: Callable[[tuple[str, int]], Stream] | None = None,
     ) -> None:
         self.address = parse_address(address)
         self.name = format_address(self.address)
         self.config = config if config is not None else ConnectionConfig()
-        self.on_message = on_message
-        self.on_error = on_error
         self.on_close = on_close
-        self.on_heartbeat = on_heartbeat
         self.protocol = ClientConnection(self.config.max_frame_size, message_class)
+        #: nsqd's AUTH reply, or ``None`` (no AUTH, or not connected yet).
         self.identity: dict[str, Any] | None = None
-        self.last_received = 0.0  # time.monotonic() of the last bytes read
-        self._sock: Any = None
-        self._codec: Codec | None = None
-        self._outbox: list[bytes] = []  # commands queued, not yet encoded
-        self._unsent = b""  # encoded bytes a flush left over: the writer sends them first
-        self._writing = False  # the writer greenlet is inside a send that may wait
-        self._flush_scheduled = False
-        self._flush_handle: Any = None  # the hub callback of the scheduled flush
-        self._loop: Any = None  # the hub's loop, which runs the flushes
-        self._wakeup = gevent.event.Event()
-        self._close_wait = gevent.event.Event()
-        self._reader: gevent.Greenlet[[], None] | None = None
-        self._writer: gevent.Greenlet[[], None] | None = None
-        self._silence: Timer | None = None  # the reader's liveness timer, on the wheel
-        self._in_recv = False  # the reader waits in its receive (where silence may end it)
-        self._watch: Any = None  # the io watcher of the hub's reads (conn_reader._park)
-        self._parked: Any = None  # the parked reader's gevent Waiter
-        self._tls = False
-        self._draining = False  # close() asked the writer to flush and stop
+        #: ``time.monotonic()`` of the last bytes read (written by the reader).
+        self.last_received = 0.0
+        #: The stream to nsqd, or ``None`` before :meth:`connect` and after the end.
+        self.stream: Stream | None = None
+        self.writer = Writer(self.name, self._end)
+        self.reader = Reader(
+            self,
+            self.protocol,
+            heartbeat_interval=self.config.heartbeat_interval,
+            queue=self.writer.queue,
+            on_end=self._end,
+            on_message=on_message,
+            on_error=on_error,
+            on_heartbeat=on_heartbeat,
+        )
+        self._connect_stream = connect_stream or SocketStream.connect
+        self._compression: str | None = None
+        self._error: Exception | None = None
+        #: Connected, not closing, not closed: commands may be queued (one read per command).
+        self._usable = False
         #: True once the connection has ended, by :meth:`close` or by an error.
         #: Read it; only the connection sets it (a plain attribute: read per message).
         self.closed = False
@@ -172,7 +170,7 @@ class Connection(Handshake, Reader, Writer):
     @property
     def is_connected(self) -> bool:
         """True between a successful :meth:`connect` and the end of the connection."""
-        return self._reader is not None and not self.closed
+        return self.reader.greenlet is not None and not self.closed
 
     @property
     def error(self) -> Exception | None:
@@ -207,23 +205,56 @@ class Connection(Handshake, Reader, Writer):
     @property
     def compression(self) -> str | None:
         """``"snappy"`` or ``"deflate"`` when the stream is compressed, else ``None``."""
-        return self._codec.name if self._codec is not None else None
+        return self._compression
 
     @property
     def tls(self) -> bool:
         """True when the connection is encrypted."""
-        return self._tls
+        return self.writer.tls
 
     @property
     def socket(self) -> Any:
         """The socket (a ``gevent.ssl.SSLSocket`` under TLS), or ``None`` before
         :meth:`connect`. For inspection: reading or writing it bypasses the codec."""
-        return self._sock
+        return getattr(self.stream, "socket", None)
 
     @property
     def pending(self) -> int:
         """Requests written whose answer has not arrived yet."""
         return self.protocol.awaited_answers
+
+    # -- connecting ----------------------------------------------------------
+
+    def connect(self) -> dict[str, Any]:
+        """Connect and run the whole handshake; blocks until done (up to ``connect_timeout``).
+
+        Returns the negotiated features (nsqd's IDENTIFY reply, or defaults
+        such as ``max_rdy_count`` 2500 when nsqd answered a plain ``OK``).
+        Raises what :func:`~gnsqlite.connection.handshake.open_stream` says
+        (``BrokenConnectionError``, ``NSQTimeoutError``, ``WrongPortError``,
+        ``NegotiationError``, the server's error for a refused IDENTIFY or
+        AUTH), and :class:`~gnsqlite.errors.ConnectionClosedError` when
+        called twice.
+        """
+        if self.closed or self.reader.greenlet is not None:
+            raise ConnectionClosedError(self.name, "a Connection object connects only once")
+        try:
+            done = open_stream(
+                self.address, self.config, self.protocol, self.name, self._connect_stream
+            )
+        except Exception as exc:
+            self._end(exc)
+            raise
+        except BaseException:  # GreenletExit, the caller's Timeout: leave no socket behind
+            self._end(ConnectionClosedError(self.name, "connect was interrupted"))
+            raise
+        self.stream = done.stream
+        self.identity = done.identity
+        self._compression = done.codec.name if done.codec is not None else None
+        self.writer.start(done.stream, done.codec)
+        self.reader.start(done.stream, done.codec)
+        self._usable = True
+        return self.features
 
     # -- commands ----------------------------------------------------------
 
@@ -232,39 +263,40 @@ class Connection(Handshake, Reader, Writer):
             if self._error is not None:
                 raise self._lost(self._error)
             raise ConnectionClosedError(self.name, "the connection is closed")
-        if self._reader is None:
+        if self.reader.greenlet is None:
             raise ConnectionClosedError(self.name, "the connection is not connected yet")
-        if self._draining:
+        if self.writer.draining:
             raise ConnectionClosedError(self.name, "the connection is closing")
 
     def send(self, data: bytes) -> None:
         """Queue raw command bytes; they go out with the next batch. Does not block."""
-        self._check_open()
-        self._queue(data)
+        if not self._usable:
+            self._check_open()
+        self.writer.queue(data)
 
     def _request(self, data: bytes) -> gevent.event.AsyncResult[bytes]:
         waiter: gevent.event.AsyncResult[bytes] = gevent.event.AsyncResult()
         self.protocol.await_answer(waiter)
-        self._queue(data)
+        self.writer.queue(data)
         return waiter
 
-    def request(self, waiter: Waiter, data: bytes) -> None:
+    def request(self, waiter: AnswerWaiter, data: bytes) -> None:
         """Queue a request and hand nsqd's answer to ``waiter``. Does not block.
 
         ``data`` must come from this connection's :attr:`protocol` (such as
         ``conn.protocol.pub(topic, body)``), which records the request so the
         answer is matched to it. Answers reach waiters in request order, in
-        the reader greenlet or the hub (see :class:`Waiter`). :meth:`publish`
-        and friends are this with an ``AsyncResult``; a producer passes its
-        own waiter to skip a hop.
+        the reader greenlet or the hub (see :class:`AnswerWaiter`).
+        :meth:`publish` and friends are this with an ``AsyncResult``; a
+        producer passes its own waiter to skip a hop.
         """
-        if self.closed or self._draining or self._reader is None:
+        if not self._usable:
             self._check_open()  # raises the error that says why
         self.protocol.await_answer(waiter)
-        self._queue(data)
+        self.writer.queue(data)
 
     def request_encoded(
-        self, waiter: Waiter, command: str, data: bytes, now: bool = False
+        self, waiter: AnswerWaiter, command: str, data: bytes, now: bool = False
     ) -> None:
         """Queue a ``PUB``/``MPUB``/``DPUB`` built once for any connection; does not block.
 
@@ -274,13 +306,9 @@ class Connection(Handshake, Reader, Writer):
         what is queued before it) at once, as :meth:`flush` does, rather than
         with the hub's next flush.
         """
-        if self.closed or self._draining or self._reader is None:
+        if not self._usable:
             self._check_open()  # raises the error that says why
-        self._outbox.append(self.protocol.publish_encoded(command, data, waiter))
-        if now and not self._tls:  # sent at once: no hub flush scheduled to be cancelled
-            self.flush()
-        else:
-            self._queued()  # _queue, inlined
+        self.writer.queue(self.protocol.publish_encoded(command, data, waiter), now)
 
     def publish(self, topic: str, body: bytes | str) -> gevent.event.AsyncResult[bytes]:
         """PUB; the result resolves to ``b"OK"`` or the server's error. Does not block."""
@@ -309,21 +337,16 @@ class Connection(Handshake, Reader, Writer):
         """
         self._check_open()
         waiter = self._request(self.protocol.sub(topic, channel))
-        self._wait(waiter, timeout, "SUB")
-
-    def _wait(
-        self, waiter: gevent.event.AsyncResult[bytes], timeout: float | None, what: str
-    ) -> Any:
         try:
-            return waiter.get(timeout=timeout)
+            waiter.get(timeout=timeout)
         except gevent.Timeout:
-            raise NSQTimeoutError(f"{self.name}: no answer to {what} within {timeout} s") from None
+            raise NSQTimeoutError(f"{self.name}: no answer to SUB within {timeout} s") from None
 
     def ready(self, count: int) -> None:
         """RDY ``count``. Does not block."""
-        if self.closed or self._draining or self._reader is None:
+        if not self._usable:
             self._check_open()  # raises the error that says why, before the protocol would
-        self._queue(self.protocol.rdy(count))
+        self.writer.queue(self.protocol.rdy(count))
 
     def finish(self, message_id: bytes | str, now: bool = False) -> None:
         """FIN a message. Does not block.
@@ -332,14 +355,15 @@ class Connection(Handshake, Reader, Writer):
         :meth:`flush` does, rather than with the hub's next flush; for a
         caller that knows no other FIN of this turn would share the write.
         """
-        if self.closed or self._draining or self._reader is None:
+        if not self._usable:
             self._check_open()  # raises the error that says why
-        outbox = self._outbox
-        outbox.append(self.protocol.fin(message_id))  # _queue, inlined: a flush is usually due
-        if now and not self._tls:
-            self.flush()
-        elif self._tls or not self._flush_scheduled or len(outbox) >= FLUSH_AT:
-            self._queued()
+        writer = self.writer
+        outbox = writer.outbox
+        outbox.append(self.protocol.fin(message_id))
+        # Writer.queue, inlined (a FIN per message): the same test, checked
+        # to agree with it by tests/unit/test_connection.py.
+        if now or writer.tls or not writer.flush_scheduled or len(outbox) >= FLUSH_AT:
+            writer.queued(now)
 
     def finish_many(self, message_ids: Sequence[bytes | str]) -> None:
         """FIN every one of ``message_ids``, queued as one command: one write. Does not block.
@@ -349,25 +373,32 @@ class Connection(Handshake, Reader, Writer):
         """
         if not message_ids:
             return
-        if self.closed or self._draining or self._reader is None:
+        if not self._usable:
             self._check_open()  # raises the error that says why
         first = self.protocol.fin(message_ids[0])
-        self._queue(first + commands.fin_many(message_ids[1:]))
+        self.writer.queue(first + commands.fin_many(message_ids[1:]))
 
     def requeue(self, message_id: bytes | str, delay: float = 0.0) -> None:
         """REQ a message, redelivered after ``delay`` seconds. Does not block."""
         self._check_open()
-        self._queue(self.protocol.req(message_id, delay))
+        self.writer.queue(self.protocol.req(message_id, delay))
 
     def touch(self, message_id: bytes | str) -> None:
         """TOUCH a message to reset its timeout. Does not block."""
         self._check_open()
-        self.send(self.protocol.touch(message_id))
+        self.writer.queue(self.protocol.touch(message_id))
 
     def nop(self) -> None:
         """NOP. Does not block."""
         self._check_open()
-        self.send(self.protocol.nop())
+        self.writer.queue(self.protocol.nop())
+
+    def flush(self) -> None:
+        """Send what is queued now rather than when the hub next polls. Does not block.
+
+        See :meth:`~gnsqlite.connection.writer.Writer.flush`.
+        """
+        self.writer.flush()
 
     def start_close(self) -> None:
         """Send CLS; nsqd stops sending and answers ``CLOSE_WAIT``. Does not block.
@@ -376,11 +407,11 @@ class Connection(Handshake, Reader, Writer):
         """
         self._check_open()
         if self.protocol.state is ClientState.SUBSCRIBED:
-            self._queue(self.protocol.cls())
+            self.writer.queue(self.protocol.cls())
 
     def wait_close_wait(self, timeout: float | None) -> bool:
         """Block until nsqd answered CLS; ``True`` if it did within ``timeout`` seconds."""
-        return bool(self._close_wait.wait(timeout))
+        return bool(self.reader.close_wait.wait(timeout))
 
     # -- closing -----------------------------------------------------------
 
@@ -398,23 +429,24 @@ class Connection(Handshake, Reader, Writer):
             return
         timeout = self.config.close_timeout if timeout is None else timeout
         deadline = time.monotonic() + timeout
-        current = gevent.getcurrent()
-        if self._reader is not None and current is not self._reader:
+        reader = self.reader.greenlet
+        if reader is not None and gevent.getcurrent() is not reader:
             if self.protocol.state is ClientState.SUBSCRIBED:
-                self._queue(self.protocol.cls())
+                self.writer.queue(self.protocol.cls())
             if self.protocol.state is ClientState.CLOSING:
-                self._close_wait.wait(max(0.0, deadline - time.monotonic()))
-        writer = self._writer
-        if writer is not None and current is not writer and not self.closed:
-            self._draining = True
-            self._wakeup.set()
-            writer.join(max(0.0, deadline - time.monotonic()))
+                self.reader.close_wait.wait(max(0.0, deadline - time.monotonic()))
+        if not self.closed:
+            self._usable = False
+            self.writer.drain(max(0.0, deadline - time.monotonic()))
         self._end(None)
         self._join_greenlets(max(0.0, deadline - time.monotonic()))
 
+    def _greenlets(self) -> list[gevent.Greenlet[[], None]]:
+        return [g for g in (self.reader.greenlet, self.writer.greenlet) if g is not None]
+
     def _join_greenlets(self, timeout: float | None) -> None:
         current = gevent.getcurrent()
-        others = [g for g in (self._reader, self._writer) if g is not None and g is not current]
+        others = [g for g in self._greenlets() if g is not current]
         if others:
             gevent.joinall(others, timeout=timeout)
 
@@ -422,23 +454,18 @@ class Connection(Handshake, Reader, Writer):
         if self.closed:
             return
         self.closed = True
+        self._usable = False
         self._error = error
-        self._stop_watch()  # the hub reads no more, before anything else runs
+        self.reader.stop()  # the hub reads no more, before anything else runs
         waiters = self.protocol.connection_lost()
+        connected = self.reader.greenlet is not None
         if error is not None:
             text = str(error)
             if not text.startswith(self.name):
                 text = f"{self.name}: {text}"
             # A failed connect() raises to its caller, who decides what to log.
-            log.log(
-                logging.INFO if self._reader is not None else logging.DEBUG,
-                "connection ended: %s",
-                text,
-            )
-        current = gevent.getcurrent()
-        for greenlet in (self._reader, self._writer):
-            if greenlet is not None and greenlet is not current:
-                greenlet.kill(block=False)
+            log.log(logging.INFO if connected else logging.DEBUG, "connection ended: %s", text)
+        self.writer.stop()
         failure: Exception
         if error is None:
             failure = ConnectionClosedError(self.name, "the connection was closed")
@@ -448,17 +475,14 @@ class Connection(Handshake, Reader, Writer):
             failure = error
         for waiter in waiters:
             waiter.set_exception(failure)
-        self._close_wait.set()
-        self._outbox.clear()
-        self._unsent = b""
-        sock, self._sock = self._sock, None
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.shutdown(_stdlib_socket.SHUT_RDWR)
-            with contextlib.suppress(OSError):
-                sock.close()
-        if self.on_close is not None and self._reader is not None:
-            self._call(self.on_close, error)
+        stream, self.stream = self.stream, None
+        if stream is not None:
+            stream.close()
+        if self.on_close is not None and connected:
+            try:
+                self.on_close(self, error)
+            except Exception:
+                log.exception("%s: callback %r failed", self.name, self.on_close)
 
     def _lost(self, error: Exception) -> BrokenConnectionError:
         """The error for requests the connection can no longer serve, caused by ``error``."""
@@ -468,7 +492,7 @@ class Connection(Handshake, Reader, Writer):
 
     def join(self, timeout: float | None = None) -> bool:
         """Block until the connection's greenlets have ended; ``True`` if they have."""
-        greenlets = [g for g in (self._reader, self._writer) if g is not None]
+        greenlets = self._greenlets()
         if greenlets:
             gevent.joinall(greenlets, timeout=timeout)
         return all(g.dead for g in greenlets)

@@ -1,0 +1,438 @@
+"""A connection's reader: the reader greenlet, the one routing rule, and liveness.
+
+The **reader** reads, decodes and routes frames: messages go to the
+``on_message`` callback (which must not block: it may run in the hub
+itself, see below; the reader never runs handler code), answers to
+requests resolve their waiters in the order the requests were written,
+heartbeats are answered with ``NOP`` at once. What goes where is written
+once, in :meth:`Reader.deliver` (messages and answers, the per-message
+path) and :meth:`Reader.route` (everything, in order).
+
+On a publisher's connection (no ``on_message``, plain TCP, no compression)
+the reader **parks** and the hub reads the socket itself when it is
+readable: it resolves the waiters of the answers it finds, so a blocking
+publish costs two greenlet switches (to the hub and back) instead of four
+(to the hub, the reader, the hub and back). A consumer's connection (plain
+TCP, no compression) whose protocol reports messages as their own events
+(``message_class``) parks too, and the hub calls ``on_message`` for each
+message itself: at ``max_in_flight=1`` a message costs the switches to the
+handler and back, not those to the reader and back as well. The hub hands
+anything that is more than an answer or such a message (a heartbeat, an
+error frame, a wrapped message, nsqd hanging up, an undecodable frame, a
+waiter that raised) back to the parked reader, which handles it exactly as
+when it reads itself, then parks again. While the reader is parked the hub
+is the only one reading the socket, and while the reader routes what it
+was handed the hub does not read at all.
+
+Liveness has one rule: a connection that hears nothing for
+:data:`DEAD_AFTER_HEARTBEATS` heartbeat intervals is dead. One timer of the
+hub's :class:`~gnsqlite.timers.TimerWheel` per connection (owned by the
+reader, re-armed lazily, not per receive) enforces it by ending the
+reader's receive with :class:`~gnsqlite.errors.BrokenConnectionError`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import gevent
+import gevent.event
+from gevent.hub import Waiter
+
+from ..codecs import Codec
+from ..errors import BrokenConnectionError, NSQError, RemoteProtocolError, map_io_errors
+from ..protocol import (
+    ClientConnection,
+    CloseWait,
+    Delivery,
+    ErrorReceived,
+    Event,
+    Heartbeat,
+    MessageReceived,
+    Response,
+    Upgraded,
+)
+from ..protocol.frames import OK
+from ..timers import Timer, TimerWheel
+from .stream import Stream
+
+__all__ = ["DEAD_AFTER_HEARTBEATS", "Reader", "feed_protocol"]
+
+log = logging.getLogger(__name__)
+
+#: Heartbeat intervals of silence after which a connection is dead.
+DEAD_AFTER_HEARTBEATS = 2
+#: Bytes asked of one ``recv``. Below glibc's mmap threshold (128 KiB): a larger
+#: buffer is mmapped for every read (see docs/benchmarks.md). nsqd writes at most
+#: its 16 KiB output buffer at a time.
+_RECV_SIZE = 64 * 1024
+#: The hub's wheel, bound once: a connection's liveness is never on a test's fake wheel.
+_hub_wheel = TimerWheel.for_hub
+#: Plain bytes decompressed at a time before the frame decoder runs.
+_DECODE_STEP = 64 * 1024
+
+
+def feed_protocol(
+    protocol: ClientConnection,
+    codec: Codec | None,
+    data: bytes,
+    name: str,
+    route: Callable[[list[Event]], None] | None = None,
+) -> None:
+    """Hand bytes read to ``protocol``, decompressing ``_DECODE_STEP`` at a time.
+
+    A compressed stream is decoded in bounded steps, so what a peer's
+    compression ratio decides (256 KiB of deflate inflate to 256 MiB) is
+    never held at once: between steps the protocol parses what it has
+    (refusing an oversized frame at its header) and, with ``route``, the
+    events found are routed. Raises :class:`~gnsqlite.errors.RemoteProtocolError`
+    (naming ``name``) for undecodable data.
+    """
+    if codec is None:
+        protocol.receive_data(data)
+        return
+    while True:
+        try:
+            plain = codec.decode(data, _DECODE_STEP)
+        except Exception as exc:  # RemoteProtocolError from the codec, or a codec's own
+            raise RemoteProtocolError(f"{name}: undecodable compressed data: {exc}") from exc
+        data = b""
+        protocol.receive_data(plain)
+        if not codec.pending:
+            return
+        if route is not None:
+            route(protocol.events())
+
+
+class Reader:
+    """Reading one connection's stream; see the module docstring.
+
+    ``owner`` is the :class:`~gnsqlite.connection.Connection`: the first
+    argument of every callback, and where the time of the last bytes read
+    is kept (``owner.last_received``, read per message by consumers).
+    ``on_message(owner, message)``, ``on_error(owner, error)`` and
+    ``on_heartbeat(owner)`` are the connection's callbacks; ``queue(data)``
+    queues bytes to write (the NOP answering a heartbeat); ``on_end(error)``
+    runs once when reading ends by itself (nsqd hung up, a network,
+    protocol or fatal server error), never after :meth:`stop`. ``heartbeat_interval`` (seconds, or
+    ``None``) sets the liveness rule. The constructor opens nothing and
+    starts no greenlet: :meth:`start` does.
+    """
+
+    def __init__(
+        self,
+        owner: Any,
+        protocol: ClientConnection,
+        *,
+        heartbeat_interval: float | None,
+        queue: Callable[[bytes], None],
+        on_end: Callable[[Exception | None], None],
+        on_message: Callable[[Any, Any], None] | None = None,
+        on_error: Callable[[Any, Any], None] | None = None,
+        on_heartbeat: Callable[[Any], None] | None = None,
+    ) -> None:
+        self.owner = owner
+        self.name: str = owner.name
+        self.protocol = protocol
+        self.heartbeat_interval = heartbeat_interval
+        self.queue = queue
+        self.on_end = on_end
+        self.on_message = on_message  # a Message, or the protocol's message_class
+        self.on_error = on_error
+        self.on_heartbeat = on_heartbeat
+        #: Set when nsqd answered CLS with ``CLOSE_WAIT`` (or the connection ended).
+        self.close_wait = gevent.event.Event()
+        self.greenlet: gevent.Greenlet[[], None] | None = None
+        self.stream: Stream | None = None
+        self.codec: Codec | None = None
+        self.stopped = False
+        self._in_recv = False  # waiting in its receive (where silence may end it)
+        self._silence: Timer | None = None  # the liveness timer, on the wheel
+        self.watch: Any = None  # the io watcher of the hub's reads (see _park)
+        self._parked: Waiter[Any] | None = None  # the parked reader's gevent Waiter
+        self._loop: Any = None
+
+    # -- starting and stopping ---------------------------------------------------
+
+    def start(self, stream: Stream, codec: Codec | None) -> None:
+        """Read ``stream`` (through ``codec``) from now on; starts the reader greenlet."""
+        self.stream = stream
+        self.codec = codec
+        self.owner.last_received = time.monotonic()
+        self._loop = gevent.get_hub().loop
+        self.greenlet = gevent.spawn(self._read_loop)
+
+    def stop(self) -> None:
+        """Read nothing more: the hub stops reading, the greenlet is killed. Does not block."""
+        self.stopped = True
+        self._stop_watch()
+        self.close_wait.set()
+        greenlet = self.greenlet
+        if greenlet is not None and greenlet is not gevent.getcurrent():
+            greenlet.kill(block=False)
+
+    # -- bytes in ------------------------------------------------------------------
+
+    def recv(self) -> bytes:
+        """Bytes from the stream; blocks. Raises when nsqd closed the connection."""
+        data = self.stream.recv(_RECV_SIZE)  # type: ignore[union-attr]
+        if not data:
+            raise BrokenConnectionError(self.name, "nsqd closed the connection")
+        return data
+
+    def feed(self, data: bytes, route: Callable[[list[Event]], None] | None = None) -> None:
+        """Hand received bytes to the protocol (see :func:`feed_protocol`)."""
+        feed_protocol(self.protocol, self.codec, data, self.name, route)
+
+    # -- routing: the one rule ---------------------------------------------------
+
+    def deliver(self, events: Sequence[Event], start: int = 0) -> int:
+        """Route the messages and answers among ``events`` from ``start``, up to the first other.
+
+        The per-message half of the routing rule: a message (of the
+        protocol's ``message_class``, or in a :class:`MessageReceived`) goes
+        to ``on_message`` (an exception in it is logged), an answer to its
+        waiter. Returns the index of the first event that is neither (a
+        heartbeat, an error frame, a message with no ``on_message``, an
+        answer nobody waits for ...), or ``len(events)``: :meth:`route`
+        handles that one. Runs in the reader greenlet or in the hub.
+        """
+        on_message = self.on_message
+        bare = self.protocol.message_class  # its messages are events of their own
+        owner = self.owner
+        for index in range(start, len(events)):
+            event = events[index]
+            kind = type(event)
+            if kind is bare and on_message is not None:
+                try:
+                    on_message(owner, event)
+                except Exception:
+                    log.exception("%s: callback %r failed", self.name, on_message)
+            elif kind is MessageReceived and on_message is not None:
+                try:
+                    on_message(owner, event.message)  # type: ignore[attr-defined]
+                except Exception:
+                    log.exception("%s: callback %r failed", self.name, on_message)
+            elif kind is Response and event.waiter is not None:  # type: ignore[attr-defined]
+                event.waiter.set(event.data)  # type: ignore[attr-defined]
+            else:
+                return index
+        return len(events)
+
+    def route(self, events: Sequence[Event]) -> None:
+        """Route every one of ``events``, in order: :meth:`deliver`, and the rest here.
+
+        A fatal error frame raises it (ending the connection); a heartbeat
+        queues the NOP the protocol prepared. Runs in the reader greenlet.
+        """
+        index = self.deliver(events)
+        count = len(events)
+        if index == count:
+            return
+        while index < count:
+            self._route_other(events[index])
+            index = self.deliver(events, index + 1)
+        nop = self.protocol.data_to_send()  # a heartbeat among them queued one
+        if nop:
+            self.queue(nop)
+
+    def _route_other(self, event: Event) -> None:
+        """An event :meth:`deliver` leaves: anything but a message or an awaited answer."""
+        if isinstance(event, ErrorReceived):
+            if event.waiter is not None:
+                event.waiter.set_exception(event.error)
+            if event.error.fatal:
+                raise event.error
+            if event.command is None:  # E_FIN_FAILED and the like: no request's answer
+                if self.on_error is not None:
+                    self._call(self.on_error, event.error)
+                else:
+                    log.warning("%s: %s", self.name, event.error)
+        elif isinstance(event, CloseWait):
+            self.close_wait.set()
+        elif isinstance(event, Heartbeat):
+            log.debug("%s: heartbeat", self.name)
+            if self.on_heartbeat is not None:
+                self._call(self.on_heartbeat)
+        elif isinstance(event, (MessageReceived, Delivery)):
+            log.warning("%s: a message arrived on a connection without on_message", self.name)
+        elif isinstance(event, Upgraded):  # pragma: no cover - only during the handshake
+            raise RemoteProtocolError(f"unexpected upgrade confirmation {event.kind!r}")
+        # A Response nobody waits for (a publish sent without a waiter): nothing to do.
+
+    def _call(self, callback: Callable[..., None], *args: Any) -> None:
+        """Run a user callback; an exception in it is logged, never kills the reader."""
+        try:
+            callback(self.owner, *args)
+        except Exception:
+            log.exception("%s: callback %r failed", self.name, callback)
+
+    # -- liveness: the one rule, on the hub's timer wheel -----------------------
+
+    def _start_silence_timer(self, limit: float, at_least: float = 0.0) -> None:
+        """Arm the liveness check: one wheel timer, not one per receive.
+
+        It fires ``limit`` seconds after the last bytes were read (re-armed
+        lazily: when it fires early it sets itself for the rest, but not
+        sooner than ``at_least`` seconds), and ends a silent connection by
+        raising in the reader's receive. The timer's owner is this reader.
+        """
+        silent = time.monotonic() - self.owner.last_received
+        self._silence = _hub_wheel().call_later(
+            max(at_least, limit - silent), self._silence_check, limit, owner=self
+        )
+
+    def _stop_silence_timer(self) -> None:
+        timer, self._silence = self._silence, None
+        if timer is not None:
+            timer.cancel()
+
+    def _silence_check(self, limit: float) -> None:
+        """Runs in a timer greenlet of the wheel when the silence timer fires."""
+        self._silence = None
+        reader = self.greenlet
+        if self.stopped or reader is None or reader.dead:
+            return
+        if time.monotonic() - self.owner.last_received < limit:
+            self._start_silence_timer(limit)  # bytes came since it was armed
+            return
+        if not self._in_recv:  # silent, but the reader is busy (a slow callback): look again
+            self._start_silence_timer(limit, at_least=limit / 8)
+            return
+        reader.kill(
+            BrokenConnectionError(
+                self.name,
+                "nothing heard for two heartbeat intervals"  # DEAD_AFTER_HEARTBEATS
+                f" ({self.heartbeat_interval} s each): the connection is dead",
+            ),
+            block=False,
+        )
+
+    # -- the reader greenlet ---------------------------------------------------------
+
+    def _read_loop(self) -> None:
+        error: Exception | None = None
+        interval = self.heartbeat_interval
+        stream = self.stream
+        assert stream is not None  # start() set it
+        owner = self.owner
+        try:
+            if interval is not None:
+                self._start_silence_timer(DEAD_AFTER_HEARTBEATS * interval)
+            protocol = self.protocol
+            route = self.route
+            recv = stream.recv
+            wait_readable = stream.wait_readable
+            raw = stream.hub_readable
+            # The hub reads: a publisher's connection, or a consumer's whose
+            # messages are their own events (plain TCP, no compression).
+            parks = (
+                raw is not None
+                and (self.on_message is None or protocol.message_class is not None)
+                and self.codec is None
+            )
+            short = False
+            with map_io_errors(self.name, "read failed"):
+                while True:
+                    self._in_recv = True
+                    if parks:
+                        route(self._park(raw))  # what was more than answers and messages
+                        continue
+                    if short:
+                        wait_readable()
+                    data = recv(_RECV_SIZE)
+                    self._in_recv = False
+                    short = len(data) < _RECV_SIZE
+                    if not data:
+                        raise BrokenConnectionError(self.name, "nsqd closed the connection")
+                    owner.last_received = time.monotonic()
+                    if self.codec is None:
+                        protocol.receive_data(data)
+                    else:
+                        self.feed(data, route)
+                    route(protocol.events())
+        except NSQError as exc:  # a network failure too, mapped at the edge
+            error = exc
+        except gevent.GreenletExit:
+            return
+        except Exception as exc:  # a bug; end the connection rather than hang it
+            log.exception("%s: the reader failed", self.name)
+            error = BrokenConnectionError(self.name, f"reader failed: {exc!r}")
+            error.__cause__ = exc
+        finally:
+            self._in_recv = False
+            self._stop_watch()
+            self._stop_silence_timer()
+        if not self.stopped:
+            self.on_end(error)
+
+    # -- answers and messages read by the hub (see the module docstring) ------------
+
+    def _park(self, raw: Any) -> list[Event]:
+        """Reader greenlet: leave the reading to the hub until it meets more than answers.
+
+        While parked, the hub reads the socket itself when it is readable
+        (:meth:`_on_readable`) and delivers the answers and messages it finds
+        (:meth:`deliver`), with no switch to this greenlet and back. Anything
+        else is handed back: returns the events from the first such one on,
+        for the caller to route in order. Raises what ended the hub's read
+        (nsqd closed, a socket error, an undecodable frame, a failing
+        waiter). Blocks.
+        """
+        watch = self.watch
+        if watch is None:
+            watch = self.watch = self._loop.io(raw.fileno(), 1)
+        waiter: Waiter[Any] = Waiter()
+        self._parked = waiter
+        watch.start(self._on_readable, raw)
+        try:
+            handed = waiter.get()
+        finally:
+            self._parked = None
+            watch.stop()
+        if isinstance(handed, BaseException):
+            raise handed
+        return handed  # type: ignore[no-any-return]
+
+    def _on_readable(self, raw: Any) -> None:
+        """Runs in the hub when a parked reader's socket is readable; never blocks or raises."""
+        waiter = self._parked
+        if waiter is None or self.stopped:  # pragma: no cover - the watch stops before either
+            return
+        handed: list[Event] | BaseException
+        try:
+            data = raw.recv(_RECV_SIZE)
+            protocol = self.protocol
+            answered = protocol.publish_answers(data) if self.on_message is None else None
+            if answered is not None:  # only OKs to publishes: no frames decoded, no events
+                self.owner.last_received = time.monotonic()
+                for answer in answered:
+                    if answer is not None:
+                        answer.set(OK)
+                return  # stay parked
+            if not data:
+                handed = BrokenConnectionError(self.name, "nsqd closed the connection")
+            else:
+                self.owner.last_received = time.monotonic()
+                protocol.receive_data(data)
+                events = protocol.events()
+                index = self.deliver(events)
+                if index == len(events):
+                    return  # only answers and messages: stay parked
+                handed = events[index:]
+        except (BlockingIOError, InterruptedError):
+            return  # woken with nothing to read after all
+        except Exception as exc:  # the reader raises it, as if it had read itself
+            handed = exc
+        self._parked = None
+        self.watch.stop()
+        waiter.switch(handed)
+
+    def _stop_watch(self) -> None:
+        """Stop the hub's reads (before the socket closes)."""
+        watch = self.watch
+        if watch is not None:
+            watch.stop()
