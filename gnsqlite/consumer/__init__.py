@@ -183,7 +183,7 @@ class Consumer:
         self._dispatcher.batcher = self._batcher
         if self._batcher is not None:
             self._flow.on_starved = self._batcher.starved
-        self._observers: list[Callable[[Message], None]] = []
+        self._observers: list[Callable[[Message], object]] = []
         flow = self._flow
         routes = LinkRoutes(
             flow.received,
@@ -285,7 +285,7 @@ class Consumer:
     def _count_given_up(self, nsqd: str) -> None:
         self._links.count_given_up(nsqd)
 
-    def add_message_observer(self, observer: Callable[[Message], None]) -> None:
+    def add_message_observer(self, observer: Callable[[Message], object]) -> None:
         """Call ``observer(message)`` for every message received (a dashboard's tail).
 
         It runs where the connection reads (the hub itself on a plain TCP
@@ -295,7 +295,7 @@ class Consumer:
         """
         self._observers.append(observer)
 
-    def remove_message_observer(self, observer: Callable[[Message], None]) -> None:
+    def remove_message_observer(self, observer: Callable[[Message], object]) -> None:
         """Stop calling ``observer``; a no-op if it was not added."""
         if observer in self._observers:
             self._observers.remove(observer)

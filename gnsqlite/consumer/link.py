@@ -68,7 +68,7 @@ class LinkRoutes(NamedTuple):
     failed: Callable[[], None]
     intake: Callable[[Message], None]
     requeue_delay: Callable[[int], float]
-    observers: list[Callable[[Message], None]]
+    observers: list[Callable[[Message], object]]
     lifecycle: Lifecycle
 
 
