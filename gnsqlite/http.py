@@ -36,6 +36,7 @@ from .errors import ConfigError, RemoteProtocolError
 from .http_transport import HTTPError, http_request
 from .net import parse_address
 from .protocol import as_body, check_channel_name, check_topic_name, to_milliseconds
+from .protocol.commands import Body
 
 __all__ = ["HTTPError", "NsqdHTTPClient", "LookupdClient"]
 
@@ -99,14 +100,14 @@ class NsqdHTTPClient(_Client):
     Every method blocks the calling greenlet up to ``timeout`` seconds.
     """
 
-    def pub(self, topic: str, body: bytes | str, defer: float | None = None) -> None:
+    def pub(self, topic: str, body: Body, defer: float | None = None) -> None:
         """Publish one message; ``defer`` is a delay in seconds."""
         params: dict[str, Any] = {"topic": check_topic_name(topic)}
         if defer is not None:
             params["defer"] = to_milliseconds(defer, "defer")
         self._post("/pub", as_body(body), **params)
 
-    def mpub(self, topic: str, bodies: Iterable[bytes | str], binary: bool = True) -> None:
+    def mpub(self, topic: str, bodies: Iterable[Body], binary: bool = True) -> None:
         """Publish a batch; ``binary`` uses the size-prefixed form, else newline-separated."""
         raws = [as_body(b) for b in bodies]
         if binary:

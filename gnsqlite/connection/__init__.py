@@ -55,6 +55,7 @@ from ..errors import (
 )
 from ..net import format_address, parse_address
 from ..protocol import ClientConnection, ClientState, Delivery, commands
+from ..protocol.commands import Body
 from .handshake import open_stream
 from .reader import Reader
 from .stream import SocketStream, Stream
@@ -310,20 +311,20 @@ class Connection:
             self._check_open()  # raises the error that says why
         self.writer.queue(self.protocol.publish_encoded(command, data, waiter), now)
 
-    def publish(self, topic: str, body: bytes | str) -> gevent.event.AsyncResult[bytes]:
+    def publish(self, topic: str, body: Body) -> gevent.event.AsyncResult[bytes]:
         """PUB; the result resolves to ``b"OK"`` or the server's error. Does not block."""
         self._check_open()
         return self._request(self.protocol.pub(topic, body))
 
     def multi_publish(
-        self, topic: str, bodies: Iterable[bytes | str]
+        self, topic: str, bodies: Iterable[Body]
     ) -> gevent.event.AsyncResult[bytes]:
         """MPUB; the result resolves to ``b"OK"`` or the server's error. Does not block."""
         self._check_open()
         return self._request(self.protocol.mpub(topic, bodies))
 
     def deferred_publish(
-        self, topic: str, delay: float, body: bytes | str
+        self, topic: str, delay: float, body: Body
     ) -> gevent.event.AsyncResult[bytes]:
         """DPUB, delivered after ``delay`` seconds; resolves like :meth:`publish`."""
         self._check_open()

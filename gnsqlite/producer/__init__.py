@@ -60,6 +60,7 @@ from ..flow import Reconnect
 from ..health import Health
 from ..net import normalize_addresses
 from ..protocol import as_body, check_topic_name, commands, to_milliseconds
+from ..protocol.commands import Body
 from ..timers import TimerWheel
 from .attempt import Attempt
 from .pool import Pool
@@ -224,7 +225,7 @@ class Producer:
     def publish(
         self,
         topic: str,
-        body: bytes | str,
+        body: Body,
         defer: float | None = None,
         timeout: float | None = None,
     ) -> None:
@@ -242,7 +243,7 @@ class Producer:
         self._deadlines.wait(self._pub(topic, body, defer, timeout, True))
 
     def multi_publish(
-        self, topic: str, bodies: Iterable[bytes | str], timeout: float | None = None
+        self, topic: str, bodies: Iterable[Body], timeout: float | None = None
     ) -> None:
         """MPUB ``bodies`` atomically; blocks until nsqd answers. Raises like :meth:`publish`."""
         self._deadlines.wait(self._mpub(topic, bodies, timeout, True))
@@ -250,7 +251,7 @@ class Producer:
     def publish_async(
         self,
         topic: str,
-        body: bytes | str,
+        body: Body,
         defer: float | None = None,
         timeout: float | None = None,
     ) -> gevent.event.AsyncResult[bytes]:
@@ -262,7 +263,7 @@ class Producer:
         return self._pub(topic, body, defer, timeout, False).result
 
     def multi_publish_async(
-        self, topic: str, bodies: Iterable[bytes | str], timeout: float | None = None
+        self, topic: str, bodies: Iterable[Body], timeout: float | None = None
     ) -> gevent.event.AsyncResult[bytes]:
         """Like :meth:`multi_publish` but returns an ``AsyncResult`` at once."""
         return self._mpub(topic, bodies, timeout, False).result
@@ -285,7 +286,7 @@ class Producer:
         self._deadlines.wait(self._router.submit("MPUB", data, topic, count, timeout, True))
 
     def _pub(
-        self, topic: str, body: bytes | str, defer: float | None, timeout: float | None,
+        self, topic: str, body: Body, defer: float | None, timeout: float | None,
         blocking: bool,
     ) -> Attempt:  # fmt: skip
         """Submit the PUB (or DPUB) of ``body``, checked; built once, whatever connection takes it.
@@ -303,7 +304,7 @@ class Producer:
         return self._router.submit("DPUB", data, topic, 1, timeout, blocking)
 
     def _mpub(
-        self, topic: str, bodies: Iterable[bytes | str], timeout: float | None, blocking: bool
+        self, topic: str, bodies: Iterable[Body], timeout: float | None, blocking: bool
     ) -> Attempt:
         """Submit the MPUB of ``bodies``, checked; each body copied once.
 

@@ -36,7 +36,7 @@ from ..errors import (
     error_from_frame,
 )
 from . import commands
-from .commands import MESSAGE_ID_LENGTH
+from .commands import MESSAGE_ID_LENGTH, Body
 from .defaults import MAX_FRAME_SIZE, MAX_RDY_COUNT
 from .events import (
     Authenticated,
@@ -179,7 +179,7 @@ class ClientConnection:
         self._pending.append(_Pending("SUB"))
         return data
 
-    def pub(self, topic: str, body: bytes | str) -> bytes:
+    def pub(self, topic: str, body: Body) -> bytes:
         """PUB one message; the answer is a :class:`Response` for ``"PUB"``."""
         if self.state not in _PUBLISH_STATES:
             self._require(_PUBLISH_STATES, "PUB")
@@ -187,7 +187,7 @@ class ClientConnection:
         self._pending.append(_Pending("PUB"))
         return data
 
-    def mpub(self, topic: str, bodies: Iterable[bytes | str]) -> bytes:
+    def mpub(self, topic: str, bodies: Iterable[Body]) -> bytes:
         """MPUB a batch; the answer is a :class:`Response` for ``"MPUB"``."""
         self._require(_PUBLISH_STATES, "MPUB")
         data = commands.mpub(topic, bodies)
@@ -219,7 +219,7 @@ class ClientConnection:
         self._pending.append(_Pending(command, waiter))
         return data
 
-    def dpub(self, topic: str, delay: float, body: bytes | str) -> bytes:
+    def dpub(self, topic: str, delay: float, body: Body) -> bytes:
         """DPUB one message deferred by ``delay`` seconds."""
         self._require(_PUBLISH_STATES, "DPUB")
         data = commands.dpub(topic, delay, body)

@@ -65,7 +65,11 @@ def to_milliseconds(seconds: float, what: str) -> int:
     return round(seconds * 1000)
 
 
-def as_body(body: bytes | bytearray | memoryview | str) -> bytes:
+#: What a message body may be given as; ``str`` is sent as UTF-8.
+Body = bytes | bytearray | memoryview | str
+
+
+def as_body(body: Body) -> bytes:
     """Return a message body as bytes; ``str`` is encoded as UTF-8.
 
     Raises ``TypeError`` for anything else, naming the type received.
@@ -111,7 +115,7 @@ def sub(topic: str, channel: str) -> bytes:
     return f"SUB {t} {c}\n".encode("ascii")
 
 
-def pub(topic: str, body: bytes | str) -> bytes:
+def pub(topic: str, body: Body) -> bytes:
     """``PUB <topic>`` with one size-prefixed message body."""
     t = check_topic_name(topic)
     raw = body if type(body) is bytes else as_body(body)
@@ -123,7 +127,7 @@ def pub(topic: str, body: bytes | str) -> bytes:
     return b"".join((line, _SIZE.pack(len(raw)), raw))  # _with_body
 
 
-def mpub(topic: str, bodies: Iterable[bytes | str]) -> bytes:
+def mpub(topic: str, bodies: Iterable[Body]) -> bytes:
     """``MPUB <topic>``: body size, message count, then each size and body.
 
     The body size counts the 4-byte message count and every size prefix.
@@ -196,7 +200,7 @@ def mpub_encoded(topic: str, payload: bytes | memoryview) -> bytes:
     return b"".join((f"MPUB {t}\n".encode("ascii"), _SIZE.pack(len(payload)), payload))
 
 
-def dpub(topic: str, delay: float, body: bytes | str) -> bytes:
+def dpub(topic: str, delay: float, body: Body) -> bytes:
     """``DPUB <topic> <defer_ms>``: publish ``body`` after ``delay`` seconds."""
     t = check_topic_name(topic)
     ms = to_milliseconds(delay, "the DPUB delay")

@@ -9,6 +9,7 @@ import pytest
 
 import gnsqlite.protocol as p
 from gnsqlite.errors import InvalidNameError, LocalProtocolError
+from gnsqlite.protocol.commands import Body
 
 pytestmark = pytest.mark.no_server
 
@@ -56,9 +57,8 @@ def test_mpub_body_size_counts_the_count_and_every_size_prefix() -> None:
 
 
 def test_mpub_takes_str_bytearray_and_memoryview_bodies_like_bytes() -> None:
-    # typed Iterable[bytes | str], yet as_body takes bytearray and memoryview (library typing flaw)
-    bodies = ["é", bytearray(b"xy"), memoryview(b"z"), b"w" * 300]
-    data = p.mpub("clicks", bodies)  # type: ignore[arg-type]
+    bodies: list[Body] = ["é", bytearray(b"xy"), memoryview(b"z"), b"w" * 300]
+    data = p.mpub("clicks", bodies)
     inner = size(4) + size(2) + "é".encode() + size(2) + b"xy" + size(1) + b"z"
     inner += size(300) + b"w" * 300
     assert data == b"MPUB clicks\n" + size(len(inner)) + inner
