@@ -54,8 +54,8 @@ from gnsqlite.producer import Producer
 from gnsqlite.testing import NsqdServer, wait_until
 from gnsqlite.testing.faults import (
     AccountingHandler,
+    DeliveryLedger,
     FaultInjector,
-    Ledger,
     live_greenlets,
     open_fds,
     rss_bytes,
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         pub_address, sub_address = proxies[0].address, proxies[1].address
     else:
         pub_address = sub_address = nsqd.tcp_address
-    ledger = Ledger(transit=2.5 + 0.05)  # the longest stall plus a delay
+    ledger = DeliveryLedger(transit=2.5 + 0.05)  # the longest stall plus a delay
     handler = AccountingHandler(
         ledger,
         random.Random(rng.random()),
@@ -278,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def take_sample(
-    minute: int, published: int, ledger: Ledger, consumer: Consumer, trim: bool
+    minute: int, published: int, ledger: DeliveryLedger, consumer: Consumer, trim: bool
 ) -> Sample:
     """One minute's figures (counting objects blocks for a few ms per 100k live objects)."""
     objects = count_objects()
@@ -293,7 +293,7 @@ def take_sample(
 
 def print_sample(
     sample: Sample,
-    ledger: Ledger,
+    ledger: DeliveryLedger,
     injector: FaultInjector,
     restarts: int,
     proxies: list[ProxyProcess],

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["PeerInfo", "Producer", "Registration", "RegistrationDB"]
+__all__ = ["PeerInfo", "RegisteredNsqd", "Registration", "RegistrationDB"]
 
 
 @dataclass(frozen=True, order=True)
@@ -62,7 +62,7 @@ class PeerInfo:
 
 
 @dataclass(eq=False)
-class Producer:
+class RegisteredNsqd:
     """One nsqd under a registration, and when ``/topic/tombstone`` hid it (clock seconds)."""
 
     peer: PeerInfo
@@ -80,7 +80,7 @@ class RegistrationDB:
     stays listed), except ephemeral topics and channels, which go with it.
     """
 
-    _map: dict[Registration, dict[str, Producer]] = field(default_factory=dict)
+    _map: dict[Registration, dict[str, RegisteredNsqd]] = field(default_factory=dict)
 
     def add_registration(self, key: Registration) -> None:
         """Create ``key`` with no producers if it does not exist."""
@@ -91,7 +91,7 @@ class RegistrationDB:
         producers = self._map.setdefault(key, {})
         if peer.id in producers:
             return False
-        producers[peer.id] = Producer(peer)
+        producers[peer.id] = RegisteredNsqd(peer)
         return True
 
     def remove_producer(self, key: Registration, peer_id: str) -> tuple[bool, int]:
@@ -110,9 +110,9 @@ class RegistrationDB:
         """Keys matching, ``"*"`` being a wildcard, in sorted order."""
         return sorted(k for k in self._map if k.matches(category, key, subkey))
 
-    def find_producers(self, category: str, key: str, subkey: str) -> list[Producer]:
+    def find_producers(self, category: str, key: str, subkey: str) -> list[RegisteredNsqd]:
         """Producers under the matching keys, each peer once."""
-        seen: dict[str, Producer] = {}
+        seen: dict[str, RegisteredNsqd] = {}
         for k in self.find_registrations(category, key, subkey):
             for peer_id, producer in self._map[k].items():
                 seen.setdefault(peer_id, producer)

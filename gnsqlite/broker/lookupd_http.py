@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from urllib.parse import parse_qs
 
 from ..protocol import valid_channel_name, valid_topic_name
-from .lookupd_db import Producer, Registration, RegistrationDB
+from .lookupd_db import RegisteredNsqd, Registration, RegistrationDB
 
 __all__ = ["LookupdHttp", "ServerSettings"]
 
@@ -90,7 +90,9 @@ class LookupdHttp:
     def tombstone_lifetime(self) -> float:
         return self._server.tombstone_lifetime
 
-    def _active(self, producers: Iterable[Producer], tombstone_lifetime: float) -> list[Producer]:
+    def _active(
+        self, producers: Iterable[RegisteredNsqd], tombstone_lifetime: float
+    ) -> list[RegisteredNsqd]:
         now = self._clock()
         return [
             p
@@ -160,9 +162,7 @@ class LookupdHttp:
         for client in self._active(self.db.find_producers("client", "", ""), 0.0):
             peer = client.peer
             topics = [
-                k.key
-                for k in self.db.lookup_registrations(peer.id)
-                if k.matches("topic", "*", "")
+                k.key for k in self.db.lookup_registrations(peer.id) if k.matches("topic", "*", "")
             ]
             now = self._clock()
             tombstones = []

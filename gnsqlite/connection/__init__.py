@@ -9,12 +9,12 @@ handshake, then starts the connection's reader and writer. A
   :class:`~gnsqlite.connection.stream.MemoryStream`), opened by the
   handshake (:func:`gnsqlite.connection.handshake.open_stream`: connect,
   IDENTIFY, TLS, snappy or deflate, AUTH);
-* a :class:`~gnsqlite.connection.reader.Reader`: the reader greenlet
+* a :class:`~gnsqlite.connection.reader.ConnectionReader`: the reader greenlet
   (messages to ``on_message``, which must not block; answers to their
   waiters in request order; heartbeats answered with ``NOP``; the hub reads
   for it where it can), the one routing rule and the one liveness rule
   (dead after two heartbeat intervals of silence);
-* a :class:`~gnsqlite.connection.writer.Writer`: commands written in
+* a :class:`~gnsqlite.connection.writer.ConnectionWriter`: commands written in
   batches, one flush a turn of the hub, and the writer greenlet for what
   the socket does not take at once (and for TLS).
 
@@ -57,9 +57,9 @@ from ..net import format_address, parse_address
 from ..protocol import ClientConnection, ClientState, Delivery, commands
 from ..protocol.commands import Body
 from .handshake import open_stream
-from .reader import Reader
+from .reader import ConnectionReader
 from .stream import SocketStream, Stream
-from .writer import FLUSH_AT, Writer
+from .writer import FLUSH_AT, ConnectionWriter
 
 __all__ = ["AnswerWaiter", "Connection"]
 
@@ -143,8 +143,8 @@ class Connection:
         self.last_received = 0.0
         #: The stream to nsqd, or ``None`` before :meth:`connect` and after the end.
         self.stream: Stream | None = None
-        self.writer = Writer(self.name, self._end)
-        self.reader = Reader(
+        self.writer = ConnectionWriter(self.name, self._end)
+        self.reader = ConnectionReader(
             self,
             self.protocol,
             heartbeat_interval=self.config.heartbeat_interval,
@@ -361,7 +361,7 @@ class Connection:
         writer = self.writer
         outbox = writer.outbox
         outbox.append(self.protocol.fin(message_id))
-        # Writer.queue, inlined (a FIN per message): the same test, checked
+        # ConnectionWriter.queue, inlined (a FIN per message): the same test, checked
         # to agree with it by tests/unit/test_connection.py.
         if now or writer.tls or not writer.flush_scheduled or len(outbox) >= FLUSH_AT:
             writer.queued(now)
@@ -397,7 +397,7 @@ class Connection:
     def flush(self) -> None:
         """Send what is queued now rather than when the hub next polls. Does not block.
 
-        See :meth:`~gnsqlite.connection.writer.Writer.flush`.
+        See :meth:`~gnsqlite.connection.writer.ConnectionWriter.flush`.
         """
         self.writer.flush()
 

@@ -5,8 +5,8 @@ The **reader** reads, decodes and routes frames: messages go to the
 itself, see below; the reader never runs handler code), answers to
 requests resolve their waiters in the order the requests were written,
 heartbeats are answered with ``NOP`` at once. What goes where is written
-once, in :meth:`Reader.deliver` (messages and answers, the per-message
-path) and :meth:`Reader.route` (everything, in order).
+once, in :meth:`ConnectionReader.deliver` (messages and answers, the per-message
+path) and :meth:`ConnectionReader.route` (everything, in order).
 
 On a publisher's connection (no ``on_message``, plain TCP, no compression)
 the reader **parks** and the hub reads the socket itself when it is
@@ -59,7 +59,7 @@ from ..protocol.frames import OK
 from ..timers import Timer, TimerWheel
 from .stream import Stream
 
-__all__ = ["DEAD_AFTER_HEARTBEATS", "Reader", "feed_protocol"]
+__all__ = ["DEAD_AFTER_HEARTBEATS", "ConnectionReader", "feed_protocol"]
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +107,7 @@ def feed_protocol(
             route(protocol.events())
 
 
-class Reader:
+class ConnectionReader:
     """Reading one connection's stream; see the module docstring.
 
     ``owner`` is the :class:`~gnsqlite.connection.Connection`: the first

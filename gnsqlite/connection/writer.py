@@ -11,7 +11,7 @@ what the stream does not take at once is left to the **writer** greenlet,
 ahead of anything queued later, so no caller and not the hub ever blocks on
 a slow nsqd. On TLS streams the writer greenlet does all the writing.
 
-:class:`Writer` owns that state and its greenlet; the
+:class:`ConnectionWriter` owns that state and its greenlet; the
 :class:`~gnsqlite.connection.Connection` holds one.
 """
 
@@ -28,7 +28,7 @@ from ..codecs import Codec
 from ..errors import NSQError, map_io_errors
 from .stream import Stream
 
-__all__ = ["FLUSH_AT", "Writer"]
+__all__ = ["FLUSH_AT", "ConnectionWriter"]
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 FLUSH_AT = 200
 
 
-class Writer:
+class ConnectionWriter:
     """Batched writes to one stream, and the greenlet that waits on it; see the module docstring.
 
     ``name`` is the connection's (for logs and errors); ``on_failure(error)``

@@ -4,7 +4,7 @@ A fault run publishes numbered messages, consumes them through
 :class:`~gnsqlite.testing.FaultProxy` while faults happen, and ends by
 checking the books:
 
-* :class:`Ledger` records each acknowledged publish and each handling (which
+* :class:`DeliveryLedger` records each acknowledged publish and each handling (which
   message id, on which connection, whether the handler outlived the message
   timeout, whether its FIN could be sent), then says what was lost and
   explains every duplicate;
@@ -39,7 +39,7 @@ __all__ = [
     "AccountingHandler",
     "FaultInjector",
     "Handling",
-    "Ledger",
+    "DeliveryLedger",
     "describe_greenlets",
     "live_greenlets",
     "open_fds",
@@ -128,7 +128,7 @@ class Handling:
 
 
 @dataclass
-class Ledger:
+class DeliveryLedger:
     """The books of a fault run: what was acknowledged and what was handled.
 
     Keys are the message numbers a run publishes (its bodies, counting from
@@ -329,7 +329,7 @@ class AccountingHandler:
 
     def __init__(
         self,
-        ledger: Ledger,
+        ledger: DeliveryLedger,
         rng: random.Random,
         fail_rate: float = 0.0,
         slow_rate: float = 0.0,

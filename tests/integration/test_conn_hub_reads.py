@@ -1,7 +1,7 @@
 """A publisher's connection: the hub reads nsqd's answers, the reader greenlet the rest.
 
 A connection without ``on_message`` parks its reader greenlet and lets the
-hub read the socket (``gnsqlite.connection.reader.Reader._park``): answers resolve their
+hub read the socket (``gnsqlite.connection.reader.ConnectionReader._park``): answers resolve their
 waiters with no switch to the reader and back. These tests script nsqd
 (see ``test_conn_script``) to show the fast path is taken, and that what
 is not an answer (a heartbeat, an undecodable frame, a failing waiter,

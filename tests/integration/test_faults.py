@@ -1,6 +1,6 @@
 """Producer and Consumer through a FaultProxy: resets, half-closes, stalls, restarts.
 
-Each run ends with the books checked (:class:`~gnsqlite.testing.faults.Ledger`):
+Each run ends with the books checked (:class:`~gnsqlite.testing.faults.DeliveryLedger`):
 every acknowledged publish handled at least once, the channel empty, every
 duplicate explained by a cause and bounded, no greenlet or timer left.
 Faults are seeded: a failure prints ``seed=...``; ``GNSQLITE_FAULT_SEED``
@@ -22,8 +22,8 @@ from gnsqlite.producer import Producer
 from gnsqlite.testing import FaultProxy, NsqdServer, wait_until
 from gnsqlite.testing.faults import (
     AccountingHandler,
+    DeliveryLedger,
     FaultInjector,
-    Ledger,
     describe_greenlets,
     live_greenlets,
     seed_from_env,
@@ -52,12 +52,12 @@ def run(
     fail_rate: float = 0.0,
     slow_rate: float = 0.0,
     restarts: int = 0,
-) -> tuple[Ledger, FaultInjector, AccountingHandler, Consumer]:
+) -> tuple[DeliveryLedger, FaultInjector, AccountingHandler, Consumer]:
     """Publish ``count`` numbers and consume them while faults happen; check the books."""
     rng = random.Random(seed)
     where = f"seed={seed} (GNSQLITE_FAULT_SEED={seed} replays it)"
     pub_proxy, sub_proxy = fault_proxy(nsqd.tcp_address), fault_proxy(nsqd.tcp_address)
-    ledger = Ledger(transit=STALL + 0.1)
+    ledger = DeliveryLedger(transit=STALL + 0.1)
     handler = AccountingHandler(ledger, random.Random(rng.random()), fail_rate, slow_rate,
                                 overstay=0.2)  # fmt: skip
     injector = FaultInjector([pub_proxy, sub_proxy], random.Random(rng.random()),

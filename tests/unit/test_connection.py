@@ -256,7 +256,7 @@ def test_the_handshake_transcript_magic_identify_tls_snappy_auth() -> None:
 def test_finish_queues_a_fin_by_the_writers_own_rule(
     now: bool, tls: bool, scheduled: bool, queued_before: int
 ) -> None:
-    # Connection.finish inlines Writer.queue (one FIN per message): both must
+    # Connection.finish inlines ConnectionWriter.queue (one FIN per message): both must
     # leave the same outbox and ask the writer to send in the same cases.
     def prepared(conn: Connection) -> list[bool]:
         writer = conn.writer

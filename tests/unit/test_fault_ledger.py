@@ -10,7 +10,7 @@ import greenlet
 
 from gnsqlite.message import Message
 from gnsqlite.testing import wait_until
-from gnsqlite.testing.faults import Handling, Ledger, live_greenlets
+from gnsqlite.testing.faults import DeliveryLedger, Handling, live_greenlets
 
 
 def message(number: int, attempts: int) -> Message:
@@ -18,7 +18,7 @@ def message(number: int, attempts: int) -> Message:
 
 
 def test_a_given_up_message_is_accounted_for_and_a_lost_one_says_what_was_seen() -> None:
-    ledger = Ledger()
+    ledger = DeliveryLedger()
     for number in range(4):
         ledger.ack(number)
     ledger.delivered(0, 1)
@@ -35,7 +35,7 @@ def test_a_given_up_message_is_accounted_for_and_a_lost_one_says_what_was_seen()
 
 
 def test_settling_forgets_deliveries_below_the_mark() -> None:
-    ledger = Ledger()
+    ledger = DeliveryLedger()
     ledger.ack(5)
     ledger.delivered(5, 1)
     ledger.delivered(20, 1)
@@ -47,7 +47,7 @@ def test_settling_forgets_deliveries_below_the_mark() -> None:
 
 def test_settling_folds_given_up_numbers_and_fin_failed_ids_so_the_books_stay_flat() -> None:
     """A long soak settles every minute: nothing of a settled number may stay behind."""
-    ledger = Ledger()
+    ledger = DeliveryLedger()
     for number in (3, 4, 30):
         ledger.ack(number)
     ledger.server_error(None, Exception("E_FIN_FAILED FIN id3 failed"))
@@ -62,7 +62,7 @@ def test_settling_folds_given_up_numbers_and_fin_failed_ids_so_the_books_stay_fl
 
 def test_settled_numbers_cost_nothing_and_late_ones_are_told_from_first_handlings() -> None:
     """No per-number record survives settling (a bitmap grew 450 KB an hour at 1,000 msg/s)."""
-    ledger = Ledger()
+    ledger = DeliveryLedger()
     for number in range(100):
         if number == 7:
             ledger.publish_failed(7)  # raised: maybe stored, maybe not
@@ -86,7 +86,7 @@ def test_settled_numbers_cost_nothing_and_late_ones_are_told_from_first_handling
 
 def test_a_slow_delivery_that_completes_after_its_redelivery_explains_the_duplicate() -> None:
     """Handlings are listed as they complete: the timed-out one may come second."""
-    ledger = Ledger(transit=0.6)
+    ledger = DeliveryLedger(transit=0.6)
     ledger.ack(7)
     ledger.handled(7, Handling("id7", None, False, True, spare=0.99))  # the quick redelivery
     ledger.handled(7, Handling("id7", None, True, True, spare=0.0))  # the first, slow one
