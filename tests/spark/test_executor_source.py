@@ -65,6 +65,9 @@ def test_read_on_executors_needs_a_wal_and_the_http_addresses() -> None:
         parse_source_options({**base, "walLocation": "/tmp/w"})
     with pytest.raises(ConfigError, match="readOn='everywhere'"):
         parse_source_options({**base, "walLocation": "/tmp/w", "readOn": "everywhere"})
+    with pytest.raises(ConfigError, match="deadLetterTopic is for readOn=driver"):
+        parse_source_options({**base, "walLocation": "/tmp/w", "nsqdHttpAddresses": "h:4151",
+                              "maxAttempts": "3", "deadLetterTopic": "t.dead"})
 
 
 def test_a_batch_is_planned_from_nsqd_read_into_segments_and_a_reread_takes_nothing(
