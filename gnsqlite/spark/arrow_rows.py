@@ -23,6 +23,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from ..message import Message
+from ..protocol import MessageFields
 
 __all__ = [
     "COLUMNS",
@@ -30,6 +31,7 @@ __all__ = [
     "ROW_SCHEMA",
     "RowCache",
     "WIRE_ID",
+    "delivery_rows",
     "message_rows",
     "pack_rows",
     "split_rows",
@@ -56,8 +58,13 @@ _ATTEMPTS = operator.attrgetter("attempts")
 _NSQD = operator.attrgetter("nsqd")
 
 
-def _micros(message: Message) -> int:
-    return message.timestamp // 1000
+_TIMESTAMP = operator.attrgetter("timestamp")
+_TIMESTAMP_TYPE = ROW_SCHEMA.field("timestamp").type
+_NANOS_TYPE = pa.timestamp("ns", tz="UTC")
+
+
+def _micros(nanoseconds: int) -> int:
+    return nanoseconds // 1000
 
 
 def message_rows(messages: Sequence[Message]) -> pa.RecordBatch:
@@ -67,15 +74,40 @@ def message_rows(messages: Sequence[Message]) -> pa.RecordBatch:
     UTF-8 (``pyarrow.ArrowInvalid`` if not), without a compute kernel.
     """
     n = len(messages)
-    ids = pa.array(map(WIRE_ID, messages), pa.binary(), size=n)
+    micros = pa.array(map(_micros, map(_TIMESTAMP, messages)), _TIMESTAMP_TYPE, size=n)
+    return _rows(messages, micros, pa.array(map(_NSQD, messages), pa.string(), size=n))
+
+
+def delivery_rows(deliveries: Sequence[MessageFields], nsqd: str) -> pa.RecordBatch:
+    """Messages' four fields as one record batch of :data:`ROW_SCHEMA`; never blocks.
+
+    ``deliveries`` are any objects with ``wire_id``, ``body``,
+    ``timestamp`` (ns) and ``attempts`` (a :class:`Message`, or the bare
+    :class:`~gnsqlite.protocol.Delivery` a connection decodes), all from
+    the nsqd at ``nsqd``. Each column is built in one call; the
+    timestamps are truncated to microseconds by Arrow's cast (which imports
+    ``pyarrow.compute`` at the first call: the executors' path, not the
+    driver source's start-up).
+    """
+    n = len(deliveries)
+    nanos = pa.array(map(_TIMESTAMP, deliveries), _NANOS_TYPE, size=n)
+    return _rows(deliveries, nanos.cast(_TIMESTAMP_TYPE, safe=False),
+                 pa.repeat(pa.scalar(nsqd, pa.string()), n))
+
+
+def _rows(deliveries: Sequence[MessageFields], timestamps: pa.Array, nsqd: pa.Array
+          ) -> pa.RecordBatch:
+    """The record batch of ``deliveries`` given its timestamp and nsqd columns."""
+    n = len(deliveries)
+    ids = pa.array(map(WIRE_ID, deliveries), pa.binary(), size=n)
     id_strings = pa.Array.from_buffers(pa.string(), n, ids.buffers(), null_count=0)
     id_strings.validate(full=True)
     return pa.RecordBatch.from_arrays([
         id_strings,
-        pa.array(map(_BODY, messages), pa.binary(), size=n),
-        pa.array(map(_micros, messages), ROW_SCHEMA.field("timestamp").type, size=n),
-        pa.array(map(_ATTEMPTS, messages), pa.int32(), size=n),
-        pa.array(map(_NSQD, messages), pa.string(), size=n),
+        pa.array(map(_BODY, deliveries), pa.binary(), size=n),
+        timestamps,
+        pa.array(map(_ATTEMPTS, deliveries), pa.int32(), size=n),
+        nsqd,
     ], schema=ROW_SCHEMA)
 
 

@@ -10,26 +10,35 @@ Python worker for each :class:`NSQSharePartition` of a batch (planned by
    the segment's, and nothing is taken from nsqd;
 2. otherwise a :class:`ShareTaker` subscribes to the partition's nsqd in a
    :class:`~gnsqlite.spark._hub.HubThread` of its own and takes up to the
-   share: until it has it, no message arrived for ``readIdleTimeout`` s, or
-   ``readTimeout`` s passed. Redeliveries (``attempts`` > 1) whose id is in
-   a recent segment are FINished and dropped (their row was written by a
-   task that died before its FINs);
+   share: until it has it, no message arrived for ``readIdleTimeout`` s
+   (checked every ``readIdleTimeout`` s, so a read ends between one and two
+   of them after the last message), or ``readTimeout`` s passed.
+   Redeliveries (``attempts`` > 1) whose id is in a recent segment are
+   FINished and dropped (their row was written by a task that died before
+   its FINs); with ``maxAttempts``, a message past it is FINished and
+   dropped with a WARNING;
 3. the rows are written as the segment, atomically and only if no other
    attempt wrote it first (:meth:`~gnsqlite.spark.wal.WalStore.write_first`);
 4. the winner FINishes its messages once the segment is durable; a loser
    gives its messages back (``REQ 0``) and yields the winner's rows; both
    close their connections before yielding.
+
+The taker holds :class:`~gnsqlite.connection.Connection` objects itself, not a
+:class:`~gnsqlite.consumer.Consumer`: a share is one RDY per connection
+(a message is only ever taken, never handled, so there is no flow control
+to run), each message arrives as the bare object the frame decoder builds
+and is appended to its connection's list, the rows are built from those
+lists one column per call, and each connection's FINs go out as one write.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import signal
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import gevent
@@ -37,19 +46,17 @@ import gevent.event
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
-from ..consumer import Consumer
-from ..errors import NSQConnectionError
-from ..message import Message, finish_all
-from ..protocol import defaults
+from ..connection import Connection
+from ..errors import NSQConnectionError, NSQError
+from ..protocol import Delivery
 from ._hub import HubThread
-from .arrow_rows import message_rows, with_topic
-from .consuming import close_all, rdy_shares, set_rdy, source_consumer, wait_subscribed
+from .arrow_rows import delivery_rows, with_topic
+from .consuming import rdy_shares
 from .options import SourceOptions
 from .planning import SEGMENT_PREFIX, segment_name
 from .wal import WalStore
-from .wal_rows import Dedup
 
-__all__ = ["FAULT", "NSQSharePartition", "ShareTaker", "read_share"]
+__all__ = ["FAULT", "NSQSharePartition", "ShareTaker", "Taken", "read_share"]
 
 log = logging.getLogger(__name__)
 
@@ -58,9 +65,6 @@ log = logging.getLogger(__name__)
 #: segment written, before the FINs) create ``file`` and SIGKILL itself. Once ``file``
 #: exists, nothing happens.
 FAULT = "GNSQLITE_SPARK_FAULT"
-
-#: Received messages reach the taker at the latest this long after arriving, in seconds.
-INTAKE_DELAY = 0.005
 
 #: Segments whose ids a worker process keeps in memory for redelivery checks.
 _ID_CACHE_SIZE = 64
@@ -116,15 +120,14 @@ def _take(partition: NSQSharePartition, store: WalStore) -> pa.Table | pa.Record
     taker = ShareTaker(partition.options, partition.nsqd, partition.share, store,
                        partition.segment)
     try:
-        messages = hub.call(taker.take)
+        rows = hub.call(taker.take)
         _fault("taken")
-        rows = message_rows(messages)
         if store.write_first(partition.segment, rows):
             _fault("written")
             hub.call(taker.finish)
             return rows
         log.info("%r: another attempt wrote the segment first; giving back %d messages",
-                 partition, len(messages))
+                 partition, rows.num_rows)
         hub.call(taker.give_back)
         return store.read_file(partition.segment)
     finally:
@@ -146,84 +149,146 @@ def _fault(stage: str) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+class Taken(Delivery):
+    """A message taken for a segment: only the four fields the frame decoder sets."""
+
+    __slots__ = ()
+
+
+class _Link:
+    """One connection of a taker and the messages it took: at most ``cap``, its RDY."""
+
+    connection: Connection  # set by the taker right after the link is made
+
+    def __init__(self) -> None:
+        self.cap = 0
+        self.taken: list[Taken] = []
+
+
 class ShareTaker:
     """Takes up to ``share`` messages of one nsqd and answers them; runs in a hub thread.
 
     Every method runs in the hub (through :meth:`HubThread.call`); the
-    constructor opens nothing.
+    constructor opens nothing. ``nsqd`` is the ``host:port`` TCP address.
     """
 
     def __init__(self, options: SourceOptions, nsqd: str, share: int, store: WalStore,
                  segment: str) -> None:
-        self.options = dataclasses.replace(options, nsqd_tcp_addresses=(nsqd,),
-                                           lookupd_http_addresses=())
+        self.options = options
         self.nsqd = nsqd
         self.share = share
         self.store = store
         self.segment = segment
-        self._consumers: list[Consumer] = []
-        self._messages: list[Message] = []
+        self._links: list[_Link] = []
         self._taking = False
-        self._arrived: gevent.event.Event | None = None
-        self._durable = False
+        self._full: gevent.event.Event | None = None  # made in the hub, by take()
+        self._unfilled = 0  # links whose cap is not reached yet
 
-    def take(self) -> list[Message]:
-        """Subscribe and take up to the share (bounded by the read timeouts); blocks, in the hub."""
+    def take(self) -> pa.RecordBatch:
+        """Subscribe and take up to the share (bounded by the read timeouts); the rows.
+
+        Blocks, in the hub. The rows are of :data:`~gnsqlite.spark.arrow_rows.ROW_SCHEMA`,
+        less redeliveries already in a recent segment and messages past
+        ``maxAttempts`` (both FINished), and less the messages of a
+        connection that broke meanwhile (nsqd redelivers those).
+        """
         o = self.options
         started = time.monotonic()
-        self._arrived = gevent.event.Event()
+        full = self._full = gevent.event.Event()
+        subscribe_within = min(o.start_timeout, o.read_timeout)
+        first = self._connect(subscribe_within)
+        more = -(-self.share // first.max_rdy_count) - 1  # each connection's RDY fits nsqd's max
+        connecting = [gevent.spawn(self._connect, subscribe_within) for _ in range(more)]
+        try:
+            gevent.joinall(connecting, raise_error=True)
+        finally:
+            gevent.killall(connecting)  # the others, when one failed
+        self._unfilled = len(self._links)
         self._taking = True
-        connections = max(1, -(-self.share // defaults.MAX_RDY_COUNT))
-        self._consumers = [
-            source_consumer(o, None, share, on_batch=self._on_batch, batch_size=share,
-                            batch_timeout=INTAKE_DELAY)
-            for share in rdy_shares(self.share, connections)
-        ]
-        for consumer in self._consumers:
-            consumer.start()
-        if not wait_subscribed(self._consumers, min(o.start_timeout, o.read_timeout)):
-            raise NSQConnectionError(self.nsqd, f"could not subscribe to {o.topic}/{o.channel}"
-                                     f" within {min(o.start_timeout, o.read_timeout)} s")
+        for link, cap in zip(self._links, rdy_shares(self.share, len(self._links)), strict=True):
+            link.cap = cap
+            link.connection.ready(cap)
         deadline = started + o.read_timeout
-        while len(self._messages) < self.share:
+        seen = -1
+        while not full.is_set():
             left = deadline - time.monotonic()
-            if left <= 0:
+            now = sum(len(link.taken) for link in self._links)
+            if left <= 0 or now == seen:  # the deadline, or no message for a whole wait
                 break
-            self._arrived.clear()
-            if not self._arrived.wait(min(left, o.read_idle_timeout)):
-                break
+            seen = now
+            full.wait(min(left, o.read_idle_timeout))
         self._taking = False
-        set_rdy(self._consumers, 0)
-        messages, extra = self._messages[: self.share], self._messages[self.share :]
-        for message in extra:
-            message.requeue(0.0, backoff=False)
-        self._messages = self._unwritten(messages)
-        return self._messages
+        for link in self._links:
+            if not link.connection.closed:
+                link.connection.ready(0)
+        return self._rows()
 
-    def _on_batch(self, messages: list[Message]) -> None:
-        for message in messages:
-            message.enable_async()
-        if not self._taking:
-            for message in messages:
-                message.requeue(0.0, backoff=False)
-            return
-        self._messages.extend(messages)
-        if self._arrived is not None:
-            self._arrived.set()
+    def _connect(self, timeout: float) -> Connection:
+        """One more subscribed connection to the nsqd, at RDY 0 (blocks up to ``timeout`` s)."""
+        o = self.options
+        link = _Link()
+        connection = link.connection = Connection(
+            self.nsqd, o.connection, on_message=self._receiver(link), message_class=Taken
+        )
+        self._links.append(link)  # closed by close(), whatever happens next
+        failed = NSQConnectionError(
+            self.nsqd, f"could not subscribe to {o.topic}/{o.channel} within {timeout} s")
+        with gevent.Timeout(timeout, failed):
+            connection.connect()
+            connection.subscribe(o.topic, o.channel)
+        return connection
 
-    def _unwritten(self, messages: list[Message]) -> list[Message]:
-        """``messages`` less redeliveries already in a recent segment (those are FINished)."""
-        if all(m.attempts == 1 for m in messages):
-            return messages
-        ids = gevent.get_hub().threadpool.spawn(self._recent_ids).get()
-        dedup = Dedup(capacity=1 << 62)
-        for segment_ids in ids or []:
-            dedup.add(segment_ids)
-        kept = dedup.unwritten(messages)
-        if len(kept) < len(messages):
+    def _receiver(self, link: _Link) -> Callable[[Connection, Taken], None]:
+        """``on_message`` of ``link``'s connection: keep the message; count the link full."""
+        taken = link.taken
+        append = taken.append
+
+        def receive(connection: Connection, message: Taken) -> None:
+            if not self._taking:  # after the read ended: back at once
+                _answer(connection, connection.requeue, message.wire_id)
+                return
+            append(message)
+            if len(taken) == link.cap:
+                self._unfilled -= 1
+                if not self._unfilled and self._full is not None:
+                    self._full.set()
+
+        return receive
+
+    def _rows(self) -> pa.RecordBatch:
+        """The rows of what was taken, less what :meth:`take` says."""
+        recent: list[frozenset[bytes]] | None = None
+        rows: list[Taken] = []
+        for link in self._links:
+            if link.connection.closed:  # broke: nothing can be answered, nsqd redelivers
+                link.taken = []
+                continue
+            if any(m.attempts != 1 for m in link.taken):
+                if recent is None:
+                    recent = gevent.get_hub().threadpool.spawn(self._recent_ids).get()
+                link.taken = self._drop_answered(link, recent or [])
+            rows += link.taken
+        return delivery_rows(rows, self.nsqd)
+
+    def _drop_answered(self, link: _Link, recent: list[frozenset[bytes]]) -> list[Taken]:
+        """``link``'s messages less redeliveries in a segment or past ``maxAttempts``: FINished."""
+        o = self.options
+        limit = o.max_attempts or None
+        written = {m.wire_id for m in link.taken
+                   if m.attempts != 1 and any(m.wire_id in ids for ids in recent)}
+        given_up = {m.wire_id for m in link.taken
+                    if limit is not None and m.attempts > limit} - written
+        if written:
             log.info("%s/%s: %d redelivered messages were already in the WAL: finished",
-                     self.options.topic, self.options.channel, len(messages) - len(kept))
-        return kept
+                     o.topic, o.channel, len(written))
+        if given_up:
+            log.warning("%s/%s: %d messages past maxAttempts=%s finished without a row",
+                        o.topic, o.channel, len(given_up), limit)
+        drop = written | given_up
+        if not drop:
+            return link.taken
+        _answer(link.connection, link.connection.finish_many, sorted(drop))
+        return [m for m in link.taken if m.wire_id not in drop]
 
     def _recent_ids(self) -> list[frozenset[bytes]]:
         """The ids of every segment under ``walLocation`` but this partition's (blocks on I/O)."""
@@ -243,24 +308,34 @@ class ShareTaker:
         return out
 
     def finish(self) -> None:
-        """The segment is durable: FIN every message taken, then close (blocks, in the hub)."""
-        self._durable = True
-        finish_all(self._messages)
+        """The segment is durable: FIN every message in it, one write a connection; close."""
+        for link in self._links:
+            taken, link.taken = link.taken, []
+            _answer(link.connection, link.connection.finish_many, [m.wire_id for m in taken])
         self.close()
 
     def give_back(self) -> None:
         """Another attempt's segment won: ``REQ 0`` every message taken, then close."""
-        for message in self._messages:
-            message.requeue(0.0, backoff=False)
         self.close()
 
     def close(self) -> None:
-        """Close the connections (CLS, then nsqd requeues what is unanswered). Safe twice."""
+        """``REQ 0`` what is unanswered, close the connections (CLS first). Safe twice; blocks."""
         self._taking = False
-        consumers, self._consumers = self._consumers, []
-        if not self._durable:
-            for message in self._messages:
-                if not message.has_responded:
-                    message.requeue(0.0, backoff=False)
-        if consumers:
-            close_all(consumers, self.options.stop_timeout)
+        links, self._links = self._links, []
+        for link in links:
+            taken, link.taken = link.taken, []
+            for message in taken:
+                _answer(link.connection, link.connection.requeue, message.wire_id)
+        timeout = self.options.stop_timeout
+        gevent.joinall([gevent.spawn(link.connection.close, timeout) for link in links],
+                       raise_error=True)
+
+
+def _answer(connection: Connection, command: Callable[[Any], None], argument: Any) -> None:
+    """``command(argument)`` (FIN or REQ) on ``connection``; on a broken one, nsqd redelivers."""
+    if connection.closed:
+        return
+    try:
+        command(argument)
+    except NSQError as exc:
+        log.warning("%s: answering failed, nsqd redelivers: %s", connection.name, exc)

@@ -420,6 +420,12 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
                 "option readOn=executors with nsqdTcpAddresses needs nsqdHttpAddresses: the"
                 f" HTTP address (host:4151) of each of the {len(nsqd)} nsqd, in the same order"
             )
+        if checked.dead_letter_topic is not None:
+            raise ConfigError(
+                "option deadLetterTopic is for readOn=driver: with readOn=executors a message"
+                " past maxAttempts is finished without a row (logged); drop deadLetterTopic"
+                " or read with readOn=driver"
+            )
     return SourceOptions(
         topic=topic,
         channel=channel,

@@ -65,6 +65,9 @@ def test_read_on_executors_needs_a_wal_and_the_http_addresses() -> None:
         parse_source_options({**base, "walLocation": "/tmp/w"})
     with pytest.raises(ConfigError, match="readOn='everywhere'"):
         parse_source_options({**base, "walLocation": "/tmp/w", "readOn": "everywhere"})
+    with pytest.raises(ConfigError, match="deadLetterTopic is for readOn=driver"):
+        parse_source_options({**base, "walLocation": "/tmp/w", "nsqdHttpAddresses": "h:4151",
+                              "maxAttempts": "3", "deadLetterTopic": "t.dead"})
 
 
 def test_a_batch_is_planned_from_nsqd_read_into_segments_and_a_reread_takes_nothing(
@@ -135,7 +138,6 @@ def test_a_redelivery_of_a_message_in_a_segment_is_finished_not_read_again(
 ) -> None:
     """A task that wrote its segment and died before its FINs: nsqd redelivers, no duplicate."""
     from gnsqlite.spark._hub import HubThread
-    from gnsqlite.spark.arrow_rows import message_rows
 
     wal = tmp_path / "wal"
     reader = make_reader(nsqd, wal, numPartitions=1)
@@ -151,8 +153,8 @@ def test_a_redelivery_of_a_message_in_a_segment_is_finished_not_read_again(
         hub.start()
         try:  # the read of _take, cut between the segment write and the FINs
             taker = ShareTaker(part.options, part.nsqd, part.share, store, part.segment)
-            taken = hub.call(taker.take)
-            assert store.write_first(part.segment, message_rows(taken))
+            rows = hub.call(taker.take)
+            assert store.write_first(part.segment, rows)
             hub.call(taker.close)  # unanswered: nsqd requeues them, attempts 2
         finally:
             hub.stop()
@@ -215,3 +217,23 @@ def test_trigger_available_now_reads_what_the_channel_held_at_the_first_batch_th
         assert channel_stats(nsqd, TOPIC, CHANNEL)["depth"] == 50
     finally:
         reader.stop()
+
+
+def test_a_share_above_nsqds_max_rdy_count_is_taken_over_several_connections(
+    tmp_path: Path
+) -> None:
+    """nsqd's --max-rdy-count caps each connection's RDY: a task splits its share to fit it."""
+    with NsqdServer(max_rdy_count=100) as server:
+        expected = [f"s-{i}".encode() for i in range(450)]
+        reader = make_reader(server, tmp_path / "wal", numPartitions=1)
+        try:
+            start = reader.initialOffset()
+            publish(server, expected, TOPIC)
+            end = reader.latestOffset(start)
+            assert BatchPlan.from_offset(end).shares == ((server.tcp_address, 450),)
+            got = bodies(reader, start, end)
+            assert sorted(got) == sorted(expected)  # one share, five connections of RDY <= 100
+            wait_until(lambda: drained(server, TOPIC, CHANNEL), timeout=10,
+                       message="the share finished at nsqd")
+        finally:
+            reader.stop()
