@@ -62,8 +62,10 @@ def main(argv: list[str]) -> int:
     failed = [d.relative_to(ROOT).as_posix() for d in directories if not check(d)]
     total = time.monotonic() - started
     if failed:
-        print(f"mypy_tests: FAILED in {len(failed)} of {len(directories)} directories "
-              f"({', '.join(failed)}); {total:.1f} s")  # fmt: skip
+        print(
+            f"mypy_tests: FAILED in {len(failed)} of {len(directories)} directories "
+            f"({', '.join(failed)}); {total:.1f} s"
+        )
         return 1
     print(f"mypy_tests: all {len(directories)} directories pass; {total:.1f} s")
     return 0

@@ -160,14 +160,22 @@ def main() -> None:
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=30)
     n = args.messages
-    print(f"broker: embedded gnsqlite (pid was {proc.pid}), python {sys.version.split()[0]},"
-          f" {os.cpu_count()} cpus")
-    print(f"publish: {n} x {args.size} B in MPUB batches of {args.batch}:"
-          f" {pub_s:.2f} s = {n / pub_s:,.0f} msg/s")
-    print(f"deliver: {n} to one consumer, RDY {args.rdy}, FIN batched:"
-          f" {deliver_s:.2f} s = {n / deliver_s:,.0f} msg/s")
-    print(f"channel after: depth={channel['depth']} in_flight={channel['in_flight_count']}"
-          f" message_count={channel['message_count']}")
+    print(
+        f"broker: embedded gnsqlite (pid was {proc.pid}), python {sys.version.split()[0]},"
+        f" {os.cpu_count()} cpus"
+    )
+    print(
+        f"publish: {n} x {args.size} B in MPUB batches of {args.batch}:"
+        f" {pub_s:.2f} s = {n / pub_s:,.0f} msg/s"
+    )
+    print(
+        f"deliver: {n} to one consumer, RDY {args.rdy}, FIN batched:"
+        f" {deliver_s:.2f} s = {n / deliver_s:,.0f} msg/s"
+    )
+    print(
+        f"channel after: depth={channel['depth']} in_flight={channel['in_flight_count']}"
+        f" message_count={channel['message_count']}"
+    )
     if args.profile:
         print(f"broker profile written to {args.profile}")
 

@@ -56,10 +56,18 @@ def main() -> None:
     parser.add_argument("--clients", default=",".join(CLIENTS))
     parser.add_argument("--max-in-flight", default="1,100,2500")
     parser.add_argument("--profile", action="store_true", help="profile gnsqlite at RDY 2500")
-    parser.add_argument("--instrument", type=int, default=0, metavar="N",
-                        help="N alternating runs plain vs gnsqlite.metrics.instrument()")
-    parser.add_argument("--multiprocess", action="store_true",
-                        help="with --instrument: prometheus_client's multiprocess mode")
+    parser.add_argument(
+        "--instrument",
+        type=int,
+        default=0,
+        metavar="N",
+        help="N alternating runs plain vs gnsqlite.metrics.instrument()",
+    )
+    parser.add_argument(
+        "--multiprocess",
+        action="store_true",
+        help="with --instrument: prometheus_client's multiprocess mode",
+    )
     args = parser.parse_args()
     if args.multiprocess:  # before prometheus_client is imported
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="bench_metrics_")

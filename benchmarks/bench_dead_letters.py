@@ -47,9 +47,18 @@ def run(nsqd: NsqdServer, mode: str, messages: int, size: int, max_in_flight: in
     dead: dict[str, Any] = {}
     if mode != "hook":
         dead = {"dead_letter_topic": f"{topic}.dead", "dead_letter_envelope": mode == "envelope"}
-    consumer = Consumer(topic, "ch", fail, nsqd_tcp_addresses=[nsqd.tcp_address],
-                        max_in_flight=max_in_flight, max_attempts=1, requeue_delay=0.0,
-                        backoff=None, on_giving_up=hook, **dead)  # fmt: skip
+    consumer = Consumer(
+        topic,
+        "ch",
+        fail,
+        nsqd_tcp_addresses=[nsqd.tcp_address],
+        max_in_flight=max_in_flight,
+        max_attempts=1,
+        requeue_delay=0.0,
+        backoff=None,
+        on_giving_up=hook,
+        **dead,
+    )
     started = time.perf_counter()
     consumer.start()
     try:
@@ -69,8 +78,10 @@ def main() -> None:
     logging.disable(logging.ERROR)  # the handler's failures are the point, not news
     with NsqdServer(bin_dir=nsq_bin_dir()) as nsqd:
         kind = "real nsqd" if nsqd.is_real else "embedded nsqd"
-        print(f"{args.messages} messages of {args.size} bytes, max_in_flight"
-              f" {args.max_in_flight}, {kind}; each fails once, then is given up")  # fmt: skip
+        print(
+            f"{args.messages} messages of {args.size} bytes, max_in_flight"
+            f" {args.max_in_flight}, {kind}; each fails once, then is given up"
+        )
         for mode in ("hook", "raw", "envelope"):
             seconds = run(nsqd, mode, args.messages, args.size, args.max_in_flight)
             print(f"{mode:>9}: {seconds:6.2f} s  {args.messages / seconds:8,.0f} given up/s")

@@ -120,8 +120,11 @@ def sleepy(arrivals: list[float]) -> Any:
 
 
 def scenario2(servers: list[NsqdServer], window: float, baseline: bool) -> None:
-    groups = (("alone", servers[:1]), ("1 busy of 3", servers)) if baseline else (
-        ("1 busy of 3", servers),)  # fmt: skip
+    groups = (
+        (("alone", servers[:1]), ("1 busy of 3", servers))
+        if baseline
+        else (("1 busy of 3", servers),)
+    )
     for label, group in groups:
         topic = f"rdy2_{len(group)}"
         publish(group[0], topic, int(3500 * (window + 5)))
@@ -137,8 +140,10 @@ def scenario2(servers: list[NsqdServer], window: float, baseline: bool) -> None:
         rate = sum(1 for t in done if started + 3.0 <= t < started + 3.0 + window) / window
         seconds = per_second(done, started, int(3 + window))
         share = rate / 3000
-        print(f"2. max_in_flight=30, 10 ms handler, {label}, default options: {rate:7,.0f} msg/s"
-              f" from second 3 to {3 + window:.0f} ({share:.2f} of 3,000), RDY {rdys}")  # fmt: skip
+        print(
+            f"2. max_in_flight=30, 10 ms handler, {label}, default options: {rate:7,.0f} msg/s"
+            f" from second 3 to {3 + window:.0f} ({share:.2f} of 3,000), RDY {rdys}"
+        )
         print(f"   per second from the start: {seconds}")
 
 
@@ -201,9 +206,11 @@ def scenario4(servers: list[NsqdServer], before: int) -> None:
     rdys = [(x["last_rdy"], x.get("rdy_reason", "")) for x in c.stats()["connections"]]
     c.close()
     seconds = per_second(done, moved, 6)
-    print(f"4. max_in_flight=30, 10 ms handler, traffic moves to another nsqd, default options:"
-          f" msg/s in each second after the move {seconds}; from second 3:"
-          f" {min(seconds[3:]) / 3000:.2f} of 3,000 at least, RDY {rdys}")  # fmt: skip
+    print(
+        f"4. max_in_flight=30, 10 ms handler, traffic moves to another nsqd, default options:"
+        f" msg/s in each second after the move {seconds}; from second 3:"
+        f" {min(seconds[3:]) / 3000:.2f} of 3,000 at least, RDY {rdys}"
+    )
 
 
 def main() -> None:
@@ -223,8 +230,10 @@ def main() -> None:
         import gnsqlite
 
         where = os.environ.get("GNSQLITE_NSQD") or "embedded"
-        print(f"gnsqlite from {os.path.dirname(gnsqlite.__file__)}, nsqd: {where},"
-              f" python {sys.version.split()[0]}, {os.cpu_count()} cores")  # fmt: skip
+        print(
+            f"gnsqlite from {os.path.dirname(gnsqlite.__file__)}, nsqd: {where},"
+            f" python {sys.version.split()[0]}, {os.cpu_count()} cores"
+        )
         wanted = set(args.scenarios.split(","))
         if "1" in wanted:
             scenario1(servers, args.seconds)

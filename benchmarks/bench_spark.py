@@ -131,8 +131,9 @@ def bench_consumer(server: NsqdServer, topic: str, messages: int) -> tuple[float
         if seen[0] >= messages:
             done.set()
 
-    consumer = Consumer(topic, "bench", handle, nsqd_tcp_addresses=[server.tcp_address],
-                        max_in_flight=2500)
+    consumer = Consumer(
+        topic, "bench", handle, nsqd_tcp_addresses=[server.tcp_address], max_in_flight=2500
+    )
     cpu = python_cpu()
     started = time.perf_counter()
     consumer.start()
@@ -150,8 +151,13 @@ def bench_sink(spark: Any, server: NsqdServer, rows: int) -> float:
     df = df.cache()
     df.count()
     started = time.perf_counter()
-    (df.write.format("nsq").option("nsqdTcpAddresses", server.tcp_address)
-     .option("topic", "bench_sink").mode("append").save())
+    (
+        df.write.format("nsq")
+        .option("nsqdTcpAddresses", server.tcp_address)
+        .option("topic", "bench_sink")
+        .mode("append")
+        .save()
+    )
     elapsed = time.perf_counter() - started
     df.unpersist()
     return rows / elapsed
@@ -167,9 +173,15 @@ class SourceRun(NamedTuple):
     cpu_per_row: float  # Python CPU seconds (driver and executors) per row
 
 
-def bench_source(spark: Any, server: NsqdServer, topic: str, messages: int,
-                 per_batch: int, extra: dict[str, str] | None = None,
-                 wal: bool = True) -> SourceRun:
+def bench_source(
+    spark: Any,
+    server: NsqdServer,
+    topic: str,
+    messages: int,
+    per_batch: int,
+    extra: dict[str, str] | None = None,
+    wal: bool = True,
+) -> SourceRun:
     """The source (with a WAL unless ``wal`` is false) reading ``messages`` published before.
 
     The clock starts at ``query.start()`` (start-up included: the query, the
@@ -192,15 +204,27 @@ def bench_source(spark: Any, server: NsqdServer, topic: str, messages: int,
     started = time.perf_counter()
     wal_option = {"walLocation": os.path.join(scratch, "wal")} if wal else {}
     http = {"nsqdHttpAddresses": server.http_address}
-    query = (spark.readStream.format("nsq").option("nsqdTcpAddresses", server.tcp_address)
-             .options(**http).option("topic", topic).option("channel", "bench")
-             .options(**wal_option)
-             .option("maxMessagesPerBatch", per_batch).options(**(extra or {})).load()
-             .writeStream.foreachBatch(count)
-             .option("checkpointLocation", os.path.join(scratch, "ck")).start())
+    query = (
+        spark.readStream.format("nsq")
+        .option("nsqdTcpAddresses", server.tcp_address)
+        .options(**http)
+        .option("topic", topic)
+        .option("channel", "bench")
+        .options(**wal_option)
+        .option("maxMessagesPerBatch", per_batch)
+        .options(**(extra or {}))
+        .load()
+        .writeStream.foreachBatch(count)
+        .option("checkpointLocation", os.path.join(scratch, "ck"))
+        .start()
+    )
     try:
-        wait_until(lambda: server.channel_stats(topic, "bench").get("clients"), timeout=120,
-                   interval=0.02, message="the source subscribed")
+        wait_until(
+            lambda: server.channel_stats(topic, "bench").get("clients"),
+            timeout=120,
+            interval=0.02,
+            message="the source subscribed",
+        )
         subscribed = time.perf_counter()
         wait_until(lambda: seen[0] >= messages, timeout=900, interval=0.02)
         done = time.perf_counter()
@@ -208,8 +232,13 @@ def bench_source(spark: Any, server: NsqdServer, topic: str, messages: int,
     finally:
         query.stop()
         shutil.rmtree(scratch, ignore_errors=True)
-    return SourceRun(messages / (done - started), messages / (done - subscribed),
-                     subscribed - started, batches[0], used / messages)
+    return SourceRun(
+        messages / (done - started),
+        messages / (done - subscribed),
+        subscribed - started,
+        batches[0],
+        used / messages,
+    )
 
 
 def _read_shares(args: tuple[Any, ...]) -> tuple[int, bool, float]:
@@ -228,8 +257,9 @@ def _read_shares(args: tuple[Any, ...]) -> tuple[int, bool, float]:
     return rows, late, time.process_time() - cpu
 
 
-def bench_executor_read(servers: list[NsqdServer], processes: int, messages: int,
-                        share: int) -> tuple[float, float]:
+def bench_executor_read(
+    servers: list[NsqdServer], processes: int, messages: int, share: int
+) -> tuple[float, float]:
     """``processes`` processes reading ``messages`` (over ``servers``) in shares.
 
     Returns (rows per second summed, CPU seconds per row of the reading processes).
@@ -243,17 +273,26 @@ def bench_executor_read(servers: list[NsqdServer], processes: int, messages: int
     per_server = messages // len(servers)
     for server in servers:
         publish(server, topic, per_server)
-    options = parse_source_options({
-        "nsqdTcpAddresses": ",".join(s.tcp_address for s in servers),
-        "nsqdHttpAddresses": ",".join(s.http_address for s in servers),
-        "topic": topic, "channel": "bench", "readOn": "executors",
-        "walLocation": os.path.join(scratch, "wal"), "readIdleTimeout": "0.5"})
+    options = parse_source_options(
+        {
+            "nsqdTcpAddresses": ",".join(s.tcp_address for s in servers),
+            "nsqdHttpAddresses": ",".join(s.http_address for s in servers),
+            "topic": topic,
+            "channel": "bench",
+            "readOn": "executors",
+            "walLocation": os.path.join(scratch, "wal"),
+            "readIdleTimeout": "0.5",
+        }
+    )
     for server in servers:  # the channel exists before the clock starts, as a planner makes it
         from gnsqlite.http import NsqdHTTPClient
 
         NsqdHTTPClient(server.http_address).create_channel(topic, "bench")
-    shares = [(b, i, s.tcp_address, share) for i, s in enumerate(servers)
-              for b in range(-(-per_server // share))]
+    shares = [
+        (b, i, s.tcp_address, share)
+        for i, s in enumerate(servers)
+        for b in range(-(-per_server // share))
+    ]
     plans: list[list[Any]] = [[] for _ in range(processes)]
     for n, item in enumerate(shares):
         plans[n % processes].append(item)
@@ -283,8 +322,11 @@ def run_executor_read(counts: list[int], messages: int, share: int) -> None:
                 server.start()
             for k in counts:
                 rate, cpu = bench_executor_read(servers, k, messages, share)
-                print(f"  {nsqd} nsqd, K={k} processes: {rate:>10,.0f} rows/s summed,"
-                      f" {cpu * 1e6:.2f} us CPU per row", flush=True)
+                print(
+                    f"  {nsqd} nsqd, K={k} processes: {rate:>10,.0f} rows/s summed,"
+                    f" {cpu * 1e6:.2f} us CPU per row",
+                    flush=True,
+                )
         finally:
             for server in servers:
                 server.close()
@@ -295,23 +337,46 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=500_000, help="rows for the batch sink")
     parser.add_argument("--messages", type=int, default=1_000_000, help="messages per source run")
     parser.add_argument("--per-batch", type=int, default=100_000, help="maxMessagesPerBatch")
-    parser.add_argument("--repeat", type=int, default=3,
-                        help="consumer/source pairs; the ratios' median is reported")
-    parser.add_argument("--pipelines", default="executors-cluster,executors-local,driver-wal",
-                        help=f"comma-separated, of {', '.join(PIPELINES)}")
-    parser.add_argument("--source-option", action="append", default=[], metavar="KEY=VALUE",
-                        help="another option of the source (e.g. walBatchDelay=0)")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=3,
+        help="consumer/source pairs; the ratios' median is reported",
+    )
+    parser.add_argument(
+        "--pipelines",
+        default="executors-cluster,executors-local,driver-wal",
+        help=f"comma-separated, of {', '.join(PIPELINES)}",
+    )
+    parser.add_argument(
+        "--source-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="another option of the source (e.g. walBatchDelay=0)",
+    )
     parser.add_argument("--no-sink", action="store_true", help="measure the source only")
-    parser.add_argument("--no-wal", action="store_true",
-                        help="also the source without walLocation (messages held at nsqd)")
-    parser.add_argument("--executor-read", default="",
-                        help="K,K,...: only the executor-read benchmark in K processes")
-    parser.add_argument("--share", type=int, default=10_000,
-                        help="messages per share in the executor-read benchmark")
+    parser.add_argument(
+        "--no-wal",
+        action="store_true",
+        help="also the source without walLocation (messages held at nsqd)",
+    )
+    parser.add_argument(
+        "--executor-read",
+        default="",
+        help="K,K,...: only the executor-read benchmark in K processes",
+    )
+    parser.add_argument(
+        "--share",
+        type=int,
+        default=10_000,
+        help="messages per share in the executor-read benchmark",
+    )
     args = parser.parse_args()
     if args.executor_read:
-        run_executor_read([int(k) for k in args.executor_read.split(",")], args.messages,
-                          args.share)
+        run_executor_read(
+            [int(k) for k in args.executor_read.split(",")], args.messages, args.share
+        )
         return
     import pyspark
     from pyspark.find_spark_home import _find_spark_home
@@ -322,10 +387,12 @@ def main() -> None:
     pipelines = args.pipelines.split(",") + (["driver-nowal"] if args.no_wal else [])
     extra = dict(o.split("=", 1) for o in args.source_option)
     broker = nsq_bin_dir() or "embedded"
-    print(f"PySpark {pyspark.__version__}, {os.cpu_count()} cores,"
-          f" Python {sys.version.split()[0]}, nsqd: {broker} (default flags), 100-byte messages,"
-          f" {args.messages} messages, maxMessagesPerBatch={args.per_batch} {extra or ''}",
-          flush=True)
+    print(
+        f"PySpark {pyspark.__version__}, {os.cpu_count()} cores,"
+        f" Python {sys.version.split()[0]}, nsqd: {broker} (default flags), 100-byte messages,"
+        f" {args.messages} messages, maxMessagesPerBatch={args.per_batch} {extra or ''}",
+        flush=True,
+    )
     with NsqdServer() as server:
         if not args.no_sink:
             spark = session("local[2]")
@@ -333,15 +400,21 @@ def main() -> None:
             producer = publish(server, "bench_producer", args.rows)
             sink = bench_sink(spark, server, args.rows)
             print(f"one Producer, MPUB of 1000: {args.rows:>8} msgs  {producer:>10,.0f} msg/s")
-            print(f"batch sink:                 {args.rows:>8} rows  {sink:>10,.0f} rows/s"
-                  f"  = {sink / producer:.2f}x the Producer", flush=True)
+            print(
+                f"batch sink:                 {args.rows:>8} rows  {sink:>10,.0f} rows/s"
+                f"  = {sink / producer:.2f}x the Producer",
+                flush=True,
+            )
             spark.stop()
         bares: list[tuple[float, float]] = []
         for rep in range(args.repeat):
             publish(server, f"bench_consumer{rep}", args.messages)
             bares.append(bench_consumer(server, f"bench_consumer{rep}", args.messages))
-            print(f"bare Consumer (RDY 2500): {bares[-1][0]:>10,.0f} msg/s,"
-                  f" {bares[-1][1] * 1e6:.2f} us CPU per message", flush=True)
+            print(
+                f"bare Consumer (RDY 2500): {bares[-1][0]:>10,.0f} msg/s,"
+                f" {bares[-1][1] * 1e6:.2f} us CPU per message",
+                flush=True,
+            )
         bare_rate = statistics.median(b for b, _ in bares)
         bare_cpu = statistics.median(c for _, c in bares)
         for name in pipelines:
@@ -349,27 +422,43 @@ def main() -> None:
             spark = session(master)
             wal = name != "driver-nowal"
             publish(server, f"bench_warmup_{name}", 20_000)
-            bench_source(spark, server, f"bench_warmup_{name}", 20_000, 10_000,
-                         {**options, **extra}, wal)
+            bench_source(
+                spark, server, f"bench_warmup_{name}", 20_000, 10_000, {**options, **extra}, wal
+            )
             runs: list[SourceRun] = []
             for rep in range(args.repeat):
                 topic = f"bench_{name}_{rep}"
                 publish(server, topic, args.messages)
-                runs.append(bench_source(spark, server, topic, args.messages, args.per_batch,
-                                         {**options, **extra}, wal))
+                runs.append(
+                    bench_source(
+                        spark,
+                        server,
+                        topic,
+                        args.messages,
+                        args.per_batch,
+                        {**options, **extra},
+                        wal,
+                    )
+                )
                 run = runs[-1]
-                print(f"  {name} on {master}: {run.with_startup:>8,.0f} rows/s with start-up"
-                      f" ({run.startup:.2f} s), {run.subscribed:>8,.0f} from subscription,"
-                      f" {run.batches} batches, {run.cpu_per_row * 1e6:.2f} us Python CPU per"
-                      " row", flush=True)
+                print(
+                    f"  {name} on {master}: {run.with_startup:>8,.0f} rows/s with start-up"
+                    f" ({run.startup:.2f} s), {run.subscribed:>8,.0f} from subscription,"
+                    f" {run.batches} batches, {run.cpu_per_row * 1e6:.2f} us Python CPU per"
+                    " row",
+                    flush=True,
+                )
             spark.stop()
-            print(f"{name} on {master}, median of {args.repeat}:"
-                  f" {statistics.median(r.with_startup for r in runs) / bare_rate:.2f}x the bare"
-                  f" Consumer with start-up,"
-                  f" {statistics.median(r.subscribed for r in runs) / bare_rate:.2f}x from"
-                  f" subscription; Python CPU per row"
-                  f" {statistics.median(r.cpu_per_row for r in runs) / bare_cpu:.2f}x the bare"
-                  " Consumer's per message", flush=True)
+            print(
+                f"{name} on {master}, median of {args.repeat}:"
+                f" {statistics.median(r.with_startup for r in runs) / bare_rate:.2f}x the bare"
+                f" Consumer with start-up,"
+                f" {statistics.median(r.subscribed for r in runs) / bare_rate:.2f}x from"
+                f" subscription; Python CPU per row"
+                f" {statistics.median(r.cpu_per_row for r in runs) / bare_cpu:.2f}x the bare"
+                " Consumer's per message",
+                flush=True,
+            )
 
 
 def session(master: str) -> Any:
@@ -378,9 +467,14 @@ def session(master: str) -> Any:
 
     from gnsqlite.spark import register
 
-    spark = (SparkSession.builder.master(master).appName("bench_spark")
-             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+    spark = (
+        SparkSession.builder.master(master)
+        .appName("bench_spark")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     return spark

@@ -98,18 +98,40 @@ ROWS: tuple[Row, ...] = (
     # The rows measured against go-nsq run about as long as its bench_reader does
     # (--go-runfor, 1 s): at 100,000 messages a run lasts 0.3-0.5 s, and its
     # start-up (connecting, the RDY ramp, nsqd's first writes) swings the rate by half.
-    Row("consume_2500", "consume, max_in_flight 2500", "consume", 2500, "plain", 3.0,
-        (None, 0.5), GO_CONSUME),
-    Row("consume_100", "consume, max_in_flight 100", "consume", 100, "plain", 3.0,
-        (None, 0.5), GO_CONSUME),
+    Row(
+        "consume_2500",
+        "consume, max_in_flight 2500",
+        "consume",
+        2500,
+        "plain",
+        3.0,
+        (None, 0.5),
+        GO_CONSUME,
+    ),
+    Row(
+        "consume_100",
+        "consume, max_in_flight 100",
+        "consume",
+        100,
+        "plain",
+        3.0,
+        (None, 0.5),
+        GO_CONSUME,
+    ),
     # The latency-bound rows run longer: their rates swing with the machine's scheduling.
-    Row("consume_1", "consume, max_in_flight 1", "consume", 1, "plain", 0.2, (1.3, None),
-        (("gnsq", 0.5),)),
-    Row("pub_sync", "sync PUB", "publish", "sequential", "plain", 0.2, (1.5, 0.6),
-        (("go", 1.5),)),
+    Row(
+        "consume_1",
+        "consume, max_in_flight 1",
+        "consume",
+        1,
+        "plain",
+        0.2,
+        (1.3, None),
+        (("gnsq", 0.5),),
+    ),
+    Row("pub_sync", "sync PUB", "publish", "sequential", "plain", 0.2, (1.5, 0.6), (("go", 1.5),)),
     Row("pub_50", "PUB from 50 greenlets", "publish", "pipelined", "plain", 0.2, (2.0, None)),
-    Row("mpub_100", "MPUB of 100", "publish", "mpub", "plain", 2.0, (1.3, 0.8),
-        (("go", 1.2),)),
+    Row("mpub_100", "MPUB of 100", "publish", "mpub", "plain", 2.0, (1.3, 0.8), (("go", 1.2),)),
     *(
         Row(f"consume_2500_{t}", f"consume 2500, {t}", "consume", 2500, t, 1.0, (1.0, None))
         for t in TRANSPORTS[1:]

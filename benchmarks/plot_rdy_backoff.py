@@ -123,8 +123,9 @@ def embedded_nsqd(count: int) -> Iterator[list[str]]:
     from gnsqlite.broker import Broker
 
     with ExitStack() as stack:
-        brokers = [Broker(tcp_address="127.0.0.1:0", http_address="127.0.0.1:0")
-                   for _ in range(count)]  # fmt: skip
+        brokers = [
+            Broker(tcp_address="127.0.0.1:0", http_address="127.0.0.1:0") for _ in range(count)
+        ]
         for broker in brokers:
             stack.enter_context(broker)
         yield [broker.tcp_address for broker in brokers]
@@ -158,9 +159,15 @@ def run(
         if fail_from <= time.monotonic() - start < fail_until:
             raise RuntimeError("failing on purpose")
 
-    consumer = Consumer(TOPIC, "plot", handle, nsqd_tcp_addresses=[t.address for t in taps],
-                        max_in_flight=20, backoff=ExponentialBackoff(base=0.25),
-                        requeue_delay=0.5)  # fmt: skip
+    consumer = Consumer(
+        TOPIC,
+        "plot",
+        handle,
+        nsqd_tcp_addresses=[t.address for t in taps],
+        max_in_flight=20,
+        backoff=ExponentialBackoff(base=0.25),
+        requeue_delay=0.5,
+    )
     publishers = gevent.pool.Group()
     try:
         for producer in producers:
@@ -196,8 +203,9 @@ def plot(report: dict[str, Any], path: str) -> None:
 
     records = [Record(**r) for r in report["records"]]
     names, end = report["nsqd"], report["duration"]
-    fig, axes = plt.subplots(len(names) + 1, 1, figsize=(10, 2.1 * (len(names) + 1) + 0.6),
-                             sharex=True)  # fmt: skip
+    fig, axes = plt.subplots(
+        len(names) + 1, 1, figsize=(10, 2.1 * (len(names) + 1) + 0.6), sharex=True
+    )
     for ax in axes:
         ax.axvspan(*report["fail"], color="#f4c7c3", alpha=0.6, lw=0)
         ax.grid(alpha=0.3)
@@ -234,18 +242,30 @@ def plot(report: dict[str, Any], path: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--out", default="docs/img/rdy-backoff.png",
-                        help="the PNG to write (default docs/img/rdy-backoff.png)")  # fmt: skip
+    parser.add_argument(
+        "--out",
+        default="docs/img/rdy-backoff.png",
+        help="the PNG to write (default docs/img/rdy-backoff.png)",
+    )
     parser.add_argument("--json", metavar="PATH", help="also write the recorded commands as JSON")
     parser.add_argument("--from-json", metavar="PATH", help="plot a recording, run nothing")
-    parser.add_argument("--nsqd", action="append", metavar="HOST:PORT",
-                        help="an nsqd to use (repeatable; default: two embedded ones)")  # fmt: skip
-    parser.add_argument("--duration", type=float, default=DURATION,
-                        help=f"seconds to run (default {DURATION})")  # fmt: skip
-    parser.add_argument("--fail", type=float, nargs=2, default=[FAIL_FROM, FAIL_UNTIL],
-                        metavar=("FROM", "UNTIL"),
-                        help=f"seconds between which the handler raises (default {FAIL_FROM}"
-                        f" {FAIL_UNTIL})")  # fmt: skip
+    parser.add_argument(
+        "--nsqd",
+        action="append",
+        metavar="HOST:PORT",
+        help="an nsqd to use (repeatable; default: two embedded ones)",
+    )
+    parser.add_argument(
+        "--duration", type=float, default=DURATION, help=f"seconds to run (default {DURATION})"
+    )
+    parser.add_argument(
+        "--fail",
+        type=float,
+        nargs=2,
+        default=[FAIL_FROM, FAIL_UNTIL],
+        metavar=("FROM", "UNTIL"),
+        help=f"seconds between which the handler raises (default {FAIL_FROM} {FAIL_UNTIL})",
+    )
     args = parser.parse_args(argv)
     # The handler fails on purpose: one traceback per failure would bury the summary.
     logging.getLogger("gnsqlite").setLevel(logging.CRITICAL)
@@ -262,8 +282,10 @@ def main(argv: list[str] | None = None) -> int:
             json.dump(report, f, indent=1)
     plot(report, args.out)
     count = {c: sum(r["command"] == c for r in report["records"]) for c in ("RDY", "FIN", "REQ")}
-    print(f"wrote {args.out}: {count['RDY']} RDY, {count['FIN']} FIN and {count['REQ']} REQ"
-          f" (the handler's failures) in {report['duration']} s")  # fmt: skip
+    print(
+        f"wrote {args.out}: {count['RDY']} RDY, {count['FIN']} FIN and {count['REQ']} REQ"
+        f" (the handler's failures) in {report['duration']} s"
+    )
     return 0
 
 

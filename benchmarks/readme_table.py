@@ -93,13 +93,16 @@ def replace_block(text: str, block: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument(
-        "report", nargs="?", default=str(DEFAULT_REPORT),
+        "report",
+        nargs="?",
+        default=str(DEFAULT_REPORT),
         help=f"a report written by compare.py --json (default {DEFAULT_REPORT.name})",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--update", metavar="FILE",
+        "--update",
+        metavar="FILE",
         help=f"replace the lines between {BEGIN!r} and {END!r} in FILE instead of printing",
-    )  # fmt: skip
+    )
     args = parser.parse_args(argv)
     with open(args.report) as f:
         block = table(json.load(f))

@@ -97,18 +97,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=5.0)
     parser.add_argument("--rate", type=float, default=100.0, help="messages published per second")
     parser.add_argument("--seed", type=int, default=None)
-    parser.add_argument("--faults", action=argparse.BooleanOptionalAction, default=True,
-                        help="proxies, faults, restarts, failing and slow handlers")  # fmt: skip
+    parser.add_argument(
+        "--faults",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="proxies, faults, restarts, failing and slow handlers",
+    )
     parser.add_argument("--fault-interval", type=float, default=2.0, help="mean seconds")
     parser.add_argument("--restart-every", type=float, default=60.0, help="seconds (0: never)")
-    parser.add_argument("--msg-timeout", type=float, default=None,
-                        help="nsqd's, seconds (default: 3 with faults, 60 without)")  # fmt: skip
+    parser.add_argument(
+        "--msg-timeout",
+        type=float,
+        default=None,
+        help="nsqd's, seconds (default: 3 with faults, 60 without)",
+    )
     parser.add_argument("--warmup", type=int, default=3, help="minutes before the baseline")
     parser.add_argument("--rss-tolerance", type=float, default=24.0, help="MiB")
     parser.add_argument("--traced-tolerance", type=float, default=2.0, help="MiB")
     parser.add_argument("--trace-frames", type=int, default=12, help="0: no tracemalloc")
-    parser.add_argument("--malloc-trim", action="store_true",
-                        help="each minute, also the RSS after glibc's malloc_trim(0)")  # fmt: skip
+    parser.add_argument(
+        "--malloc-trim",
+        action="store_true",
+        help="each minute, also the RSS after glibc's malloc_trim(0)",
+    )
     parser.add_argument("--report-every", type=float, default=60.0, help="seconds")
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else seed_from_env()
@@ -164,10 +175,9 @@ def main(argv: list[str] | None = None) -> int:
     injector = FaultInjector(
         proxies,  # type: ignore[arg-type]  # ProxyProcess offers FaultProxy's fault methods
         random.Random(rng.random()),
-        weights={"cut": 3, "half_close_client": 1, "half_close_server": 1, "stall": 1,
-                 "delay": 1},
+        weights={"cut": 3, "half_close_client": 1, "half_close_server": 1, "stall": 1, "delay": 1},
         stall_for=2.5,  # past two heartbeat intervals: the client must notice by itself
-    )  # fmt: skip
+    )
     published = 0
     samples: list[Sample] = []
     state = {"restarts": 0, "stop": False}
@@ -236,8 +246,10 @@ def main(argv: list[str] | None = None) -> int:
                 if watch is not None:
                     took = time.monotonic()
                     watch.mark()
-                    print(f"warm-up over: traced memory marked ({time.monotonic() - took:.2f} s)",
-                          flush=True)  # fmt: skip
+                    print(
+                        f"warm-up over: traced memory marked ({time.monotonic() - took:.2f} s)",
+                        flush=True,
+                    )
         if watch is not None and minute > args.warmup:
             print(watch.growth().report(), flush=True)
         if baseline is not None:
@@ -252,16 +264,22 @@ def main(argv: list[str] | None = None) -> int:
                 proxy.delay(0.0)
     failures: list[str] = []
     try:
-        wait_until(lambda: not ledger.lost() and nsqd.channel_drained(TOPIC, CHANNEL),
-                   timeout=120, interval=0.5, message="every acknowledged message handled",
-                   ignore=(NSQError, OSError))  # fmt: skip
+        wait_until(
+            lambda: not ledger.lost() and nsqd.channel_drained(TOPIC, CHANNEL),
+            timeout=120,
+            interval=0.5,
+            message="every acknowledged message handled",
+            ignore=(NSQError, OSError),
+        )
     except AssertionError as exc:
         failures.append(f"{exc}; lost {ledger.explain_lost(20)}")
     consumer.close(timeout=10.0)
     producer.close()
     dups = ledger.duplicates()
-    print(f"end: {ledger.summary()} slow handlers {handler.slow}"
-          f" faults {dict(injector.counts)} restarts {state['restarts']}")  # fmt: skip
+    print(
+        f"end: {ledger.summary()} slow handlers {handler.slow}"
+        f" faults {dict(injector.counts)} restarts {state['restarts']}"
+    )
     if dups["unexplained"]:
         failures.append(f"{dups['unexplained']} duplicates without a cause")
     failures += grew(samples, args.warmup, args.rss_tolerance, args.traced_tolerance)
@@ -285,10 +303,22 @@ def take_sample(
     memory = MemoryWatch.sample()
     dups = ledger.duplicates()
     trimmed = rss_bytes() if trim and trim_malloc() else 0
-    return Sample(minute, published, ledger.acked_count, ledger.handled_count,
-                  sum(dups.values()), memory.rss, memory.traced, memory.overhead,
-                  trimmed, open_fds(), len(live_greenlets()), consumer.stats()["queued"],
-                  objects, dups)  # fmt: skip
+    return Sample(
+        minute,
+        published,
+        ledger.acked_count,
+        ledger.handled_count,
+        sum(dups.values()),
+        memory.rss,
+        memory.traced,
+        memory.overhead,
+        trimmed,
+        open_fds(),
+        len(live_greenlets()),
+        consumer.stats()["queued"],
+        objects,
+        dups,
+    )
 
 
 def print_sample(
@@ -299,13 +329,19 @@ def print_sample(
     proxies: list[ProxyProcess],
     started: float,
 ) -> None:
-    watched = {name: sum(n for key, n in sample.objects.items() if key.rsplit(".", 1)[-1] == name)
-               for name in WATCHED}  # fmt: skip
+    watched = {
+        name: sum(n for key, n in sample.objects.items() if key.rsplit(".", 1)[-1] == name)
+        for name in WATCHED
+    }
     held = {id(h.connection) for runs in ledger.handlings.values() for h in runs}
-    books = {"handlings": len(ledger.handlings), "deliveries": len(ledger.deliveries),
-             "acked": len(ledger.acked), "fin_failed": len(ledger.fin_failed),
-             "given_up": len(ledger.given_up),
-             "connections": len(held)}  # fmt: skip
+    books = {
+        "handlings": len(ledger.handlings),
+        "deliveries": len(ledger.deliveries),
+        "acked": len(ledger.acked),
+        "fin_failed": len(ledger.fin_failed),
+        "given_up": len(ledger.given_up),
+        "connections": len(held),
+    }
     proxy_rss = " ".join(f"{p.rss_bytes() / MiB:.1f}" for p in proxies)
     print(
         f"minute {sample.minute:3d} (at {time.monotonic() - started:.0f} s):"
@@ -336,8 +372,13 @@ def grew(
     if len(samples) < warmup + 4:
         return []
     first, last = samples[warmup : warmup + 3], samples[-3:]
-    limits = {"rss": rss_tolerance * MiB, "traced": traced_tolerance * MiB, "fds": 10.0,
-              "greenlets": 50.0, "queued": 2.0 * MAX_IN_FLIGHT}  # fmt: skip
+    limits = {
+        "rss": rss_tolerance * MiB,
+        "traced": traced_tolerance * MiB,
+        "fds": 10.0,
+        "greenlets": 50.0,
+        "queued": 2.0 * MAX_IN_FLIGHT,
+    }
     out = []
     for name, limit in limits.items():
         before = statistics.mean(getattr(s, name) for s in first)

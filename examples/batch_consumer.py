@@ -63,26 +63,55 @@ class EventStore:
 def build_parser() -> argparse.ArgumentParser:
     """The options, each with its help and default."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--nsqd-tcp-address", required=True, metavar="ADDR",
-                        help="nsqd TCP address host:port (required)")
-    parser.add_argument("--topic", default="events",
-                        help="the topic to read (default %(default)s)")
-    parser.add_argument("--channel", default="batch",
-                        help="the channel to read (default %(default)s)")
-    parser.add_argument("--batch-size", type=int, default=100,
-                        help="most messages handed to the handler at once (default %(default)s)")
-    parser.add_argument("--batch-timeout", type=float, default=1.0, metavar="S",
-                        help="seconds a batch waits to fill after its first message"
-                        " (default %(default)g)")
-    parser.add_argument("--max-in-flight", type=int, default=200,
-                        help="messages in flight at once, at least --batch-size"
-                        " (default %(default)s)")
-    parser.add_argument("--database", default=":memory:", metavar="FILE",
-                        help="SQLite file to store the events in (default: in memory)")
-    parser.add_argument("--publish", type=int, default=0, metavar="N",
-                        help="publish N sample events to the topic first (default 0)")
-    parser.add_argument("--count", type=int, default=None, metavar="N",
-                        help="stop after N messages (default: run until Ctrl-C)")
+    parser.add_argument(
+        "--nsqd-tcp-address",
+        required=True,
+        metavar="ADDR",
+        help="nsqd TCP address host:port (required)",
+    )
+    parser.add_argument("--topic", default="events", help="the topic to read (default %(default)s)")
+    parser.add_argument(
+        "--channel", default="batch", help="the channel to read (default %(default)s)"
+    )
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=100,
+        help="most messages handed to the handler at once (default %(default)s)",
+    )
+    parser.add_argument(
+        "--batch-timeout",
+        type=float,
+        default=1.0,
+        metavar="S",
+        help="seconds a batch waits to fill after its first message (default %(default)g)",
+    )
+    parser.add_argument(
+        "--max-in-flight",
+        type=int,
+        default=200,
+        help="messages in flight at once, at least --batch-size (default %(default)s)",
+    )
+    parser.add_argument(
+        "--database",
+        default=":memory:",
+        metavar="FILE",
+        help="SQLite file to store the events in (default: in memory)",
+    )
+    parser.add_argument(
+        "--publish",
+        type=int,
+        default=0,
+        metavar="N",
+        help="publish N sample events to the topic first (default 0)",
+    )
+    parser.add_argument(
+        "--count",
+        type=int,
+        default=None,
+        metavar="N",
+        help="stop after N messages (default: run until Ctrl-C)",
+    )
     return parser
 
 
@@ -115,9 +144,12 @@ def main() -> int:
     handlers = [gevent.signal_handler(s, stop.set) for s in (signal.SIGINT, signal.SIGTERM)]
     consumer.start()
     until = f"{args.count} messages" if args.count is not None else "Ctrl-C"
-    print(f"waiting for messages on {args.topic}/{args.channel} at {args.nsqd_tcp_address},"
-          f" stored in batches of up to {args.batch_size} (or every {args.batch_timeout:g} s),"
-          f" until {until}", flush=True)  # fmt: skip
+    print(
+        f"waiting for messages on {args.topic}/{args.channel} at {args.nsqd_tcp_address},"
+        f" stored in batches of up to {args.batch_size} (or every {args.batch_timeout:g} s),"
+        f" until {until}",
+        flush=True,
+    )
     try:
         gevent.wait([store.done, stop], count=1)
     finally:

@@ -37,16 +37,30 @@ def build_parser() -> argparse.ArgumentParser:
     """The options, each with its help and default."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--topic", required=True, help="the topic to read (required)")
-    parser.add_argument("--channel", default="dashboard-example",
-                        help="the channel to read (default %(default)s)")
-    parser.add_argument("--nsqd-tcp-address", action="append", default=[], metavar="ADDR",
-                        help="nsqd TCP address host:port (repeatable; this or"
-                        " --lookupd-http-address is required)")
-    parser.add_argument("--lookupd-http-address", action="append", default=[], metavar="ADDR",
-                        help="nsqlookupd HTTP address host:port (repeatable; this or"
-                        " --nsqd-tcp-address is required)")
-    parser.add_argument("--port", type=int, default=8080,
-                        help="dashboard port on 127.0.0.1, 0: any free one (default %(default)s)")
+    parser.add_argument(
+        "--channel", default="dashboard-example", help="the channel to read (default %(default)s)"
+    )
+    parser.add_argument(
+        "--nsqd-tcp-address",
+        action="append",
+        default=[],
+        metavar="ADDR",
+        help="nsqd TCP address host:port (repeatable; this or --lookupd-http-address is required)",
+    )
+    parser.add_argument(
+        "--lookupd-http-address",
+        action="append",
+        default=[],
+        metavar="ADDR",
+        help="nsqlookupd HTTP address host:port (repeatable; this or"
+        " --nsqd-tcp-address is required)",
+    )
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=8080,
+        help="dashboard port on 127.0.0.1, 0: any free one (default %(default)s)",
+    )
     return parser
 
 

@@ -57,17 +57,38 @@ class Billing:
 def build_parser() -> argparse.ArgumentParser:
     """The options, each with its help and default."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--nsqd-tcp-address", required=True, metavar="ADDR",
-                        help="nsqd TCP address host:port (required)")
-    parser.add_argument("--topic", default="orders",
-                        help="the orders topic; dead letters go to TOPIC.dead"
-                        " (default %(default)s)")
-    parser.add_argument("--orders", type=int, default=20, metavar="N",
-                        help="orders to publish (default %(default)s)")
-    parser.add_argument("--poison-every", type=int, default=5, metavar="K",
-                        help="every K-th order lacks its customer (default %(default)s)")
-    parser.add_argument("--timeout", type=float, default=60.0, metavar="S",
-                        help="seconds each stage may take (default %(default)g)")
+    parser.add_argument(
+        "--nsqd-tcp-address",
+        required=True,
+        metavar="ADDR",
+        help="nsqd TCP address host:port (required)",
+    )
+    parser.add_argument(
+        "--topic",
+        default="orders",
+        help="the orders topic; dead letters go to TOPIC.dead (default %(default)s)",
+    )
+    parser.add_argument(
+        "--orders",
+        type=int,
+        default=20,
+        metavar="N",
+        help="orders to publish (default %(default)s)",
+    )
+    parser.add_argument(
+        "--poison-every",
+        type=int,
+        default=5,
+        metavar="K",
+        help="every K-th order lacks its customer (default %(default)s)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="seconds each stage may take (default %(default)g)",
+    )
     return parser
 
 
@@ -90,11 +111,18 @@ def main() -> int:
             given_up.set()
 
     orders = Consumer(  # checks the options: ConfigError, InvalidNameError
-        args.topic, "billing", billing.handle, nsqd_tcp_addresses=[args.nsqd_tcp_address],
-        max_in_flight=10, max_attempts=2, requeue_delay=0.0, backoff=None,  # retry at once
+        args.topic,
+        "billing",
+        billing.handle,
+        nsqd_tcp_addresses=[args.nsqd_tcp_address],
+        max_in_flight=10,
+        max_attempts=2,
+        requeue_delay=0.0,
+        backoff=None,  # retry at once
         on_giving_up=on_giving_up,
-        dead_letter_topic=dead_topic, dead_letter_envelope=True,
-    )  # fmt: skip
+        dead_letter_topic=dead_topic,
+        dead_letter_envelope=True,
+    )
     probe = Connection(args.nsqd_tcp_address)
     probe.connect()  # raises NSQConnectionError when no nsqd answers there
     probe.close()
@@ -104,22 +132,32 @@ def main() -> int:
         def redrive(message: Message) -> None:
             letter = decode_envelope(message.body)
             error = f"{letter.error.type}: {letter.error.message}" if letter.error else "?"
-            print(f"dead letter {letter.id} from {letter.topic}/{letter.channel} after"
-                  f" {letter.attempts} attempts ({error}); re-publishing", flush=True)  # fmt: skip
+            print(
+                f"dead letter {letter.id} from {letter.topic}/{letter.channel} after"
+                f" {letter.attempts} attempts ({error}); re-publishing",
+                flush=True,
+            )
             producer.publish(letter.topic, letter.body)  # finished only once this succeeded
 
-        redriver = Consumer(dead_topic, "redrive", redrive,
-                            nsqd_tcp_addresses=[args.nsqd_tcp_address])  # fmt: skip
-        producer.multi_publish(args.topic, [
-            json.dumps({"id": i, **({} if i in poison else {"customer": f"c{i}"})})
-            for i in range(args.orders)
-        ])  # fmt: skip
+        redriver = Consumer(
+            dead_topic, "redrive", redrive, nsqd_tcp_addresses=[args.nsqd_tcp_address]
+        )
+        producer.multi_publish(
+            args.topic,
+            [
+                json.dumps({"id": i, **({} if i in poison else {"customer": f"c{i}"})})
+                for i in range(args.orders)
+            ],
+        )
         orders.start()
         try:
             if not given_up.wait(args.timeout):
                 sys.exit(f"dead_letters: error: only {len(dead_lettered)} dead-lettered in time")
-            print(f"billed {len(billing.billed)} orders; {len(dead_lettered)} dead-lettered,"
-                  f" stats {orders.stats()['dead_letters']}", flush=True)  # fmt: skip
+            print(
+                f"billed {len(billing.billed)} orders; {len(dead_lettered)} dead-lettered,"
+                f" stats {orders.stats()['dead_letters']}",
+                flush=True,
+            )
             billing.fixed = True  # the bug fix is deployed: re-publish the dead letters
             redriver.start()
             if not billing.all_billed.wait(args.timeout):
@@ -128,8 +166,10 @@ def main() -> int:
             redriver.close()
             orders.close()
     walk_ins = sorted(i for i, customer in billing.billed.items() if customer == "walk-in")
-    print(f"done: {len(billing.billed)} orders billed, {len(walk_ins)} of them after"
-          f" re-publishing their dead letters: {walk_ins}")  # fmt: skip
+    print(
+        f"done: {len(billing.billed)} orders billed, {len(walk_ins)} of them after"
+        f" re-publishing their dead letters: {walk_ins}"
+    )
     return 0
 
 

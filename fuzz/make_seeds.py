@@ -32,13 +32,28 @@ MSG = encode_frame(
 )
 OK = encode_frame(FRAME_TYPE_RESPONSE, b"OK")
 HEARTBEAT = encode_frame(FRAME_TYPE_RESPONSE, b"_heartbeat_")
-FEATURES = json.dumps({"max_rdy_count": 2500, "version": "1.3.0", "snappy": True, "deflate": False,
-                       "auth_required": False, "msg_timeout": 60000}).encode()
+FEATURES = json.dumps(
+    {
+        "max_rdy_count": 2500,
+        "version": "1.3.0",
+        "snappy": True,
+        "deflate": False,
+        "auth_required": False,
+        "msg_timeout": 60000,
+    }
+).encode()
 
 
 def seeds() -> dict[str, dict[str, bytes]]:
-    identify = commands.identify({"client_id": "c", "hostname": "h", "feature_negotiation": True,
-                                  "heartbeat_interval": 30000, "deflate": True})
+    identify = commands.identify(
+        {
+            "client_id": "c",
+            "hostname": "h",
+            "feature_negotiation": True,
+            "heartbeat_interval": 30000,
+            "deflate": True,
+        }
+    )
     ident_body = identify.split(b"\n", 1)[1][4:]
     return {
         "frames": {
@@ -49,9 +64,10 @@ def seeds() -> dict[str, dict[str, bytes]]:
         "client": {
             "identify_ok_sub": b"\x00" + OK + OK + HEARTBEAT + MSG,
             "features_snappy": b"\x01" + encode_frame(FRAME_TYPE_RESPONSE, FEATURES) + OK + OK,
-            "auth": b"\x00" + encode_frame(FRAME_TYPE_RESPONSE, json.dumps(
-                {"auth_required": True}).encode()) + encode_frame(
-                FRAME_TYPE_RESPONSE, b'{"identity":"i","permission_count":1}') + OK,
+            "auth": b"\x00"
+            + encode_frame(FRAME_TYPE_RESPONSE, json.dumps({"auth_required": True}).encode())
+            + encode_frame(FRAME_TYPE_RESPONSE, b'{"identity":"i","permission_count":1}')
+            + OK,
             "close_wait": b"\x00" + OK + OK + encode_frame(FRAME_TYPE_RESPONSE, b"CLOSE_WAIT"),
         },
         "snappy": {
@@ -61,21 +77,41 @@ def seeds() -> dict[str, dict[str, bytes]]:
             "stream": b"\x07" + DeflateCodec().encode(PUB_STREAM),
         },
         "command_parser": {
-            "identify_sub_rdy_fin": b"\x00" + commands.MAGIC_V2 + identify + commands.sub("t", "c")
-            + commands.rdy(5) + commands.fin(MID) + commands.req(MID, 1.0)
-            + commands.touch(MID) + commands.nop() + commands.cls(),
-            "pub_mpub_dpub": b"\x03" + commands.MAGIC_V2 + commands.pub("t", b"hello")
-            + commands.mpub("t", [b"a", b"bc", b"def"]) + commands.dpub("t", 1.0, b"later"),
-            "mpub_huge_count": b"\x00" + commands.MAGIC_V2 + b"MPUB t\n"
+            "identify_sub_rdy_fin": b"\x00"
+            + commands.MAGIC_V2
+            + identify
+            + commands.sub("t", "c")
+            + commands.rdy(5)
+            + commands.fin(MID)
+            + commands.req(MID, 1.0)
+            + commands.touch(MID)
+            + commands.nop()
+            + commands.cls(),
+            "pub_mpub_dpub": b"\x03"
+            + commands.MAGIC_V2
+            + commands.pub("t", b"hello")
+            + commands.mpub("t", [b"a", b"bc", b"def"])
+            + commands.dpub("t", 1.0, b"later"),
+            "mpub_huge_count": b"\x00"
+            + commands.MAGIC_V2
+            + b"MPUB t\n"
             + struct.pack(">ii", 100, 0x7FFFFFFF),
             "auth": b"\x00" + commands.MAGIC_V2 + commands.auth(b"secret"),
         },
         "identify": {
             "full": ident_body,
             "minimal": b"{}",
-            "tls_snappy": json.dumps({"feature_negotiation": True, "tls_v1": True, "snappy": True,
-                                      "output_buffer_size": 16384, "output_buffer_timeout": 250,
-                                      "sample_rate": 10, "msg_timeout": 5000}).encode(),
+            "tls_snappy": json.dumps(
+                {
+                    "feature_negotiation": True,
+                    "tls_v1": True,
+                    "snappy": True,
+                    "output_buffer_size": 16384,
+                    "output_buffer_timeout": 250,
+                    "sample_rate": 10,
+                    "msg_timeout": 5000,
+                }
+            ).encode(),
         },
         "http_api": {
             # first byte picks the route (index into the sorted routes) and method bits

@@ -40,11 +40,17 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--rss-limit-mb", type=int, default=1024)
     parser.add_argument("--seed", type=int, default=1, help="libFuzzer's random seed")
     parser.add_argument("--work", help="corpus work directory (default: a temporary one)")
-    parser.add_argument("--artifacts", default=str(ROOT / "fuzz" / "crashes"),
-                        help="where a crashing input is written")
+    parser.add_argument(
+        "--artifacts",
+        default=str(ROOT / "fuzz" / "crashes"),
+        help="where a crashing input is written",
+    )
     parser.add_argument("--replay", help="run every file of this directory once, no fuzzing")
-    parser.add_argument("--coverage", action="store_true",
-                        help="with --replay: report line coverage of the target's modules")
+    parser.add_argument(
+        "--coverage",
+        action="store_true",
+        help="with --replay: report line coverage of the target's modules",
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
@@ -67,8 +73,10 @@ def _replay(args: argparse.Namespace) -> int:
         for module in MODULES[args.target]:
             _, statements, _, missing, _ = cov.analysis2(str(ROOT / module))
             covered = len(statements) - len(missing)
-            parts.append(f"{module} {covered}/{len(statements)} lines"
-                         f" ({100 * covered / max(len(statements), 1):.0f}%)")
+            parts.append(
+                f"{module} {covered}/{len(statements)} lines"
+                f" ({100 * covered / max(len(statements), 1):.0f}%)"
+            )
         print(f"replayed {len(files)} inputs: " + "; ".join(parts))
     return 0
 
@@ -87,9 +95,18 @@ def _fuzz_child(args: argparse.Namespace) -> None:
 
     os.makedirs(args.artifacts, exist_ok=True)
     atheris.Setup(
-        [sys.argv[0], f"-runs={args.runs}", f"-max_len={args.max_len}", f"-timeout={args.timeout}",
-         f"-rss_limit_mb={args.rss_limit_mb}", f"-seed={args.seed}", "-print_final_stats=1",
-         f"-artifact_prefix={args.artifacts}{os.sep}", args.work, str(CORPUS / target)],
+        [
+            sys.argv[0],
+            f"-runs={args.runs}",
+            f"-max_len={args.max_len}",
+            f"-timeout={args.timeout}",
+            f"-rss_limit_mb={args.rss_limit_mb}",
+            f"-seed={args.seed}",
+            "-print_final_stats=1",
+            f"-artifact_prefix={args.artifacts}{os.sep}",
+            args.work,
+            str(CORPUS / target),
+        ],
         one,
     )
     atheris.Fuzz()
@@ -114,13 +131,17 @@ def main(argv: list[str] | None = None) -> int:
     inputs = int(runs[-1]) if runs else 0
     if proc.returncode != 0 or not done:
         sys.stderr.write(log[-6000:])
-        print(f"{args.target}: FAILED after {inputs} inputs, {elapsed:.1f} s"
-              f" (exit {proc.returncode}); the input is under {args.artifacts}")
+        print(
+            f"{args.target}: FAILED after {inputs} inputs, {elapsed:.1f} s"
+            f" (exit {proc.returncode}); the input is under {args.artifacts}"
+        )
         return 1
     _, cov, ft = done[-1]
     corpus_files = len(os.listdir(work))
-    print(f"{args.target}: {inputs} inputs in {elapsed:.1f} s ({inputs / elapsed:,.0f}/s),"
-          f" cov {cov} ft {ft}, corpus {corpus_files} files in {work}")
+    print(
+        f"{args.target}: {inputs} inputs in {elapsed:.1f} s ({inputs / elapsed:,.0f}/s),"
+        f" cov {cov} ft {ft}, corpus {corpus_files} files in {work}"
+    )
     if not args.work:
         shutil.rmtree(work, ignore_errors=True)
     return 0

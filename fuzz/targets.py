@@ -90,8 +90,11 @@ def frames(data: bytes) -> None:
 
 def client(data: bytes) -> None:
     """The client state machine fed nsqd's side of a conversation, split anywhere."""
-    request = {"feature_negotiation": True, "snappy": bool(data[:1] and data[0] & 1),
-               "deflate": bool(data[:1] and data[0] & 2)}
+    request = {
+        "feature_negotiation": True,
+        "snappy": bool(data[:1] and data[0] & 1),
+        "deflate": bool(data[:1] and data[0] & 2),
+    }
     machine = ClientConnection(max_frame_size=_MAX_FRAME)
     machine.start(request)
     for piece in _chunks(data):
@@ -250,4 +253,3 @@ def run_one(name: str, data: bytes) -> None:
     """Run target ``name`` on ``data``; typed errors are expected, anything else escapes."""
     with contextlib.suppress(NSQError):
         TARGETS[name](data)
-

@@ -44,6 +44,7 @@ __all__ = [
 
 DEFAULT_USER_AGENT = f"gnsqlite/{__version__}"
 
+
 def split_options(
     options: Mapping[str, Any], classes: Sequence[type[Validated]], owner: str
 ) -> list[dict[str, Any]]:
@@ -78,15 +79,27 @@ class ConnectionConfig(Validated):
     client_id: str | None = option(None, str, nullable=True)
     hostname: str | None = option(None, str, nullable=True, keyword="hostname")
     heartbeat_interval: float | None = option(
-        defaults.HEARTBEAT_INTERVAL, float, lo=1.0, nullable=True, unit="s",
+        defaults.HEARTBEAT_INTERVAL,
+        float,
+        lo=1.0,
+        nullable=True,
+        unit="s",
         keyword="heartbeat_interval",
     )
     output_buffer_size: int | None = option(
-        defaults.OUTPUT_BUFFER_SIZE, int, lo=64, nullable=True, unit="bytes",
+        defaults.OUTPUT_BUFFER_SIZE,
+        int,
+        lo=64,
+        nullable=True,
+        unit="bytes",
         keyword="output_buffer_size",
     )
     output_buffer_timeout: float | None = option(
-        defaults.OUTPUT_BUFFER_TIMEOUT, float, lo=0.001, nullable=True, unit="s",
+        defaults.OUTPUT_BUFFER_TIMEOUT,
+        float,
+        lo=0.001,
+        nullable=True,
+        unit="s",
         keyword="output_buffer_timeout",
     )
     tls_v1: bool = option(False, bool, keyword="tls_v1")

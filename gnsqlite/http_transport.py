@@ -119,9 +119,7 @@ def http_request(
     return data
 
 
-def _nsq_tcp_port_hint(
-    failure: Exception, address: tuple[str, int], timeout: float
-) -> str | None:
+def _nsq_tcp_port_hint(failure: Exception, address: tuple[str, int], timeout: float) -> str | None:
     """When a request got no HTTP answer: what to say if ``address`` is an NSQ TCP port.
 
     nsqd and nsqlookupd read four bytes of protocol magic, answer

@@ -318,9 +318,12 @@ class _MirrorExporter(_Exporter):
                 )
             elif spec.kind == "gauge":
                 self.metrics[spec] = prometheus_client.Gauge(
-                    spec.name, spec.help, spec.labels, registry=registry,
+                    spec.name,
+                    spec.help,
+                    spec.labels,
+                    registry=registry,
                     multiprocess_mode=spec.multiprocess_mode,  # type: ignore[arg-type]
-                )  # fmt: skip
+                )
             else:
                 self.metrics[spec] = prometheus_client.Histogram(
                     spec.name, spec.help, spec.labels, registry=registry, buckets=spec.buckets
@@ -496,4 +499,3 @@ def mark_process_dead(pid: int) -> None:
     """
     if multiprocess_mode():
         _mark_process_dead(pid)  # type: ignore[no-untyped-call]
-

@@ -1,4 +1,6 @@
-from gevent import monkey; monkey.patch_all()  # noqa: E702,I001 - first, before anything else
+from gevent import monkey
+
+monkey.patch_all()
 
 # Run the crawler example: python examples/crawler --nsqd-tcp-address 127.0.0.1:4150
 #

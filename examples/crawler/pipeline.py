@@ -66,12 +66,25 @@ class Crawler:
         self.done = gevent.event.Event()
         self.site_host = ""
         self.consumers = [
-            Consumer("urls", "fetch", self.fetch, nsqd_tcp_addresses=[nsqd],
-                     max_in_flight=fetchers, requeue_delay=0.5),
+            Consumer(
+                "urls",
+                "fetch",
+                self.fetch,
+                nsqd_tcp_addresses=[nsqd],
+                max_in_flight=fetchers,
+                requeue_delay=0.5,
+            ),
             # Pages are parsed in batches (up to one per fetcher, or what came
             # within 10 ms), so the links of many pages go out in one MPUB.
-            Consumer("results", "parse", batch_handler=self.parse, nsqd_tcp_addresses=[nsqd],
-                     batch_size=fetchers, batch_timeout=0.01, max_in_flight=2 * fetchers),
+            Consumer(
+                "results",
+                "parse",
+                batch_handler=self.parse,
+                nsqd_tcp_addresses=[nsqd],
+                batch_size=fetchers,
+                batch_timeout=0.01,
+                max_in_flight=2 * fetchers,
+            ),
         ]
 
     def crawl(self, seed: str, timeout: float) -> bool:
@@ -133,30 +146,57 @@ class Crawler:
 
 def build_parser() -> argparse.ArgumentParser:
     """The options, each with its help and default."""
-    parser = argparse.ArgumentParser(prog="crawler",
-                                     description="Crawl a generated site through NSQ.")
-    parser.add_argument("--nsqd-tcp-address", required=True, metavar="ADDR",
-                        help="nsqd TCP address host:port (required)")
-    parser.add_argument("--pages", type=int, default=300, metavar="N",
-                        help="pages of the generated site (default %(default)s)")
-    parser.add_argument("--max-depth", type=int, default=6, metavar="D",
-                        help="follow links at most D clicks from the first page"
-                        " (default %(default)s)")
-    parser.add_argument("--fetchers", type=int, default=20, metavar="N",
-                        help="pages fetched at once: the fetch stage's max_in_flight"
-                        " (default %(default)s)")
-    parser.add_argument("--timeout", type=float, default=120.0, metavar="S",
-                        help="give up after S seconds (default %(default)g)")
-    parser.add_argument("--report", metavar="FILE",
-                        help="write a JSON report to FILE (default: none)")
+    parser = argparse.ArgumentParser(
+        prog="crawler", description="Crawl a generated site through NSQ."
+    )
+    parser.add_argument(
+        "--nsqd-tcp-address",
+        required=True,
+        metavar="ADDR",
+        help="nsqd TCP address host:port (required)",
+    )
+    parser.add_argument(
+        "--pages",
+        type=int,
+        default=300,
+        metavar="N",
+        help="pages of the generated site (default %(default)s)",
+    )
+    parser.add_argument(
+        "--max-depth",
+        type=int,
+        default=6,
+        metavar="D",
+        help="follow links at most D clicks from the first page (default %(default)s)",
+    )
+    parser.add_argument(
+        "--fetchers",
+        type=int,
+        default=20,
+        metavar="N",
+        help="pages fetched at once: the fetch stage's max_in_flight (default %(default)s)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=120.0,
+        metavar="S",
+        help="give up after S seconds (default %(default)g)",
+    )
+    parser.add_argument(
+        "--report", metavar="FILE", help="write a JSON report to FILE (default: none)"
+    )
     return parser
 
 
 def main() -> None:
     parser = build_parser()
     args = parser.parse_args()
-    for name, value, least in (("pages", args.pages, 1), ("max-depth", args.max_depth, 0),
-                               ("fetchers", args.fetchers, 1)):
+    for name, value, least in (
+        ("pages", args.pages, 1),
+        ("max-depth", args.max_depth, 0),
+        ("fetchers", args.fetchers, 1),
+    ):
         if value < least:
             parser.error(f"--{name} must be {least} or more")
 
@@ -188,8 +228,10 @@ def main() -> None:
         with open(args.report, "w") as f:
             json.dump(report, f)
     fetched_once = sum(1 for p in reachable if site.fetches[p] == 1)
-    print(f"crawl {'complete' if done else 'TIMED OUT'} in {elapsed:.2f} s: "
-          f"{fetched_once}/{len(reachable)} pages within depth {args.max_depth} fetched once, "
-          f"{sum(site.fetches.values())} fetches in all, "
-          f"{len(crawler.parsed)} pages parsed in {crawler.batches} batches")
+    print(
+        f"crawl {'complete' if done else 'TIMED OUT'} in {elapsed:.2f} s: "
+        f"{fetched_once}/{len(reachable)} pages within depth {args.max_depth} fetched once, "
+        f"{sum(site.fetches.values())} fetches in all, "
+        f"{len(crawler.parsed)} pages parsed in {crawler.batches} batches"
+    )
     raise SystemExit(0 if done else 1)

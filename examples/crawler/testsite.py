@@ -57,8 +57,11 @@ class TestSite:
         items = [f'<li><a href="{link}">{link}</a></li>' for link in self.links[path]]
         items.append('<li><a href="http://elsewhere.invalid/page/1">off site</a></li>')
         items.append('<li><a href="mailto:someone@example.com">mail</a></li>')
-        return (f"<html><head><title>{path}</title></head><body><ul>"
-                + "".join(items) + "</ul></body></html>").encode()
+        return (
+            f"<html><head><title>{path}</title></head><body><ul>"
+            + "".join(items)
+            + "</ul></body></html>"
+        ).encode()
 
     def app(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         """The WSGI application."""

@@ -70,8 +70,14 @@ log = logging.getLogger(__name__)
 app = Flask(__name__)
 
 #: Errors of the request: nothing was sent, or nsqd refused it as malformed.
-BAD_INPUT = (BadRequest, ValueError, LocalProtocolError, BadTopicError, BadBodyError,
-             BadMessageError)
+BAD_INPUT = (
+    BadRequest,
+    ValueError,
+    LocalProtocolError,
+    BadTopicError,
+    BadBodyError,
+    BadMessageError,
+)
 #: Errors that pass: no nsqd reachable, or nsqd could not store the messages.
 TRY_LATER = (NSQConnectionError, NSQTimeoutError, PubFailedError, MPubFailedError)
 RETRY_AFTER_SECONDS = 1
@@ -85,11 +91,16 @@ SETTINGS: dict[str, tuple[str | None, str]] = {
     "NSQ_CHANNEL": ("web", "the channel each worker's Consumer reads"),
     "NSQ_MAX_IN_FLIGHT": ("20", "messages in flight at once, per worker"),
     "NSQ_PUBLISH_TIMEOUT": ("5", "seconds a publish may take before it answers 503"),
-    "RECORD_DIR": (None, "a directory: each worker appends the bodies it handles to"
-                   " RECORD_DIR/<pid>.log (default: none)"),
+    "RECORD_DIR": (
+        None,
+        "a directory: each worker appends the bodies it handles to"
+        " RECORD_DIR/<pid>.log (default: none)",
+    ),
     "BIND": ("127.0.0.1:8000", "where gunicorn listens (gunicorn.conf.py)"),
-    "PROMETHEUS_MULTIPROC_DIR": (None, "where the workers' metrics go (default: a fresh"
-                                 " temporary directory, gunicorn.conf.py)"),
+    "PROMETHEUS_MULTIPROC_DIR": (
+        None,
+        "where the workers' metrics go (default: a fresh temporary directory, gunicorn.conf.py)",
+    ),
 }
 
 
@@ -249,15 +260,21 @@ def healthz() -> Any:
         return jsonify({"ok": False, "reasons": ["no NSQ clients: run under gunicorn"]}), 503
     consumer, producer = worker.consumer.health(), worker.producer.health()
     ok = consumer.ok and producer.ok
-    body = {"ok": ok, "worker": os.getpid(), "consumer": consumer.as_dict(),
-            "producer": producer.as_dict()}  # fmt: skip
+    body = {
+        "ok": ok,
+        "worker": os.getpid(),
+        "consumer": consumer.as_dict(),
+        "producer": producer.as_dict(),
+    }
     return jsonify(body), 200 if ok else 503
 
 
 def build_parser() -> argparse.ArgumentParser:
     """``python app.py --help``: how to run the app, and every setting with its default."""
-    lines = [f"  {name:<26}{text}" + ("" if default is None else f" (default {default})")
-             for name, (default, text) in SETTINGS.items()]  # fmt: skip
+    lines = [
+        f"  {name:<26}{text}" + ("" if default is None else f" (default {default})")
+        for name, (default, text) in SETTINGS.items()
+    ]
     return argparse.ArgumentParser(
         prog="app.py",
         description="A Flask app under gunicorn's gevent worker that publishes to and"

@@ -53,8 +53,11 @@ def main() -> int:
     parser.add_argument("--out", default="/tmp/spark_pipeline")
     parser.add_argument("--nsqd-tcp-address", help="use this nsqd instead of an embedded one")
     parser.add_argument("--master", default="local[2]", help="Spark master URL")
-    parser.add_argument("--wal", help="the source's walLocation (default: <out>/wal);"
-                        " on a cluster, storage every executor reads")
+    parser.add_argument(
+        "--wal",
+        help="the source's walLocation (default: <out>/wal);"
+        " on a cluster, storage every executor reads",
+    )
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds")
     args = parser.parse_args()
     if args.pages < 1 or not args.rate > 0 or args.per_batch < 1:
@@ -76,20 +79,42 @@ def main() -> int:
         server.start()
         address = server.tcp_address
         print(f"pipeline: embedded nsqd on {address}", flush=True)
-    spark = (SparkSession.builder.master(args.master).appName("gnsqlite-spark-pipeline")
-             .config("spark.ui.enabled", "false")
-             .config("spark.sql.shuffle.partitions", "2")
-             .config("spark.ui.showConsoleProgress", "false")
-             .getOrCreate())
+    spark = (
+        SparkSession.builder.master(args.master)
+        .appName("gnsqlite-spark-pipeline")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.ui.showConsoleProgress", "false")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     run = [sys.executable, "-u"]
-    printer = subprocess.Popen([*run, str(HERE / "summaries.py"), "--nsqd-tcp-address",
-                                address, "--pages", str(args.pages)])
-    generator = subprocess.Popen([*run, str(HERE / "generator.py"), "--nsqd-tcp-address",
-                                  address, "--pages", str(args.pages), "--rate", str(args.rate)])
-    query = job.start(spark, address, args.out, args.per_batch,
-                      args.wal or os.path.join(args.out, "wal"))
+    printer = subprocess.Popen(
+        [
+            *run,
+            str(HERE / "summaries.py"),
+            "--nsqd-tcp-address",
+            address,
+            "--pages",
+            str(args.pages),
+        ]
+    )
+    generator = subprocess.Popen(
+        [
+            *run,
+            str(HERE / "generator.py"),
+            "--nsqd-tcp-address",
+            address,
+            "--pages",
+            str(args.pages),
+            "--rate",
+            str(args.rate),
+        ]
+    )
+    query = job.start(
+        spark, address, args.out, args.per_batch, args.wal or os.path.join(args.out, "wal")
+    )
     try:
         status = printer.wait(args.timeout)
     except subprocess.TimeoutExpired:

@@ -23,12 +23,37 @@ from gnsqlite.errors import NSQError
 from gnsqlite.producer import Producer
 from gnsqlite.protocol.names import check_topic_name
 
-DOMAINS = ["example.org", "news.example.com", "blog.example.net", "shop.example.io",
-           "docs.example.dev"]
+DOMAINS = [
+    "example.org",
+    "news.example.com",
+    "blog.example.net",
+    "shop.example.io",
+    "docs.example.dev",
+]
 WORDS = [
-    "queue", "message", "topic", "channel", "spark", "stream", "batch", "broker", "gevent",
-    "python", "nsq", "data", "page", "crawl", "link", "parse", "count", "word", "domain",
-    "summary", "window", "latency", "throughput",
+    "queue",
+    "message",
+    "topic",
+    "channel",
+    "spark",
+    "stream",
+    "batch",
+    "broker",
+    "gevent",
+    "python",
+    "nsq",
+    "data",
+    "page",
+    "crawl",
+    "link",
+    "parse",
+    "count",
+    "word",
+    "domain",
+    "summary",
+    "window",
+    "latency",
+    "throughput",
 ]
 
 
@@ -57,8 +82,9 @@ def publish_pages(address: str, topic: str, pages: int, rate: float, seed: int =
         sent = 0
         started = time.monotonic()
         while sent < pages:
-            chunk = [json.dumps(page(rng, sent + i)).encode()
-                     for i in range(min(100, pages - sent))]
+            chunk = [
+                json.dumps(page(rng, sent + i)).encode() for i in range(min(100, pages - sent))
+            ]
             producer.multi_publish(topic, chunk)
             sent += len(chunk)
             ahead = sent / rate - (time.monotonic() - started)

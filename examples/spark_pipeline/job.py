@@ -30,19 +30,22 @@ PAGE_SCHEMA = "url string, domain string, title string, text string, fetched_at 
 
 def build_stream(spark: SparkSession, nsqd: str, per_batch: int, wal: str) -> DataFrame:
     """The parsed ``pages`` stream: one row per page, with its nsq message id."""
-    raw = (spark.readStream.format("nsq")
-           .option("nsqdTcpAddresses", nsqd)
-           .option("topic", "pages").option("channel", "spark_stats")
-           .option("walLocation", wal)
-           .option("maxMessagesPerBatch", per_batch)
-           .load())
+    raw = (
+        spark.readStream.format("nsq")
+        .option("nsqdTcpAddresses", nsqd)
+        .option("topic", "pages")
+        .option("channel", "spark_stats")
+        .option("walLocation", wal)
+        .option("maxMessagesPerBatch", per_batch)
+        .load()
+    )
     page = F.from_json(F.col("body").cast("string"), PAGE_SCHEMA)
-    return raw.select(F.col("id").alias("message_id"), page.alias("p")).select(
-        "message_id", "p.*")
+    return raw.select(F.col("id").alias("message_id"), page.alias("p")).select("message_id", "p.*")
 
 
-def summarize_batch(spark: SparkSession, pages: DataFrame, batch_id: int, nsqd: str,
-                    out: str) -> None:
+def summarize_batch(
+    spark: SparkSession, pages: DataFrame, batch_id: int, nsqd: str, out: str
+) -> None:
     """foreachBatch: statistics to Parquet, one summary to ``page_stats``."""
     pages = pages.cache()
     try:
@@ -50,10 +53,11 @@ def summarize_batch(spark: SparkSession, pages: DataFrame, batch_id: int, nsqd: 
         if count == 0:
             return
         words = pages.select("domain", F.explode(F.split("text", " ")).alias("word"))
-        per_domain = (pages.groupBy("domain")
-                      .agg(F.count("*").alias("pages"),
-                           F.sum(F.size(F.split("text", " "))).alias("words"))
-                      .withColumn("batch", F.lit(batch_id)))
+        per_domain = (
+            pages.groupBy("domain")
+            .agg(F.count("*").alias("pages"), F.sum(F.size(F.split("text", " "))).alias("words"))
+            .withColumn("batch", F.lit(batch_id))
+        )
         per_domain.write.mode("append").partitionBy("batch").parquet(f"{out}/domain_stats")
         top = words.groupBy("word").count().orderBy(F.desc("count"), "word").limit(10)
         domains = {r["domain"]: r["pages"] for r in per_domain.collect()}
@@ -67,22 +71,31 @@ def summarize_batch(spark: SparkSession, pages: DataFrame, batch_id: int, nsqd: 
             "top_words": [(r["word"], r["count"]) for r in top.collect()],
         }
         body = json.dumps(summary)
-        (spark.createDataFrame([(body,)], "body string")
-         .write.format("nsq").option("nsqdTcpAddresses", nsqd)
-         .option("topic", "page_stats").mode("append").save())
+        (
+            spark.createDataFrame([(body,)], "body string")
+            .write.format("nsq")
+            .option("nsqdTcpAddresses", nsqd)
+            .option("topic", "page_stats")
+            .mode("append")
+            .save()
+        )
     finally:
         pages.unpersist()
 
 
-def start(spark: SparkSession, nsqd: str, out: str, per_batch: int = 1000,
-          wal: str | None = None) -> Any:
+def start(
+    spark: SparkSession, nsqd: str, out: str, per_batch: int = 1000, wal: str | None = None
+) -> Any:
     """Start the job; returns the StreamingQuery (checkpoint under ``<out>/checkpoint``).
 
     The source's write-ahead log is ``wal`` (default ``<out>/wal``).
     """
     stream = build_stream(spark, nsqd, per_batch, wal or f"{out}/wal")
-    return (stream.writeStream
-            .foreachBatch(lambda df, batch_id: summarize_batch(spark, df, batch_id, nsqd, out))
-            .option("checkpointLocation", f"{out}/checkpoint")
-            .queryName("page_stats")
-            .start())
+    return (
+        stream.writeStream.foreachBatch(
+            lambda df, batch_id: summarize_batch(spark, df, batch_id, nsqd, out)
+        )
+        .option("checkpointLocation", f"{out}/checkpoint")
+        .queryName("page_stats")
+        .start()
+    )

@@ -34,14 +34,17 @@ def main() -> None:
         seen += s["pages"]
         top = ", ".join(f"{w}={c}" for w, c in s["top_words"][:3])
         domains = ", ".join(f"{d}={c}" for d, c in sorted(s["domains"].items()))
-        print(f"batch {s['batch']}: {s['pages']} pages, {s['words']} words"
-              f" ({s['avg_words']:.1f}/page); domains: {domains}; top words: {top}",
-              flush=True)
+        print(
+            f"batch {s['batch']}: {s['pages']} pages, {s['words']} words"
+            f" ({s['avg_words']:.1f}/page); domains: {domains}; top words: {top}",
+            flush=True,
+        )
         if args.pages and seen >= args.pages:
             done.set()
 
-    consumer = Consumer(args.topic, "print", show, nsqd_tcp_addresses=[args.nsqd_tcp_address],
-                        max_in_flight=10)  # checks the options: ConfigError, InvalidNameError
+    consumer = Consumer(
+        args.topic, "print", show, nsqd_tcp_addresses=[args.nsqd_tcp_address], max_in_flight=10
+    )  # checks the options: ConfigError, InvalidNameError
     probe = Connection(args.nsqd_tcp_address)
     probe.connect()  # raises NSQConnectionError when no nsqd answers there
     probe.close()

@@ -149,8 +149,10 @@ def add_nsqd_flags(parser: Any) -> None:
     for declared in _FLAGGED:
         convert = _converter(declared)
         text = declared.doc
-        shown = text if "(default" in text else (
-            f"{text} (default {_shown(declared.default, convert)})"
+        shown = (
+            text
+            if "(default" in text
+            else (f"{text} (default {_shown(declared.default, convert)})")
         )
         options: dict[str, Any] = {"dest": declared.name, "type": convert}
         if bool in declared.kinds:
@@ -165,8 +167,9 @@ def add_nsqd_flags(parser: Any) -> None:
         parser.add_argument(f"--{flag}", f"-{flag}", dest=dest, help=argparse.SUPPRESS)
     # nsqd v1.3.0: "[deprecated] has no effect, use --log-level"
     parser.add_argument("--verbose", "-verbose", nargs="?", const=True, help=argparse.SUPPRESS)
-    parser.add_argument("--version", "-version", action="store_true",
-                        help="print the version and exit")  # fmt: skip
+    parser.add_argument(
+        "--version", "-version", action="store_true", help="print the version and exit"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -178,6 +178,7 @@ class Lookupd:
 # Command line
 # --------------------------------------------------------------------------
 
+
 def _normalize_flags(argv: Sequence[str]) -> list[str]:
     """Accept Go's single-dash long flags (``-tcp-address``) as well."""
     out = []
@@ -193,22 +194,34 @@ def _arg_parser() -> argparse.ArgumentParser:
         prog="python -m gnsqlite.broker.lookupd",
         description="An nsqlookupd-compatible server (gnsqlite).",
     )
-    parser.add_argument("--tcp-address", default="0.0.0.0:4160",
-                        help="<addr>:<port> to listen on for TCP clients")
-    parser.add_argument("--http-address", default="0.0.0.0:4161",
-                        help="<addr>:<port> to listen on for HTTP clients")
-    parser.add_argument("--broadcast-address", default=None,
-                        help="address of this lookupd node (defaults to the OS hostname)")
-    parser.add_argument("--inactive-producer-timeout", type=parse_duration,
-                        default=defaults.INACTIVE_PRODUCER_TIMEOUT,
-                        help="how long a producer stays active since its last ping"
-                        f" ({format_duration(defaults.INACTIVE_PRODUCER_TIMEOUT)})")
-    parser.add_argument("--tombstone-lifetime", type=parse_duration,
-                        default=defaults.TOMBSTONE_LIFETIME,
-                        help="how long a producer stays tombstoned"
-                        f" ({format_duration(defaults.TOMBSTONE_LIFETIME)})")
-    parser.add_argument("--log-level", default="info",
-                        choices=["debug", "info", "warn", "error", "fatal"])
+    parser.add_argument(
+        "--tcp-address", default="0.0.0.0:4160", help="<addr>:<port> to listen on for TCP clients"
+    )
+    parser.add_argument(
+        "--http-address", default="0.0.0.0:4161", help="<addr>:<port> to listen on for HTTP clients"
+    )
+    parser.add_argument(
+        "--broadcast-address",
+        default=None,
+        help="address of this lookupd node (defaults to the OS hostname)",
+    )
+    parser.add_argument(
+        "--inactive-producer-timeout",
+        type=parse_duration,
+        default=defaults.INACTIVE_PRODUCER_TIMEOUT,
+        help="how long a producer stays active since its last ping"
+        f" ({format_duration(defaults.INACTIVE_PRODUCER_TIMEOUT)})",
+    )
+    parser.add_argument(
+        "--tombstone-lifetime",
+        type=parse_duration,
+        default=defaults.TOMBSTONE_LIFETIME,
+        help="how long a producer stays tombstoned"
+        f" ({format_duration(defaults.TOMBSTONE_LIFETIME)})",
+    )
+    parser.add_argument(
+        "--log-level", default="info", choices=["debug", "info", "warn", "error", "fatal"]
+    )
     parser.add_argument("--log-prefix", default="[nsqlookupd] ")
     # nsqlookupd v1.3.0: "[deprecated] has no effect, use --log-level"
     parser.add_argument("--verbose", nargs="?", const=True, help=argparse.SUPPRESS)

@@ -26,11 +26,7 @@ class Registration:
 
     def matches(self, category: str, key: str, subkey: str) -> bool:
         """``"*"`` in ``key`` or ``subkey`` matches anything."""
-        return (
-            self.category == category
-            and key in ("*", self.key)
-            and subkey in ("*", self.subkey)
-        )
+        return self.category == category and key in ("*", self.key) and subkey in ("*", self.subkey)
 
 
 @dataclass(eq=False)

@@ -121,9 +121,7 @@ class LookupdTcp:
     closes every open connection (the server's stop).
     """
 
-    def __init__(
-        self, db: RegistrationDB, server: ServerInfo, clock: Callable[[], float]
-    ) -> None:
+    def __init__(self, db: RegistrationDB, server: ServerInfo, clock: Callable[[], float]) -> None:
         self.db = db
         self._server = server
         self._clock = clock
@@ -232,7 +230,11 @@ class LookupdTcp:
         peer = _peer_from_body(body, remote, self._clock())
         log.info(
             "CLIENT(%s): IDENTIFY Address:%s TCP:%d HTTP:%d Version:%s",
-            remote, peer.broadcast_address, peer.tcp_port, peer.http_port, peer.version,
+            remote,
+            peer.broadcast_address,
+            peer.tcp_port,
+            peer.http_port,
+            peer.version,
         )
         self.db.add_producer(Registration("client", "", ""), peer)
         response = {

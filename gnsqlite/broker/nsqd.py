@@ -41,6 +41,7 @@ __all__ = ["Broker", "Listener", "NSQD_VERSION"]
 
 log = logging.getLogger(__name__)
 
+
 class Broker(BrokerState):
     """An nsqd-compatible broker on gevent; options are nsqd's flags in Python units.
 

@@ -108,92 +108,161 @@ class BrokerOptions(Validated):
     """
 
     tcp_address: str = option(
-        "127.0.0.1:4150", str, flag="tcp-address", metavar="ADDR",
+        "127.0.0.1:4150",
+        str,
+        flag="tcp-address",
+        metavar="ADDR",
         doc="address to listen on for TCP clients (port 0: a free one)",
     )
     http_address: str = option(
-        "127.0.0.1:4151", str, flag="http-address", metavar="ADDR",
+        "127.0.0.1:4151",
+        str,
+        flag="http-address",
+        metavar="ADDR",
         doc="address to listen on for HTTP clients (port 0: a free one)",
     )
     broadcast_address: str | None = option(
-        None, str, nullable=True, flag="broadcast-address", metavar="HOST",
+        None,
+        str,
+        nullable=True,
+        flag="broadcast-address",
+        metavar="HOST",
         doc="address registered with lookupd (default: the listening host)",
     )
     lookupd_tcp_addresses: Sequence[str] = option(
-        (), (tuple, list), flag="lookupd-tcp-address", metavar="ADDR",
+        (),
+        (tuple, list),
+        flag="lookupd-tcp-address",
+        metavar="ADDR",
         doc="nsqlookupd TCP address to register with (repeatable)",
     )
     data_path: str | None = option(
-        None, str, nullable=True, flag="data-path", metavar="PATH",
+        None,
+        str,
+        nullable=True,
+        flag="data-path",
+        metavar="PATH",
         doc="directory to persist messages to at stop (default: none, nothing kept)",
     )
     msg_timeout: float = option(
-        defaults.MSG_TIMEOUT, float, above=0, unit="s", flag="msg-timeout",
+        defaults.MSG_TIMEOUT,
+        float,
+        above=0,
+        unit="s",
+        flag="msg-timeout",
         doc="default time before an unanswered message is requeued",
     )
     max_msg_timeout: float = option(
-        defaults.MAX_MSG_TIMEOUT, float, above=0, unit="s", flag="max-msg-timeout",
+        defaults.MAX_MSG_TIMEOUT,
+        float,
+        above=0,
+        unit="s",
+        flag="max-msg-timeout",
         doc="longest message timeout a client can ask for",
     )
     max_msg_size: int = option(
-        defaults.MAX_MSG_SIZE, int, lo=1, unit="bytes", flag="max-msg-size",
+        defaults.MAX_MSG_SIZE,
+        int,
+        lo=1,
+        unit="bytes",
+        flag="max-msg-size",
         doc="largest message body accepted",
     )
     max_body_size: int = option(
-        defaults.MAX_BODY_SIZE, int, lo=1, unit="bytes", flag="max-body-size",
+        defaults.MAX_BODY_SIZE,
+        int,
+        lo=1,
+        unit="bytes",
+        flag="max-body-size",
         doc="largest command body accepted (an MPUB's whole batch)",
     )
     max_rdy_count: int = option(
-        defaults.MAX_RDY_COUNT, int, lo=1, flag="max-rdy-count", metavar="N",
+        defaults.MAX_RDY_COUNT,
+        int,
+        lo=1,
+        flag="max-rdy-count",
+        metavar="N",
         doc="largest RDY count a client may send",
     )
     #: consumers allowed per channel; 0 = no limit (nsqd's ``--max-channel-consumers``)
     max_channel_consumers: int = option(
-        0, int, lo=0, flag="max-channel-consumers", metavar="N",
+        0,
+        int,
+        lo=0,
+        flag="max-channel-consumers",
+        metavar="N",
         doc="consumer connections allowed per channel (0: no limit)",
     )
     #: open TCP connections allowed; 0 = no limit. nsqd v1.3.0 has no such flag
     #: (it accepts until the process runs out of file descriptors); over the
     #: limit a new connection is closed at once, before a byte is read.
     max_connections: int = option(
-        0, int, lo=0, flag="max-connections", metavar="N",
+        0,
+        int,
+        lo=0,
+        flag="max-connections",
+        metavar="N",
         doc="TCP connections allowed (0: no limit; not an nsqd flag)",
     )
     max_heartbeat_interval: float = option(
-        defaults.MAX_HEARTBEAT_INTERVAL, float, above=0, unit="s",
-        flag="max-heartbeat-interval", doc="longest heartbeat interval a client can ask for",
+        defaults.MAX_HEARTBEAT_INTERVAL,
+        float,
+        above=0,
+        unit="s",
+        flag="max-heartbeat-interval",
+        doc="longest heartbeat interval a client can ask for",
     )
     max_req_timeout: float = option(
-        defaults.MAX_REQ_TIMEOUT, float, lo=0, unit="s", flag="max-req-timeout",
+        defaults.MAX_REQ_TIMEOUT,
+        float,
+        lo=0,
+        unit="s",
+        flag="max-req-timeout",
         doc="longest requeue delay accepted",
     )
     #: nsqd's ``ClientTimeout`` (no flag): clients that IDENTIFY no heartbeat
     #: interval get half of it, and must send a command within twice that.
     client_timeout: float = option(defaults.CLIENT_TIMEOUT, float, above=0, unit="s")
     max_output_buffer_size: int = option(
-        defaults.MAX_OUTPUT_BUFFER_SIZE, int, lo=1, unit="bytes",
-        flag="max-output-buffer-size", doc="largest output buffer a client can ask for",
+        defaults.MAX_OUTPUT_BUFFER_SIZE,
+        int,
+        lo=1,
+        unit="bytes",
+        flag="max-output-buffer-size",
+        doc="largest output buffer a client can ask for",
     )
     output_buffer_timeout: float = option(
-        defaults.OUTPUT_BUFFER_TIMEOUT, float, above=0, unit="s",
-        flag="output-buffer-timeout", doc="default time between flushes to a client",
+        defaults.OUTPUT_BUFFER_TIMEOUT,
+        float,
+        above=0,
+        unit="s",
+        flag="output-buffer-timeout",
+        doc="default time between flushes to a client",
     )
     max_output_buffer_timeout: float = option(
-        defaults.MAX_OUTPUT_BUFFER_TIMEOUT, float, above=0, unit="s",
-        flag="max-output-buffer-timeout", doc="longest flush interval a client can ask for",
+        defaults.MAX_OUTPUT_BUFFER_TIMEOUT,
+        float,
+        above=0,
+        unit="s",
+        flag="max-output-buffer-timeout",
+        doc="longest flush interval a client can ask for",
     )
     min_output_buffer_timeout: float = option(
-        defaults.MIN_OUTPUT_BUFFER_TIMEOUT, float, unit="s",
-        flag="min-output-buffer-timeout", doc="shortest flush interval a client can ask for",
+        defaults.MIN_OUTPUT_BUFFER_TIMEOUT,
+        float,
+        unit="s",
+        flag="min-output-buffer-timeout",
+        doc="shortest flush interval a client can ask for",
     )
-    snappy: bool = option(
-        True, bool, flag="snappy", doc="offer snappy compression to clients"
-    )
-    deflate: bool = option(
-        True, bool, flag="deflate", doc="offer deflate compression to clients"
-    )
+    snappy: bool = option(True, bool, flag="snappy", doc="offer snappy compression to clients")
+    deflate: bool = option(True, bool, flag="deflate", doc="offer deflate compression to clients")
     max_deflate_level: int = option(
-        defaults.MAX_DEFLATE_LEVEL, int, lo=1, hi=9, flag="max-deflate-level", metavar="N",
+        defaults.MAX_DEFLATE_LEVEL,
+        int,
+        lo=1,
+        hi=9,
+        flag="max-deflate-level",
+        metavar="N",
         doc="highest deflate level a client can ask for (1-9)",
     )
     #: HTTPS listener (nsqd's ``--https-address``), serving the HTTP API over TLS
@@ -201,11 +270,19 @@ class BrokerOptions(Validated):
     #: listens on 0.0.0.0:4152 unless told otherwise; the embedded broker only
     #: when this is given (tests run many brokers at once).
     https_address: str | None = option(
-        None, str, nullable=True, flag="https-address", metavar="ADDR",
+        None,
+        str,
+        nullable=True,
+        flag="https-address",
+        metavar="ADDR",
         doc="address to serve the HTTP API over TLS on (needs --tls-cert)",
     )
     tls_cert: str | None = option(
-        None, str, nullable=True, flag="tls-cert", metavar="PATH",
+        None,
+        str,
+        nullable=True,
+        flag="tls-cert",
+        metavar="PATH",
         doc="PEM certificate file (TLS upgrades, --https-address)",
     )
     tls_key: str | None = option(
@@ -213,7 +290,11 @@ class BrokerOptions(Validated):
     )
     #: PEM file of the CAs that sign client certificates (``require-verify``).
     tls_root_ca_file: str | None = option(
-        None, str, nullable=True, flag="tls-root-ca-file", metavar="PATH",
+        None,
+        str,
+        nullable=True,
+        flag="tls-root-ca-file",
+        metavar="PATH",
         doc="PEM file of the CAs that sign client certificates",
     )
     #: nsqd's ``--tls-required``: ``True`` makes TCP clients upgrade to TLS
@@ -221,7 +302,11 @@ class BrokerOptions(Validated):
     #: ``TLS_REQUIRED``; ``"tcp-https"`` requires TLS on TCP only (plain HTTP
     #: still served); ``False`` requires it nowhere.
     tls_required: bool | str = option(
-        False, (bool, str), flag="tls-required", metavar="BOOL", parse=parse_tls_required,
+        False,
+        (bool, str),
+        flag="tls-required",
+        metavar="BOOL",
+        parse=parse_tls_required,
         doc="require TLS of clients: true, false or tcp-https (TCP only)",
     )
     #: nsqd's ``--tls-client-auth-policy``: ``None`` asks clients for no certificate
@@ -230,30 +315,48 @@ class BrokerOptions(Validated):
     #: (by the system's CAs without it). Setting one makes ``tls_required`` true,
     #: as nsqd does.
     tls_client_auth_policy: str | None = option(
-        None, str, nullable=True, flag="tls-client-auth-policy", metavar="POLICY",
+        None,
+        str,
+        nullable=True,
+        flag="tls-client-auth-policy",
+        metavar="POLICY",
         doc="ask clients for a certificate: require, require-verify",
     )
     #: nsqd's ``--tls-min-version``: the oldest protocol accepted, ``"tls1.0"``
     #: (nsqd's default), ``"tls1.1"``, ``"tls1.2"`` or ``"tls1.3"``.
     tls_min_version: str = option(
-        "tls1.0", object, flag="tls-min-version", metavar="VERSION",
+        "tls1.0",
+        object,
+        flag="tls-min-version",
+        metavar="VERSION",
         doc="oldest TLS accepted: tls1.0, tls1.1, tls1.2 or tls1.3",
     )
     auth_http_addresses: Sequence[str] = option(
-        (), (tuple, list), flag="auth-http-address", metavar="ADDR",
+        (),
+        (tuple, list),
+        flag="auth-http-address",
+        metavar="ADDR",
         doc="auth server host:port or URL to ask (repeatable)",
     )
     #: what decides AUTH in-process instead of an auth server (see :data:`AuthPolicy`)
     auth_policy: AuthPolicy | None = option(None, object, nullable=True, compare=False)
     http_client_timeout: float = option(
-        defaults.HTTP_CLIENT_REQUEST_TIMEOUT, float, above=0, unit="s",
-        flag="http-client-request-timeout", doc="timeout of a request to lookupd or auth",
+        defaults.HTTP_CLIENT_REQUEST_TIMEOUT,
+        float,
+        above=0,
+        unit="s",
+        flag="http-client-request-timeout",
+        doc="timeout of a request to lookupd or auth",
     )
     #: the longest an auth server or lookupd HTTP connect may take (nsqd's
     #: ``--http-client-connect-timeout``); ``http_client_timeout`` bounds the rest.
     http_client_connect_timeout: float = option(
-        defaults.HTTP_CLIENT_CONNECT_TIMEOUT, float, above=0, unit="s",
-        flag="http-client-connect-timeout", doc="timeout of a connect to lookupd or auth",
+        defaults.HTTP_CLIENT_CONNECT_TIMEOUT,
+        float,
+        above=0,
+        unit="s",
+        flag="http-client-connect-timeout",
+        doc="timeout of a connect to lookupd or auth",
     )
     #: how often in-flight and deferred messages are checked for their deadline
     queue_scan_interval: float = option(0.1, float, above=0, unit="s")

@@ -22,6 +22,7 @@ from ._bench_workloads import BATCH, CONCURRENCY, time_publishes
 
 __all__ = ["PUBLISH", "CONSUME", "available"]
 
+
 def available() -> list[str]:
     """The peers that are installed (``"pynsq"`` and/or ``"gnsq"``)."""
     found = []

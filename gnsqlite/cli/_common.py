@@ -53,7 +53,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-
 class CommandError(Exception):
     """A subcommand failed; ``str(error)`` is the one line printed, ``status`` the exit code."""
 

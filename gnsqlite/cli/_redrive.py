@@ -74,7 +74,10 @@ class _Redrive:
             topic, body, ident, attempts = self.to, message.body, message.id, message.attempts
         else:
             topic, body, ident, attempts = (
-                self.to or letter.topic, letter.body, letter.id, letter.attempts
+                self.to or letter.topic,
+                letter.body,
+                letter.id,
+                letter.attempts,
             )
         try:
             self.producer.publish(topic, body)
@@ -112,9 +115,15 @@ def redrive(args: Any) -> int:
     producer = Producer(addresses, timeout=30.0)
     handler = _Redrive(producer, to, count)
     consumer = Consumer(
-        source, channel, handler, nsqd_tcp_addresses=addresses,
-        max_in_flight=1, concurrency=1, max_attempts=0, backoff=None,
-    )  # fmt: skip
+        source,
+        channel,
+        handler,
+        nsqd_tcp_addresses=addresses,
+        max_in_flight=1,
+        concurrency=1,
+        max_attempts=0,
+        backoff=None,
+    )
     interrupted = gevent.event.Event()
     with stop_on_signals(interrupted), producer:
         consumer.start()

@@ -67,18 +67,32 @@ def build_parser() -> Parser:
         description="Publish and consume benchmarks (messages per second; higher is better).",
         epilog=_EXAMPLES,
     )
-    parser.add_argument("which", nargs="?", choices=("all", "publish", "consume"), default="all",
-                        help="which benchmarks: all, publish or consume (default %(default)s)")
-    parser.add_argument("--nsqd-tcp-address", metavar="ADDR",
-                        help="a running nsqd (default: start the embedded broker)")  # fmt: skip
-    parser.add_argument("--messages", type=int, default=20_000,
-                        help="messages per run (default %(default)s)")  # fmt: skip
-    parser.add_argument("--size", type=int, default=100,
-                        help="message body size in bytes (default %(default)s)")  # fmt: skip
-    parser.add_argument("--max-in-flight", default="100,2500",
-                        help="consume runs, comma-separated (default %(default)s)")  # fmt: skip
-    parser.add_argument("--compare", action="store_true",
-                        help="also run pynsq and gnsq when they are installed")  # fmt: skip
+    parser.add_argument(
+        "which",
+        nargs="?",
+        choices=("all", "publish", "consume"),
+        default="all",
+        help="which benchmarks: all, publish or consume (default %(default)s)",
+    )
+    parser.add_argument(
+        "--nsqd-tcp-address",
+        metavar="ADDR",
+        help="a running nsqd (default: start the embedded broker)",
+    )
+    parser.add_argument(
+        "--messages", type=int, default=20_000, help="messages per run (default %(default)s)"
+    )
+    parser.add_argument(
+        "--size", type=int, default=100, help="message body size in bytes (default %(default)s)"
+    )
+    parser.add_argument(
+        "--max-in-flight",
+        default="100,2500",
+        help="consume runs, comma-separated (default %(default)s)",
+    )
+    parser.add_argument(
+        "--compare", action="store_true", help="also run pynsq and gnsq when they are installed"
+    )
     return parser
 
 

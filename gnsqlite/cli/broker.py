@@ -92,9 +92,7 @@ def main(argv: Sequence[str]) -> int:
         return EXIT_USAGE
 
 
-def _run(
-    with_lookupd: bool, lookupd_tcp: str, lookupd_http: str, options: dict[str, Any]
-) -> int:
+def _run(with_lookupd: bool, lookupd_tcp: str, lookupd_http: str, options: dict[str, Any]) -> int:
     lookupd: Lookupd | None = None
     stop = gevent.event.Event()
     with stop_on_signals(stop):
@@ -119,11 +117,14 @@ def _run(
             return EXIT_ERROR
         print(
             f"nsqd: TCP {broker.tcp_address}, HTTP {broker.http_address}"
-            + (f"; nsqlookupd: TCP {lookupd.tcp_address}, HTTP {lookupd.http_address}"
-               if lookupd is not None else "")
+            + (
+                f"; nsqlookupd: TCP {lookupd.tcp_address}, HTTP {lookupd.http_address}"
+                if lookupd is not None
+                else ""
+            )
             + "; Ctrl-C stops",
             flush=True,
-        )  # fmt: skip
+        )
         try:
             stop.wait()
         finally:

@@ -44,21 +44,29 @@ def build_parser() -> Parser:
         epilog=_EXAMPLES,
     )
     parser.add_argument(
-        "--nsqd-http-address", action="append", default=[], metavar="ADDR",
-        help="nsqd HTTP address host:port (repeatable; this or --lookupd-http-address"
-        " is required)",
-    )  # fmt: skip
+        "--nsqd-http-address",
+        action="append",
+        default=[],
+        metavar="ADDR",
+        help="nsqd HTTP address host:port (repeatable; this or --lookupd-http-address is required)",
+    )
     parser.add_argument(
-        "--lookupd-http-address", action="append", default=[], metavar="ADDR",
+        "--lookupd-http-address",
+        action="append",
+        default=[],
+        metavar="ADDR",
         help="nsqlookupd HTTP address host:port (repeatable): watches every nsqd"
         " registered (this or --nsqd-http-address is required)",
-    )  # fmt: skip
-    parser.add_argument("--host", default="127.0.0.1",
-                        help="address to serve on (default %(default)s)")  # fmt: skip
-    parser.add_argument("--port", type=int, default=8080,
-                        help="port, 0: any free one (default %(default)s)")  # fmt: skip
-    parser.add_argument("--interval", type=float, default=1.0,
-                        help="seconds between polls (default %(default)g)")  # fmt: skip
+    )
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="address to serve on (default %(default)s)"
+    )
+    parser.add_argument(
+        "--port", type=int, default=8080, help="port, 0: any free one (default %(default)s)"
+    )
+    parser.add_argument(
+        "--interval", type=float, default=1.0, help="seconds between polls (default %(default)g)"
+    )
     parser.add_argument("--verbose", action="store_true", help="log what the library does")
     return parser
 

@@ -55,17 +55,30 @@ def build_parser() -> Parser:
         description="Run a broker, lookupd, producer, consumer and the live dashboard.",
         epilog=_EXAMPLES,
     )
-    parser.add_argument("--host", default="127.0.0.1",
-                        help="dashboard address (default %(default)s)")
-    parser.add_argument("--port", type=int, default=8080,
-                        help="dashboard port, 0: any free one (default %(default)s)")
-    parser.add_argument("--rate", type=float, default=50.0,
-                        help="records published per second (default %(default)g)")
-    parser.add_argument("--nsqd", type=int, default=3,
-                        help="embedded nsqd to start, 1-10 (default %(default)s)")
-    parser.add_argument("--fail-rate", type=float, default=0.02,
-                        help="fraction of messages the handler fails, requeued"
-                        " (default %(default)g)")  # fmt: skip
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="dashboard address (default %(default)s)"
+    )
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=8080,
+        help="dashboard port, 0: any free one (default %(default)s)",
+    )
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=50.0,
+        help="records published per second (default %(default)g)",
+    )
+    parser.add_argument(
+        "--nsqd", type=int, default=3, help="embedded nsqd to start, 1-10 (default %(default)s)"
+    )
+    parser.add_argument(
+        "--fail-rate",
+        type=float,
+        default=0.02,
+        help="fraction of messages the handler fails, requeued (default %(default)g)",
+    )
     parser.add_argument("--no-dashboard", action="store_true", help="do not serve the dashboard")
     parser.add_argument("--verbose", action="store_true", help="log what the library does")
     return parser
@@ -172,8 +185,10 @@ class _Demo:
                 )
                 for topic in stats.get("topics", []):
                     for channel in topic.get("channels", []):
-                        left += sum(int(channel.get(key, 0)) for key in
-                                    ("depth", "in_flight_count", "deferred_count"))  # fmt: skip
+                        left += sum(
+                            int(channel.get(key, 0))
+                            for key in ("depth", "in_flight_count", "deferred_count")
+                        )
         except (NSQError, OSError):
             return None
         return left

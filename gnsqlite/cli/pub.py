@@ -77,38 +77,66 @@ def build_parser() -> Parser:
         description="Publish the records of FILE (or stdin) to a topic, in MPUB batches.",
         epilog=_EXAMPLES,
     )
-    parser.add_argument("file", nargs="?", default="-", metavar="FILE",
-                        help="the input file; '-' or nothing reads stdin (default -)")  # fmt: skip
+    parser.add_argument(
+        "file",
+        nargs="?",
+        default="-",
+        metavar="FILE",
+        help="the input file; '-' or nothing reads stdin (default -)",
+    )
     parser.add_argument(
         "--topic", help="the topic to publish to (required, unless --from-dead-letter)"
     )
     parser.add_argument(
-        "--nsqd-tcp-address", action="append", default=[], metavar="ADDR", required=True,
-        help="nsqd TCP address host:port (required; repeatable: batches are spread,"
-        " with failover)",
-    )  # fmt: skip
-    parser.add_argument("--batch", type=int, default=100,
-                        help="records per MPUB (default %(default)s)")  # fmt: skip
+        "--nsqd-tcp-address",
+        action="append",
+        default=[],
+        metavar="ADDR",
+        required=True,
+        help="nsqd TCP address host:port (required; repeatable: batches are spread, with failover)",
+    )
     parser.add_argument(
-        "--flush-interval", type=float, default=0.1, metavar="S",
+        "--batch", type=int, default=100, help="records per MPUB (default %(default)s)"
+    )
+    parser.add_argument(
+        "--flush-interval",
+        type=float,
+        default=0.1,
+        metavar="S",
         help="send a partial batch S seconds after its first record came, so a pipe"
         " (tail -f) is published as lines come (default %(default)s)",
-    )  # fmt: skip
-    parser.add_argument("--delimiter", default="\\n",
-                        help="record separator, escapes allowed (default '\\n')")  # fmt: skip
+    )
+    parser.add_argument(
+        "--delimiter", default="\\n", help="record separator, escapes allowed (default '\\n')"
+    )
     parser.add_argument("--verbose", action="store_true", help="log connections to stderr")
     dead = parser.add_argument_group("re-publishing dead letters")
-    dead.add_argument("--from-dead-letter", metavar="TOPIC",
-                      help="re-publish the dead letters of TOPIC to their original topic"
-                      " (default: publish FILE to --topic)")
+    dead.add_argument(
+        "--from-dead-letter",
+        metavar="TOPIC",
+        help="re-publish the dead letters of TOPIC to their original topic"
+        " (default: publish FILE to --topic)",
+    )
     dead.add_argument("--channel", help="the channel of TOPIC to read (default redrive)")
-    dead.add_argument("--to", metavar="TOPIC",
-                      help="publish every body to this topic (needed for raw dead letters;"
-                      " default: each envelope's original topic)")
-    dead.add_argument("-n", "--count", type=int, metavar="N",
-                      help="stop after N dead letters (default 0: until idle)")
-    dead.add_argument("--idle-timeout", type=float, metavar="S",
-                      help="stop when nothing came for S seconds (default 2)")
+    dead.add_argument(
+        "--to",
+        metavar="TOPIC",
+        help="publish every body to this topic (needed for raw dead letters;"
+        " default: each envelope's original topic)",
+    )
+    dead.add_argument(
+        "-n",
+        "--count",
+        type=int,
+        metavar="N",
+        help="stop after N dead letters (default 0: until idle)",
+    )
+    dead.add_argument(
+        "--idle-timeout",
+        type=float,
+        metavar="S",
+        help="stop when nothing came for S seconds (default 2)",
+    )
     return parser
 
 

@@ -52,19 +52,25 @@ def build_parser() -> Parser:
         epilog=_EXAMPLES,
     )
     parser.add_argument(
-        "--nsqd-http-address", action="append", default=[], metavar="ADDR",
-        help="nsqd HTTP address host:port (repeatable; this or --lookupd-http-address"
-        " is required)",
-    )  # fmt: skip
+        "--nsqd-http-address",
+        action="append",
+        default=[],
+        metavar="ADDR",
+        help="nsqd HTTP address host:port (repeatable; this or --lookupd-http-address is required)",
+    )
     parser.add_argument(
-        "--lookupd-http-address", action="append", default=[], metavar="ADDR",
+        "--lookupd-http-address",
+        action="append",
+        default=[],
+        metavar="ADDR",
         help="nsqlookupd HTTP address host:port (repeatable): every registered nsqd is"
         " asked (this or --nsqd-http-address is required)",
-    )  # fmt: skip
+    )
     parser.add_argument("--topic", help="only this topic (default: every topic)")
     parser.add_argument("--json", action="store_true", help="print the merged figures as JSON")
-    parser.add_argument("--timeout", type=float, default=5.0,
-                        help="seconds per HTTP request (default %(default)g)")  # fmt: skip
+    parser.add_argument(
+        "--timeout", type=float, default=5.0, help="seconds per HTTP request (default %(default)g)"
+    )
     return parser
 
 

@@ -77,25 +77,39 @@ def build_parser() -> Parser:
         "--channel", help="the channel (default: a new ephemeral one, so nothing is taken away)"
     )
     parser.add_argument(
-        "--nsqd-tcp-address", action="append", default=[], metavar="ADDR",
-        help="nsqd TCP address host:port (repeatable; this or --lookupd-http-address"
-        " is required)",
-    )  # fmt: skip
+        "--nsqd-tcp-address",
+        action="append",
+        default=[],
+        metavar="ADDR",
+        help="nsqd TCP address host:port (repeatable; this or --lookupd-http-address is required)",
+    )
     parser.add_argument(
-        "--lookupd-http-address", action="append", default=[], metavar="ADDR",
+        "--lookupd-http-address",
+        action="append",
+        default=[],
+        metavar="ADDR",
         help="nsqlookupd HTTP address host:port (repeatable; this or --nsqd-tcp-address"
         " is required)",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "-n", "--count", type=int, default=0, metavar="N",
+        "-n",
+        "--count",
+        type=int,
+        default=0,
+        metavar="N",
         help="exit after N messages (default 0: run until Ctrl-C)",
-    )  # fmt: skip
-    parser.add_argument("--format", choices=("raw", "json"), default="raw",
-                        help="output format: raw or json (default %(default)s)")  # fmt: skip
+    )
     parser.add_argument(
-        "--dead-letter", action="store_true",
+        "--format",
+        choices=("raw", "json"),
+        default="raw",
+        help="output format: raw or json (default %(default)s)",
+    )
+    parser.add_argument(
+        "--dead-letter",
+        action="store_true",
         help="decode dead-letter envelopes: original topic, attempts, error, body",
-    )  # fmt: skip
+    )
     parser.add_argument(
         "--max-in-flight", type=int, default=200, help="RDY budget (default %(default)s)"
     )

@@ -316,9 +316,7 @@ class Connection:
         self._check_open()
         return self._request(self.protocol.pub(topic, body))
 
-    def multi_publish(
-        self, topic: str, bodies: Iterable[Body]
-    ) -> gevent.event.AsyncResult[bytes]:
+    def multi_publish(self, topic: str, bodies: Iterable[Body]) -> gevent.event.AsyncResult[bytes]:
         """MPUB; the result resolves to ``b"OK"`` or the server's error. Does not block."""
         self._check_open()
         return self._request(self.protocol.mpub(topic, bodies))

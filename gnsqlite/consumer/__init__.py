@@ -196,9 +196,7 @@ class Consumer:
             life,
         )
         self._links = LinkSet(
-            Subscription(
-                self.topic, self.channel, static, lookupd, config, self.connection_config
-            ),
+            Subscription(self.topic, self.channel, static, lookupd, config, self.connection_config),
             flow,
             self._dispatcher,
             routes,

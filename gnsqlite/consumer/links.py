@@ -43,6 +43,7 @@ COUNTERS = ("received", "finished", "requeued", "given_up")
 #: The reconnect policy's key for lookupd polls (an address always has a ':').
 _LOOKUPD = "lookupd"
 
+
 @dataclass(frozen=True)
 class Subscription:
     """What a consumer reads and how: ``topic``/``channel``, the static nsqd

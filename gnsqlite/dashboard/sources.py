@@ -177,8 +177,10 @@ class HTTPSource:
         for address in (*self.nsqds, *self.lookupds):
             NsqdHTTPClient(address)  # validates "host:port" now
         self.id = f"cluster{index}"
-        self.title = "nsqd " + ", ".join(self.nsqds) if self.nsqds else (
-            "nsqlookupd " + ", ".join(self.lookupds)
+        self.title = (
+            "nsqd " + ", ".join(self.nsqds)
+            if self.nsqds
+            else ("nsqlookupd " + ", ".join(self.lookupds))
         )
         self.timeout = timeout
         self._counts = _Cumulative()

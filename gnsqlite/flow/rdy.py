@@ -112,6 +112,7 @@ __all__ = [
 #: What the per-message calls return when there is nothing to send (no list per message).
 _NO_COMMANDS: tuple[Command, ...] = ()
 
+
 class RdyPlanner:
     """Decides every RDY count of a consumer; see the module docstring.
 
@@ -316,8 +317,9 @@ class RdyPlanner:
         # Connections on their way keep their even shares free, so the first
         # to subscribe does not take the budget only to give it back.
         slots = n + self.connecting
-        budget = self.max_in_flight - min(self.connecting * (self.max_in_flight // slots),
-                                          self.max_in_flight - n)  # fmt: skip
+        budget = self.max_in_flight - min(
+            self.connecting * (self.max_in_flight // slots), self.max_in_flight - n
+        )
         even = self.max_in_flight // slots
         asks: dict[str, int] = {}
         for f in flows:
@@ -478,8 +480,10 @@ class RdyPlanner:
         for f in self.conns.values():
             f.reserve = 0  # what was on the wire when its RDY was lowered has arrived
             f.evaluations += 1
-            if half > 0 and f.in_flight == 0 and not (
-                f.last_message_at is not None and now - f.last_message_at < half
+            if (
+                half > 0
+                and f.in_flight == 0
+                and not (f.last_message_at is not None and now - f.last_message_at < half)
             ):
                 # Dried up: nothing in hand and nothing for the last half window,
                 # whatever its peak was; its budget goes where the messages are now.

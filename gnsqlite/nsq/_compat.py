@@ -35,8 +35,9 @@ struct_q = struct.Struct(">q")
 struct_h = struct.Struct(">h")
 
 
-def to_bytes(x: bytes | bytearray | memoryview | str, charset: str = "utf-8",
-             errors: str = "strict") -> bytes:
+def to_bytes(
+    x: bytes | bytearray | memoryview | str, charset: str = "utf-8", errors: str = "strict"
+) -> bytes:
     """``x`` as bytes: bytes-like objects copied, ``str`` encoded with ``charset``."""
     if isinstance(x, bytes_types):
         return bytes(x)

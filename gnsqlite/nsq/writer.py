@@ -228,9 +228,7 @@ class Writer:
 
     # -- publishing ------------------------------------------------------------
 
-    def pub(
-        self, topic: str, msg: bytes | str, callback: Callback | None = None
-    ) -> PublishResult:
+    def pub(self, topic: str, msg: bytes | str, callback: Callback | None = None) -> PublishResult:
         """PUB ``msg`` to ``topic``; ``callback(conn, data)`` gets the answer. Does not block."""
         with pynsq_arguments("pub"):
             return self._send("pub", topic, 1, callback, lambda c: c.publish(topic, msg))

@@ -104,8 +104,10 @@ class Producer:
             raise ConfigError("nsqd_tcp_addresses is empty: give at least one 'host:port'")
         if isinstance(config, ConnectionConfig):
             if connection_config is not None:
-                raise ConfigError("config= is the ProducerConfig: pass one ConnectionConfig,"
-                                  " as connection_config=")  # fmt: skip
+                raise ConfigError(
+                    "config= is the ProducerConfig: pass one ConnectionConfig,"
+                    " as connection_config="
+                )
             warnings.warn(
                 "Producer(config=ConnectionConfig(...)) is deprecated: config is the"
                 " producer's ProducerConfig now; pass connection_config=ConnectionConfig(...)",
@@ -130,9 +132,7 @@ class Producer:
                 f"pass {', '.join(sorted(given))} either in config= or as keywords, not both"
             )
         if config is not None and not isinstance(config, ProducerConfig):
-            raise ConfigError(
-                f"config= must be a ProducerConfig, not {type(config).__name__}"
-            )
+            raise ConfigError(f"config= must be a ProducerConfig, not {type(config).__name__}")
         #: The producer's own settings (timeout, size limits, reconnects).
         self.config: ProducerConfig = config if config is not None else ProducerConfig(**given)
         #: What each connection negotiates with nsqd.
@@ -286,9 +286,13 @@ class Producer:
         self._deadlines.wait(self._router.submit("MPUB", data, topic, count, timeout, True))
 
     def _pub(
-        self, topic: str, body: Body, defer: float | None, timeout: float | None,
+        self,
+        topic: str,
+        body: Body,
+        defer: float | None,
+        timeout: float | None,
         blocking: bool,
-    ) -> Attempt:  # fmt: skip
+    ) -> Attempt:
         """Submit the PUB (or DPUB) of ``body``, checked; built once, whatever connection takes it.
 
         ``blocking``: its caller waits for it next (see :meth:`Router.submit`).

@@ -28,9 +28,7 @@ class AttemptRoute(Protocol):
         """``attempt`` has just ended: answered OK (``error`` ``None``) or failed for good."""
         ...
 
-    def answered_with_error(
-        self, attempt: Attempt, conn: Connection, error: BaseException
-    ) -> None:
+    def answered_with_error(self, attempt: Attempt, conn: Connection, error: BaseException) -> None:
         """``conn`` refused ``attempt`` or closed before answering it; it may be retried."""
         ...
 
@@ -44,14 +42,34 @@ class Attempt:
     """
 
     __slots__ = (
-        "_result", "command", "conn", "data", "deadline", "ended", "error", "errors", "expiry",
-        "messages", "route", "timeout", "topic", "tried", "value", "wake",
-    )  # fmt: skip
+        "_result",
+        "command",
+        "conn",
+        "data",
+        "deadline",
+        "ended",
+        "error",
+        "errors",
+        "expiry",
+        "messages",
+        "route",
+        "timeout",
+        "topic",
+        "tried",
+        "value",
+        "wake",
+    )
 
     def __init__(
-        self, route: AttemptRoute, command: str, data: bytes, deadline: float, timeout: float,
-        topic: str, messages: int,
-    ) -> None:  # fmt: skip
+        self,
+        route: AttemptRoute,
+        command: str,
+        data: bytes,
+        deadline: float,
+        timeout: float,
+        topic: str,
+        messages: int,
+    ) -> None:
         self.route = route
         self.command = command  # "PUB", "MPUB" or "DPUB"
         self.topic = topic  # for the producer's counters

@@ -39,8 +39,18 @@ class Deadlines:
     hub's thread before :meth:`wait`.
     """
 
-    __slots__ = ("_closed", "_due", "_loop", "_on_late", "_owner", "_timed", "_timer", "_wheel",
-                 "blocked", "resuming")  # fmt: skip
+    __slots__ = (
+        "_closed",
+        "_due",
+        "_loop",
+        "_on_late",
+        "_owner",
+        "_timed",
+        "_timer",
+        "_wheel",
+        "blocked",
+        "resuming",
+    )
 
     def __init__(self, on_late: Callable[[Attempt], None], owner: object) -> None:
         self._on_late = on_late

@@ -121,6 +121,4 @@ class Pool:
             return
         delay = 0.0 if immediate else self._reconnect.failed(address)
         log.debug("producer: reconnecting to %s in %.2f s", address, delay)
-        self._wheel.call_later(
-            delay, self._group.spawn, self._connect, address, owner=self._owner
-        )
+        self._wheel.call_later(delay, self._group.spawn, self._connect, address, owner=self._owner)

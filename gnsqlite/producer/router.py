@@ -79,9 +79,14 @@ class Router:
         return ConnectionClosedError(",".join(self._pool.addresses), why)
 
     def submit(
-        self, command: str, data: bytes, topic: str, messages: int, timeout: float | None,
+        self,
+        command: str,
+        data: bytes,
+        topic: str,
+        messages: int,
+        timeout: float | None,
         blocking: bool,
-    ) -> Attempt:  # fmt: skip
+    ) -> Attempt:
         """Start one publish of ``data`` (a whole ``command``, ``messages`` in it); does not block.
 
         ``timeout`` (seconds, ``None``: the producer's) bounds it, retries
@@ -153,9 +158,7 @@ class Router:
         started = attempt.deadline - attempt.timeout  # the time.monotonic() of the call
         stats.count(attempt.topic, _COUNTED_AS[attempt.command], attempt.messages, started, error)
 
-    def answered_with_error(
-        self, attempt: Attempt, conn: Connection, error: BaseException
-    ) -> None:
+    def answered_with_error(self, attempt: Attempt, conn: Connection, error: BaseException) -> None:
         """Retry on another connection when that may help; runs in a reader greenlet."""
         if attempt.ended:
             return

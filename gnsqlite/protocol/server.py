@@ -495,5 +495,3 @@ def split_mpub(body: bytes, max_msg_size: int, max_body_size: int) -> list[bytes
         out.append(body[pos:end])
         pos = end
     return out
-
-

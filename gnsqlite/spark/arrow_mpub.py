@@ -38,8 +38,10 @@ def as_binary(column: pa.Array) -> pa.Array:
 def check_bodies(bodies: pa.Array, max_message_size: int, what: str) -> None:
     """Raise unless every body is non-null, non-empty and within ``max_message_size``."""
     if bodies.null_count:
-        raise ValueError(f"{what}: {bodies.null_count} rows have a null body:"
-                         " filter null bodies out before writing")
+        raise ValueError(
+            f"{what}: {bodies.null_count} rows have a null body:"
+            " filter null bodies out before writing"
+        )
     if len(bodies) == 0:
         return
     lengths = pc.binary_length(bodies)
@@ -63,8 +65,10 @@ def _big_endian_sizes(sizes: pa.Array) -> pa.Array:
             return pc.bit_wise_and(pc.shift_right(s, pa.scalar(shift, _U32)), m)
 
         swapped = pc.bit_wise_or(
-            pc.bit_wise_or(pc.shift_left(byte(0), pa.scalar(24, _U32)),
-                           pc.shift_left(byte(8), pa.scalar(16, _U32))),
+            pc.bit_wise_or(
+                pc.shift_left(byte(0), pa.scalar(24, _U32)),
+                pc.shift_left(byte(8), pa.scalar(16, _U32)),
+            ),
             pc.bit_wise_or(pc.shift_left(byte(16), pa.scalar(8, _U32)), byte(24)),
         )
     else:  # pragma: no cover - big-endian hosts keep the native order
@@ -72,12 +76,14 @@ def _big_endian_sizes(sizes: pa.Array) -> pa.Array:
     swapped = swapped.combine_chunks() if isinstance(swapped, pa.ChunkedArray) else swapped
     if swapped.offset:
         swapped = pa.concat_arrays([swapped])
-    return pa.FixedSizeBinaryArray.from_buffers(pa.binary(4), len(swapped),
-                                                [None, swapped.buffers()[1]])
+    return pa.FixedSizeBinaryArray.from_buffers(
+        pa.binary(4), len(swapped), [None, swapped.buffers()[1]]
+    )
 
 
-def mpub_payloads(bodies: pa.Array, max_messages: int, max_body_size: int
-                  ) -> Iterator[tuple[bytes, int, int]]:
+def mpub_payloads(
+    bodies: pa.Array, max_messages: int, max_body_size: int
+) -> Iterator[tuple[bytes, int, int]]:
     """Yield ``(mpub_body, messages, body_bytes)`` covering ``bodies`` in order.
 
     Each MPUB body holds at most ``max_messages`` messages and
@@ -88,8 +94,9 @@ def mpub_payloads(bodies: pa.Array, max_messages: int, max_body_size: int
     if n == 0:
         return
     sizes = pc.binary_length(bodies)
-    framed = pc.binary_join_element_wise(_big_endian_sizes(sizes).cast(pa.binary()), bodies,
-                                         pa.scalar(b"", pa.binary()))
+    framed = pc.binary_join_element_wise(
+        _big_endian_sizes(sizes).cast(pa.binary()), bodies, pa.scalar(b"", pa.binary())
+    )
     data = framed.buffers()[2]
     # Where each framed message ends in ``data``, counted from the first.
     ends = pc.cumulative_sum(pc.add(sizes.cast(pa.int64()), 4))
@@ -110,6 +117,9 @@ def mpub_payloads(bodies: pa.Array, max_messages: int, max_body_size: int
             stop = lo
         after = ends[stop - 1].as_py()
         chunk = data.slice(first + before, after - before)
-        yield _COUNT.pack(stop - start) + chunk.to_pybytes(), stop - start, \
-            after - before - 4 * (stop - start)
+        yield (
+            _COUNT.pack(stop - start) + chunk.to_pybytes(),
+            stop - start,
+            after - before - 4 * (stop - start),
+        )
         start, before = stop, after

@@ -40,13 +40,15 @@ __all__ = [
 ]
 
 #: The columns of a segment or packed partition (the source adds ``topic`` when reading).
-ROW_SCHEMA = pa.schema([
-    ("id", pa.string()),
-    ("body", pa.binary()),
-    ("timestamp", pa.timestamp("us", tz="UTC")),
-    ("attempts", pa.int32()),
-    ("nsqd", pa.string()),
-])
+ROW_SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),
+        ("body", pa.binary()),
+        ("timestamp", pa.timestamp("us", tz="UTC")),
+        ("attempts", pa.int32()),
+        ("nsqd", pa.string()),
+    ]
+)
 
 #: The source's columns, in the order of its schema.
 COLUMNS = ["id", "body", "timestamp", "attempts", "topic", "nsqd"]
@@ -91,32 +93,45 @@ def delivery_rows(deliveries: Sequence[MessageFields], nsqd: str) -> pa.RecordBa
     """
     n = len(deliveries)
     nanos = pa.array(map(_TIMESTAMP, deliveries), _NANOS_TYPE, size=n)
-    return _rows(deliveries, nanos.cast(_TIMESTAMP_TYPE, safe=False),
-                 pa.repeat(pa.scalar(nsqd, pa.string()), n))
+    return _rows(
+        deliveries,
+        nanos.cast(_TIMESTAMP_TYPE, safe=False),
+        pa.repeat(pa.scalar(nsqd, pa.string()), n),
+    )
 
 
-def _rows(deliveries: Sequence[MessageFields], timestamps: pa.Array, nsqd: pa.Array
-          ) -> pa.RecordBatch:
+def _rows(
+    deliveries: Sequence[MessageFields], timestamps: pa.Array, nsqd: pa.Array
+) -> pa.RecordBatch:
     """The record batch of ``deliveries`` given its timestamp and nsqd columns."""
     n = len(deliveries)
     ids = pa.array(map(WIRE_ID, deliveries), pa.binary(), size=n)
     id_strings = pa.Array.from_buffers(pa.string(), n, ids.buffers(), null_count=0)
     id_strings.validate(full=True)
-    return pa.RecordBatch.from_arrays([
-        id_strings,
-        pa.array(map(_BODY, deliveries), pa.binary(), size=n),
-        timestamps,
-        pa.array(map(_ATTEMPTS, deliveries), pa.int32(), size=n),
-        nsqd,
-    ], schema=ROW_SCHEMA)
+    return pa.RecordBatch.from_arrays(
+        [
+            id_strings,
+            pa.array(map(_BODY, deliveries), pa.binary(), size=n),
+            timestamps,
+            pa.array(map(_ATTEMPTS, deliveries), pa.int32(), size=n),
+            nsqd,
+        ],
+        schema=ROW_SCHEMA,
+    )
 
 
 def with_topic(batch: pa.RecordBatch, topic: str) -> pa.RecordBatch:
     """A record batch of :data:`ROW_SCHEMA` as the source's columns (:data:`COLUMNS`)."""
     column = pa.repeat(pa.scalar(topic, pa.string()), batch.num_rows)
     return pa.RecordBatch.from_arrays(
-        [batch.column(0), batch.column(1), batch.column(2), batch.column(3), column,
-         batch.column(4)],
+        [
+            batch.column(0),
+            batch.column(1),
+            batch.column(2),
+            batch.column(3),
+            column,
+            batch.column(4),
+        ],
         names=COLUMNS,
     )
 

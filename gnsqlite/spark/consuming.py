@@ -56,9 +56,14 @@ log = logging.getLogger(__name__)
 HOLD_WAIT = 0.2
 
 
-def hold_first_batch(has_rows: Callable[[], bool], grown: gevent.event.Event,
-                     filling: Callable[[], bool], await_fill: Callable[[], object],
-                     done: Callable[[], bool], settle: float = 0.0) -> None:
+def hold_first_batch(
+    has_rows: Callable[[], bool],
+    grown: gevent.event.Event,
+    filling: Callable[[], bool],
+    await_fill: Callable[[], object],
+    done: Callable[[], bool],
+    settle: float = 0.0,
+) -> None:
     """A query's first ``latestOffset``: wait for rows, then while a flood fills the batch.
 
     Spark runs a new query's first batch even on "no new data", so answering
@@ -82,8 +87,9 @@ def hold_first_batch(has_rows: Callable[[], bool], grown: gevent.event.Event,
         await_fill()
 
 
-def await_fill(filling: Callable[[], bool], grown: gevent.event.Event, step: float,
-               done: Callable[[], bool]) -> bool:
+def await_fill(
+    filling: Callable[[], bool], grown: gevent.event.Event, step: float, done: Callable[[], bool]
+) -> bool:
     """Wait (in the hub) up to :data:`HOLD_WAIT` s while ``filling()``; ``True`` once it ends.
 
     ``grown`` is set as messages come; ``filling()`` is asked again then,
@@ -127,11 +133,15 @@ def wait_subscribed(consumers: Sequence[Consumer], timeout: float) -> bool:
     return bool(waited) and all(waited)
 
 
-def source_consumer(options: SourceOptions, on_message: Callable[[Message], None] | None,
-                    max_in_flight: int | None = None, *,
-                    on_batch: Callable[[list[Message]], None] | None = None,
-                    batch_size: int | None = None,
-                    batch_timeout: float | None = None) -> Consumer:
+def source_consumer(
+    options: SourceOptions,
+    on_message: Callable[[Message], None] | None,
+    max_in_flight: int | None = None,
+    *,
+    on_batch: Callable[[list[Message]], None] | None = None,
+    batch_size: int | None = None,
+    batch_timeout: float | None = None,
+) -> Consumer:
     """The Consumer a streaming source runs (in its hub thread): the source's options, no backoff.
 
     ``on_message`` handles one message at a time; or, with ``on_message``

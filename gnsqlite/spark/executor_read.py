@@ -78,8 +78,9 @@ class NSQSharePartition(InputPartition):
     ``index`` name its segment.
     """
 
-    def __init__(self, index: int, batch: int, nsqd: str, share: int,
-                 options: SourceOptions) -> None:
+    def __init__(
+        self, index: int, batch: int, nsqd: str, share: int, options: SourceOptions
+    ) -> None:
         super().__init__(index)
         self.index = index
         self.batch = batch
@@ -88,8 +89,10 @@ class NSQSharePartition(InputPartition):
         self.options = options
 
     def __repr__(self) -> str:
-        return (f"<NSQSharePartition {self.index} of batch {self.batch}: {self.share} messages"
-                f" from {self.nsqd}>")
+        return (
+            f"<NSQSharePartition {self.index} of batch {self.batch}: {self.share} messages"
+            f" from {self.nsqd}>"
+        )
 
     @property
     def segment(self) -> str:
@@ -97,8 +100,9 @@ class NSQSharePartition(InputPartition):
         return segment_name(self.batch, self.index)
 
 
-def read_share(partition: NSQSharePartition, store: WalStore | None = None
-               ) -> Iterator[pa.RecordBatch]:
+def read_share(
+    partition: NSQSharePartition, store: WalStore | None = None
+) -> Iterator[pa.RecordBatch]:
     """The partition's rows as the source's record batches (see the module doc). Blocks."""
     o = partition.options
     assert o.wal_location is not None
@@ -117,8 +121,7 @@ def _take(partition: NSQSharePartition, store: WalStore) -> pa.Table | pa.Record
     """Take the share from nsqd, write the segment, FIN or give back; the rows that won."""
     hub = HubThread(f"gnsqlite-read-{partition.batch}-{partition.index}")
     hub.start()
-    taker = ShareTaker(partition.options, partition.nsqd, partition.share, store,
-                       partition.segment)
+    taker = ShareTaker(partition.options, partition.nsqd, partition.share, store, partition.segment)
     try:
         rows = hub.call(taker.take)
         _fault("taken")
@@ -126,8 +129,11 @@ def _take(partition: NSQSharePartition, store: WalStore) -> pa.Table | pa.Record
             _fault("written")
             hub.call(taker.finish)
             return rows
-        log.info("%r: another attempt wrote the segment first; giving back %d messages",
-                 partition, rows.num_rows)
+        log.info(
+            "%r: another attempt wrote the segment first; giving back %d messages",
+            partition,
+            rows.num_rows,
+        )
         hub.call(taker.give_back)
         return store.read_file(partition.segment)
     finally:
@@ -172,8 +178,9 @@ class ShareTaker:
     constructor opens nothing. ``nsqd`` is the ``host:port`` TCP address.
     """
 
-    def __init__(self, options: SourceOptions, nsqd: str, share: int, store: WalStore,
-                 segment: str) -> None:
+    def __init__(
+        self, options: SourceOptions, nsqd: str, share: int, store: WalStore, segment: str
+    ) -> None:
         self.options = options
         self.nsqd = nsqd
         self.share = share
@@ -232,7 +239,8 @@ class ShareTaker:
         )
         self._links.append(link)  # closed by close(), whatever happens next
         failed = NSQConnectionError(
-            self.nsqd, f"could not subscribe to {o.topic}/{o.channel} within {timeout} s")
+            self.nsqd, f"could not subscribe to {o.topic}/{o.channel} within {timeout} s"
+        )
         with gevent.Timeout(timeout, failed):
             connection.connect()
             connection.subscribe(o.topic, o.channel)
@@ -274,16 +282,29 @@ class ShareTaker:
         """``link``'s messages less redeliveries in a segment or past ``maxAttempts``: FINished."""
         o = self.options
         limit = o.max_attempts or None
-        written = {m.wire_id for m in link.taken
-                   if m.attempts != 1 and any(m.wire_id in ids for ids in recent)}
-        given_up = {m.wire_id for m in link.taken
-                    if limit is not None and m.attempts > limit} - written
+        written = {
+            m.wire_id
+            for m in link.taken
+            if m.attempts != 1 and any(m.wire_id in ids for ids in recent)
+        }
+        given_up = {
+            m.wire_id for m in link.taken if limit is not None and m.attempts > limit
+        } - written
         if written:
-            log.info("%s/%s: %d redelivered messages were already in the WAL: finished",
-                     o.topic, o.channel, len(written))
+            log.info(
+                "%s/%s: %d redelivered messages were already in the WAL: finished",
+                o.topic,
+                o.channel,
+                len(written),
+            )
         if given_up:
-            log.warning("%s/%s: %d messages past maxAttempts=%s finished without a row",
-                        o.topic, o.channel, len(given_up), limit)
+            log.warning(
+                "%s/%s: %d messages past maxAttempts=%s finished without a row",
+                o.topic,
+                o.channel,
+                len(given_up),
+                limit,
+            )
         drop = written | given_up
         if not drop:
             return link.taken
@@ -327,8 +348,9 @@ class ShareTaker:
             for message in taken:
                 _answer(link.connection, link.connection.requeue, message.wire_id)
         timeout = self.options.stop_timeout
-        gevent.joinall([gevent.spawn(link.connection.close, timeout) for link in links],
-                       raise_error=True)
+        gevent.joinall(
+            [gevent.spawn(link.connection.close, timeout) for link in links], raise_error=True
+        )
 
 
 def _answer(connection: Connection, command: Callable[[Any], None], argument: Any) -> None:

@@ -109,16 +109,18 @@ class NSQExecutorStreamReader(SourceShell):
             except NSQError as exc:
                 log.warning("%r: /stats of %s failed: %s", self, http, exc)
                 continue
-            out.append(Backlog(tcp, int(channel.get("depth", 0)),
-                               int(channel.get("in_flight_count", 0))))
+            out.append(
+                Backlog(tcp, int(channel.get("depth", 0)), int(channel.get("in_flight_count", 0)))
+            )
         return out
 
     def _initial(self) -> dict[str, Any]:
         self._backlogs()  # creates the channel, so messages published from now on are kept
         return BatchPlan(0, ()).offset()
 
-    def _latest(self, start: Mapping[str, Any] | None, max_rows: int | None,
-                min_rows: int | None) -> dict[str, Any]:
+    def _latest(
+        self, start: Mapping[str, Any] | None, max_rows: int | None, min_rows: int | None
+    ) -> dict[str, Any]:
         previous = BatchPlan.from_offset(start)
         if self._idle_since is not None:
             gevent.sleep(max(0.0, self._idle_since + IDLE_POLL - time.monotonic()))
@@ -142,14 +144,17 @@ class NSQExecutorStreamReader(SourceShell):
             self._available_now_left -= plan.rows
         return plan.offset()
 
-    def _partitions(self, start: Mapping[str, Any], end: Mapping[str, Any]
-                    ) -> list[NSQSharePartition]:
+    def _partitions(
+        self, start: Mapping[str, Any], end: Mapping[str, Any]
+    ) -> list[NSQSharePartition]:
         """One partition per share of the batch ``end`` plans (none for an empty batch)."""
         plan = BatchPlan.from_offset(end)
         if plan.batch == BatchPlan.from_offset(start).batch:
             return []
-        return [NSQSharePartition(i, plan.batch, address, share, self.options)
-                for i, (address, share) in enumerate(plan.shares)]
+        return [
+            NSQSharePartition(i, plan.batch, address, share, self.options)
+            for i, (address, share) in enumerate(plan.shares)
+        ]
 
     def _commit(self, end: Mapping[str, Any]) -> int:
         """Delete the segments of batches up to ``end`` nsqd can no longer redeliver."""

@@ -60,82 +60,149 @@ class FormatOptions(Validated):
     """
 
     topic: str | None = option(
-        None, str, nullable=True, key="topic", scope=BOTH,
+        None,
+        str,
+        nullable=True,
+        key="topic",
+        scope=BOTH,
         doc="Topic to read (required for reading); default topic of rows without a `topic`"
         " column value when writing",
     )
     nsqd_tcp_addresses: str = option(
-        "", str, key="nsqdTcpAddresses", scope=BOTH,
+        "",
+        str,
+        key="nsqdTcpAddresses",
+        scope=BOTH,
         doc="Comma-separated nsqd TCP addresses `host:4150` (writing: required)",
     )
     lookupd_http_addresses: str = option(
-        "", str, key="lookupdHttpAddresses", scope=SOURCE,
+        "",
+        str,
+        key="lookupdHttpAddresses",
+        scope=SOURCE,
         doc="Comma-separated nsqlookupd HTTP addresses `host:4161`; reading needs these or"
         " nsqdTcpAddresses",
     )
     channel: str | None = option(
-        None, str, nullable=True, key="channel", scope=SOURCE,
+        None,
+        str,
+        nullable=True,
+        key="channel",
+        scope=SOURCE,
         doc="Channel to read from (required)",
     )
     max_messages_per_batch: int = option(
-        10000, int, lo=1, unit="messages", key="maxMessagesPerBatch", scope=SOURCE,
+        10000,
+        int,
+        lo=1,
+        unit="messages",
+        key="maxMessagesPerBatch",
+        scope=SOURCE,
         doc="Most messages in one micro-batch (Spark's default read limit)",
     )
     max_in_flight: int = option(
-        0, int, lo=0, unit="messages", key="maxInFlight", scope=SOURCE,
+        0,
+        int,
+        lo=0,
+        unit="messages",
+        key="maxInFlight",
+        scope=SOURCE,
         doc="RDY budget over all nsqd: messages held unfinished by the source; 0 means 5000"
         " with walLocation (two connections of nsqd's default --max-rdy-count 2500, so nsqd"
         " keeps sending while a segment is written), else two batches"
         " (2 x maxMessagesPerBatch)",
     )
     connections_per_nsqd: int = option(
-        0, int, lo=0, key="connectionsPerNsqd", scope=SOURCE,
+        0,
+        int,
+        lo=0,
+        key="connectionsPerNsqd",
+        scope=SOURCE,
         doc="Connections to each nsqd, each a client of the channel with its own share of"
         " maxInFlight (nsqd caps one connection's RDY at --max-rdy-count); 0 means"
         " ceil(maxInFlight / 2500), so the budget is not capped by nsqd's default",
     )
     wal_location: str = option(
-        "", str, key="walLocation", scope=SOURCE,
+        "",
+        str,
+        key="walLocation",
+        scope=SOURCE,
         doc="Directory or URI (hdfs://, s3:// ... through pyarrow.fs) of the source's write-ahead"
         " log, one per query; every executor must be able to read it. Set: exactly-once with"
         " an idempotent sink. Unset: messages are held unfinished at nsqd until Spark commits,"
         " at-least-once",
     )
     read_on: str = option(
-        "driver", str, key="readOn", scope=SOURCE,
+        "driver",
+        str,
+        key="readOn",
+        scope=SOURCE,
         doc="Where messages are consumed: `driver` (one process beside the driver, the default) or"
         " `executors` (each task of a batch subscribes and takes its share itself; needs"
         " walLocation, and nsqdHttpAddresses with nsqdTcpAddresses)",
     )
     nsqd_http_addresses: str = option(
-        "", str, key="nsqdHttpAddresses", scope=SOURCE,
+        "",
+        str,
+        key="nsqdHttpAddresses",
+        scope=SOURCE,
         doc="readOn=executors with nsqdTcpAddresses: the HTTP addresses `host:4151` of the same"
         " nsqd, in the same order (the driver plans from their /stats)",
     )
     read_timeout: float = option(
-        10.0, float, lo=0.1, unit="s", key="readTimeout", scope=SOURCE,
+        10.0,
+        float,
+        lo=0.1,
+        unit="s",
+        key="readTimeout",
+        scope=SOURCE,
         doc="readOn=executors: a task takes its share within this long at most",
     )
     read_idle_timeout: float = option(
-        0.5, float, lo=0.01, unit="s", key="readIdleTimeout", scope=SOURCE,
+        0.5,
+        float,
+        lo=0.01,
+        unit="s",
+        key="readIdleTimeout",
+        scope=SOURCE,
         doc="readOn=executors: a task ends its read once no message arrived for this long",
     )
     wal_max_bytes: int = option(
-        1 << 30, int, lo=1, unit="bytes", key="walMaxBytes", scope=SOURCE,
+        1 << 30,
+        int,
+        lo=1,
+        unit="bytes",
+        key="walMaxBytes",
+        scope=SOURCE,
         doc="Uncommitted WAL above this: the source stops taking messages (RDY 0) until Spark"
         " commits",
     )
     wal_segment_messages: int = option(
-        0, int, lo=0, unit="messages", key="walSegmentMessages", scope=SOURCE,
+        0,
+        int,
+        lo=0,
+        unit="messages",
+        key="walSegmentMessages",
+        scope=SOURCE,
         doc="Messages per WAL segment at most; 0 means half of maxInFlight, so the next segment"
         " arrives while one is written",
     )
     wal_flush_interval: float = option(
-        0.05, float, lo=0.001, unit="s", key="walFlushInterval", scope=SOURCE,
+        0.05,
+        float,
+        lo=0.001,
+        unit="s",
+        key="walFlushInterval",
+        scope=SOURCE,
         doc="A WAL segment is written at the latest this long after its first message arrived",
     )
     wal_batch_delay: float = option(
-        2.0, float, lo=0.0, unit="s", key="walBatchDelay", scope=SOURCE,
+        2.0,
+        float,
+        lo=0.0,
+        unit="s",
+        key="walBatchDelay",
+        scope=SOURCE,
         doc="While a backlog drains (with walLocation: messages arrive faster than half of"
         " walSegmentMessages per walFlushInterval; without: at least 25,000 per second), a"
         " micro-batch waits up to this long after its oldest segment was written (without"
@@ -144,50 +211,98 @@ class FormatOptions(Validated):
         " streams are planned at once; 0 never waits",
     )
     num_partitions: int = option(
-        2, int, lo=1, key="numPartitions", scope=SOURCE,
+        2,
+        int,
+        lo=1,
+        key="numPartitions",
+        scope=SOURCE,
         doc="Spark partitions per micro-batch",
     )
     max_attempts: int = option(
-        0, int, lo=0, key="maxAttempts", scope=SOURCE,
+        0,
+        int,
+        lo=0,
+        key="maxAttempts",
+        scope=SOURCE,
         doc="Finish (drop, with a WARNING, or publish to deadLetterTopic) messages delivered"
         " more often than this; 0 never drops",
     )
     available_now_idle_timeout: float = option(
-        2.0, float, lo=0.01, unit="s", key="availableNowIdleTimeout", scope=SOURCE,
+        2.0,
+        float,
+        lo=0.01,
+        unit="s",
+        key="availableNowIdleTimeout",
+        scope=SOURCE,
         doc="Trigger.AvailableNow ends once no message arrived for this long",
     )
     start_timeout: float = option(
-        30.0, float, lo=0.1, unit="s", key="startTimeout", scope=SOURCE,
+        30.0,
+        float,
+        lo=0.1,
+        unit="s",
+        key="startTimeout",
+        scope=SOURCE,
         doc="How long the source waits for its first nsqd connection before failing",
     )
     stop_timeout: float = option(
-        5.0, float, lo=0.0, unit="s", key="stopTimeout", scope=SOURCE,
+        5.0,
+        float,
+        lo=0.0,
+        unit="s",
+        key="stopTimeout",
+        scope=SOURCE,
         doc="How long stopping the source waits for nsqd to take back unfinished messages",
     )
     max_messages_per_publish: int = option(
-        1000, int, lo=1, unit="messages", key="maxMessagesPerPublish", scope=SINK,
+        1000,
+        int,
+        lo=1,
+        unit="messages",
+        key="maxMessagesPerPublish",
+        scope=SINK,
         doc="Most messages in one MPUB (also bounded by maxBodySize)",
     )
     max_body_size: int = option(
-        defaults.MAX_BODY_SIZE, int, lo=1024, unit="bytes", key="maxBodySize", scope=SINK,
+        defaults.MAX_BODY_SIZE,
+        int,
+        lo=1024,
+        unit="bytes",
+        key="maxBodySize",
+        scope=SINK,
         doc="nsqd's --max-body-size: an MPUB body never exceeds it",
     )
     max_message_size: int = option(
-        defaults.MAX_MSG_SIZE, int, lo=1, unit="bytes", key="maxMessageSize", scope=SINK,
+        defaults.MAX_MSG_SIZE,
+        int,
+        lo=1,
+        unit="bytes",
+        key="maxMessageSize",
+        scope=SINK,
         doc="nsqd's --max-msg-size: a larger row fails the task",
     )
     max_pending_publishes: int = option(
-        4, int, lo=1, key="maxPendingPublishes", scope=SINK,
+        4,
+        int,
+        lo=1,
+        key="maxPendingPublishes",
+        scope=SINK,
         doc="MPUBs a task keeps waiting for their OK at once",
     )
     publish_timeout: float = option(
-        30.0, float, lo=0.1, unit="s", key="publishTimeout", scope=SINK,
+        30.0,
+        float,
+        lo=0.1,
+        unit="s",
+        key="publishTimeout",
+        scope=SINK,
         doc="How long one publish may wait for nsqd's OK, retries included",
     )
 
 
 #: The connector's own options, in declaration order (see :class:`FormatOptions`).
 OPTIONS: tuple[Option, ...] = options_of(FormatOptions)
+
 
 def _key(spec: Option) -> str:
     """An option's Spark key (every :class:`FormatOptions` option declares one)."""
@@ -262,9 +377,7 @@ def split_options(
             spec = _SPECS[name.lower()]
             if side is not None and spec.scope not in (side, BOTH):
                 verb = "reading" if spec.scope == SOURCE else "writing"
-                raise ConfigError(
-                    f"option {key!r} is for {verb} only; remove it from this {side}"
-                )
+                raise ConfigError(f"option {key!r} is for {verb} only; remove it from this {side}")
             own[name] = value
         elif kind == "connection":
             connection[name] = value

@@ -73,8 +73,9 @@ class BatchPlan:
         if not offset:
             return cls(0, ())
         try:
-            return cls(int(offset["batch"]),
-                       tuple((str(a), int(n)) for a, n in offset.get("shares", ())))
+            return cls(
+                int(offset["batch"]), tuple((str(a), int(n)) for a, n in offset.get("shares", ()))
+            )
         except (KeyError, TypeError, ValueError):
             raise ValueError(
                 f"offset {dict(offset)!r} is not an offset of the nsq source with readOn="
@@ -83,8 +84,9 @@ class BatchPlan:
             ) from None
 
 
-def plan_shares(backlogs: Sequence[Backlog], max_rows: int | None, partitions: int
-                ) -> list[tuple[str, int]]:
+def plan_shares(
+    backlogs: Sequence[Backlog], max_rows: int | None, partitions: int
+) -> list[tuple[str, int]]:
     """Cut the backlog into at most ``partitions`` shares (at least one per nsqd with depth).
 
     Only nsqd with a ``depth`` get a share (in-flight messages alone are

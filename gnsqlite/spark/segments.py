@@ -113,8 +113,11 @@ class SegmentIndex:
 
     def rows_after(self, start: Position) -> int:
         """How many known rows lie at or after ``start``."""
-        return sum(max(0, s.rows - (start[1] if n == start[0] else 0))
-                   for n, s in self._segments.items() if n >= start[0])
+        return sum(
+            max(0, s.rows - (start[1] if n == start[0] else 0))
+            for n, s in self._segments.items()
+            if n >= start[0]
+        )
 
     def advance(self, start: Position, max_rows: int | None) -> Position:
         """The position ``max_rows`` rows after ``start`` (or the end, if fewer are known)."""

@@ -91,8 +91,9 @@ class SourceShell(SupportsTriggerAvailableNow, DataSourceStreamReader):
     def _ensure_started(self, *offsets: Mapping[str, Any] | None) -> HubThread:
         """The running hub; starts it (and the mode, :meth:`_start`) in a new process."""
         if self._stopped:
-            raise NSQConnectionError(f"{self.options.topic}/{self.options.channel}",
-                                     "the nsq source was stopped")
+            raise NSQConnectionError(
+                f"{self.options.topic}/{self.options.channel}", "the nsq source was stopped"
+            )
         if self._hub is not None and self._pid == os.getpid():
             return self._hub
         self._pid = os.getpid()
@@ -134,12 +135,14 @@ class SourceShell(SupportsTriggerAvailableNow, DataSourceStreamReader):
     def _initial(self) -> dict[str, Any]:
         raise NotImplementedError
 
-    def _latest(self, start: Mapping[str, Any] | None, max_rows: int | None,
-                min_rows: int | None) -> dict[str, Any]:
+    def _latest(
+        self, start: Mapping[str, Any] | None, max_rows: int | None, min_rows: int | None
+    ) -> dict[str, Any]:
         raise NotImplementedError
 
-    def _partitions(self, start: Mapping[str, Any], end: Mapping[str, Any]
-                    ) -> Sequence[InputPartition]:
+    def _partitions(
+        self, start: Mapping[str, Any], end: Mapping[str, Any]
+    ) -> Sequence[InputPartition]:
         raise NotImplementedError
 
     def _commit(self, end: Mapping[str, Any]) -> int:
@@ -163,8 +166,9 @@ class SourceShell(SupportsTriggerAvailableNow, DataSourceStreamReader):
             return None
         return ReadMaxRows(self.options.max_messages_per_batch)
 
-    def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None
-                     ) -> dict[str, Any]:
+    def latestOffset(
+        self, start: dict[str, Any] | None = None, limit: Any = None
+    ) -> dict[str, Any]:
         """The end of the next batch within ``limit`` (``start``: nothing new); blocks briefly."""
         hub = self._ensure_started(start)
         max_rows, min_rows = read_limit(limit, self.options.max_messages_per_batch)
@@ -177,8 +181,7 @@ class SourceShell(SupportsTriggerAvailableNow, DataSourceStreamReader):
             return None
         return hub.call(self._report_latest)
 
-    def partitions(self, start: dict[str, Any], end: dict[str, Any]
-                   ) -> Sequence[InputPartition]:
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         """The batch from ``start`` to ``end`` as Spark partitions (the mode's)."""
         hub = self._ensure_started(start, end)
         return hub.call(self._partitions, start, end)
@@ -193,6 +196,7 @@ class SourceShell(SupportsTriggerAvailableNow, DataSourceStreamReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """The rows of ``partition`` as Arrow record batches (runs on an executor)."""
         if not isinstance(partition, self.partition_type):
-            raise TypeError(f"the nsq source cannot read {partition!r}: not an"
-                            f" {self.partition_type.__name__}")
+            raise TypeError(
+                f"the nsq source cannot read {partition!r}: not an {self.partition_type.__name__}"
+            )
         return self._read(partition)

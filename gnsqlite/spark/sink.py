@@ -86,8 +86,14 @@ class NSQCommitMessage(WriterCommitMessage):
 
 def summarize(messages: Sequence[WriterCommitMessage | None]) -> dict[str, Any]:
     """Sum the tasks' commit messages: totals, per topic, and tasks without one."""
-    total: dict[str, Any] = {"messages": 0, "bytes": 0, "publishes": 0, "tasks": 0,
-                             "missing": 0, "topics": {}}
+    total: dict[str, Any] = {
+        "messages": 0,
+        "bytes": 0,
+        "publishes": 0,
+        "tasks": 0,
+        "missing": 0,
+        "topics": {},
+    }
     for m in messages:
         if not isinstance(m, NSQCommitMessage):
             total["missing"] += 1
@@ -141,8 +147,13 @@ class ProducerPool:
 
     def get(self, options: SinkOptions) -> tuple[HubThread, Producer]:
         """The hub thread and a started producer for ``options``; connects on first use."""
-        key = (options.nsqd_tcp_addresses, options.connection, options.max_body_size,
-               options.max_message_size, options.publish_timeout)
+        key = (
+            options.nsqd_tcp_addresses,
+            options.connection,
+            options.max_body_size,
+            options.max_message_size,
+            options.publish_timeout,
+        )
         with self._lock:
             if self._pid != os.getpid():  # a fork: the parent's thread is not ours
                 self._hub, self._producers, self._pid = None, {}, os.getpid()
@@ -207,8 +218,11 @@ class _Publisher:
         defer = columns.get("defer")
         if defer is not None and defer.null_count < len(defer):
             later = pc.is_valid(defer)
-            self._add_deferred(body.filter(later), defer.filter(later),
-                               None if topics is None else topics.filter(later))
+            self._add_deferred(
+                body.filter(later),
+                defer.filter(later),
+                None if topics is None else topics.filter(later),
+            )
             now = pc.invert(later)
             body = body.filter(now)
             topics = None if topics is None else topics.filter(now)
@@ -221,19 +235,19 @@ class _Publisher:
 
     def _add_bodies(self, topic: str, bodies: pa.Array) -> None:
         o = self.options
-        for payload, count, size in mpub_payloads(bodies, o.max_messages_per_publish,
-                                                   o.max_body_size):
-            self._send(self._producer.multi_publish_encoded, (topic, payload), topic, count,
-                       size)
+        for payload, count, size in mpub_payloads(
+            bodies, o.max_messages_per_publish, o.max_body_size
+        ):
+            self._send(self._producer.multi_publish_encoded, (topic, payload), topic, count, size)
 
     def _add_deferred(self, bodies: pa.Array, defer: pa.Array, topics: pa.Array | None) -> None:
         # DPUB carries one message: rows with a defer value go one by one.
         default = self.options.topic
         topic_list = topics.to_pylist() if topics is not None else [default] * len(bodies)
-        for body, seconds, topic in zip(bodies.to_pylist(), defer.to_pylist(), topic_list,
-                                        strict=True):
-            self._send(self._producer.publish, (topic, body, float(seconds)), topic, 1,
-                       len(body))
+        for body, seconds, topic in zip(
+            bodies.to_pylist(), defer.to_pylist(), topic_list, strict=True
+        ):
+            self._send(self._producer.publish, (topic, body, float(seconds)), topic, 1, len(body))
 
     def _send(self, call: Any, args: tuple[Any, ...], topic: str, count: int, size: int) -> None:
         while len(self._waiting) >= self.options.max_pending_publishes:
@@ -304,17 +318,27 @@ def write_rows(options: SinkOptions, rows: Iterable[Any]) -> NSQCommitMessage:
 
 def _log_commit(kind: str, messages: Sequence[WriterCommitMessage | None]) -> dict[str, Any]:
     total = summarize(messages)
-    log.info("nsq sink %s committed: %d messages (%d bytes) in %d publishes from %d tasks;"
-             " per topic %s", kind, total["messages"], total["bytes"], total["publishes"],
-             total["tasks"], total["topics"])
+    log.info(
+        "nsq sink %s committed: %d messages (%d bytes) in %d publishes from %d tasks; per topic %s",
+        kind,
+        total["messages"],
+        total["bytes"],
+        total["publishes"],
+        total["tasks"],
+        total["topics"],
+    )
     return total
 
 
 def _log_abort(kind: str, messages: Sequence[WriterCommitMessage | None]) -> None:
     total = summarize(messages)
-    log.warning("nsq sink %s aborted: %d messages from %d finished tasks stay published"
-                " (at-least-once: a retry publishes them again)", kind, total["messages"],
-                total["tasks"])
+    log.warning(
+        "nsq sink %s aborted: %d messages from %d finished tasks stay published"
+        " (at-least-once: a retry publishes them again)",
+        kind,
+        total["messages"],
+        total["tasks"],
+    )
 
 
 class NSQWriter(DataSourceArrowWriter):
@@ -348,14 +372,10 @@ class NSQStreamWriter(DataSourceStreamArrowWriter):
         """Publish one partition of a micro-batch as record batches (runs in a task)."""
         return write_batches(self.options, iterator)
 
-    def commit(
-        self, messages: list[WriterCommitMessage | None], batchId: int
-    ) -> None:
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Sum the tasks' counts of micro-batch ``batchId`` and log them."""
         self.last_summary = _log_commit(f"batch {batchId}", messages)
 
-    def abort(
-        self, messages: list[WriterCommitMessage | None], batchId: int
-    ) -> None:
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Log what the finished tasks of micro-batch ``batchId`` published."""
         _log_abort(f"batch {batchId}", messages)

@@ -59,9 +59,7 @@ __all__ = ["NO_WAL_WARNING", "NSQStreamReader", "SCHEMA"]
 log = logging.getLogger(__name__)
 
 #: The source's columns.
-SCHEMA = (
-    "id string, body binary, timestamp timestamp, attempts int, topic string, nsqd string"
-)
+SCHEMA = "id string, body binary, timestamp timestamp, attempts int, topic string, nsqd string"
 
 #: Logged once per query, when the source without ``walLocation`` starts.
 NO_WAL_WARNING = (
@@ -69,7 +67,7 @@ NO_WAL_WARNING = (
     " at nsqd until Spark commits their batch; a stop or a failure delivers up to two batches"
     " again) and slower than with a write-ahead log. For exactly-once at full speed set option"
     " walLocation to a directory every executor can read, one per query, e.g."
-    " .option(\"walLocation\", \"hdfs:///nsq-wal/<query>\")"
+    ' .option("walLocation", "hdfs:///nsq-wal/<query>")'
 )
 
 #: Received messages reach the source at the latest this long after arriving, in seconds
@@ -79,7 +77,6 @@ INTAKE_DELAY = 0.005
 #: A committed batch's messages are finished this many at a time, the hub
 #: serving Spark's next call and the connections between two runs.
 FIN_CHUNK = 10_000
-
 
 
 class NSQStreamReader(SourceShell):
@@ -130,15 +127,27 @@ class NSQStreamReader(SourceShell):
         # nsqd caps each connection's RDY at its --max-rdy-count, and treats
         # every connection as a client of the channel: several consumers,
         # each with a share of the budget, lift the cap on a batch.
-        self._consumers = [source_consumer(o, None, share, on_batch=self._on_batch,
-                                           batch_size=share, batch_timeout=INTAKE_DELAY)
-                           for share in rdy_shares(o.max_in_flight, o.connections_per_nsqd)]
+        self._consumers = [
+            source_consumer(
+                o,
+                None,
+                share,
+                on_batch=self._on_batch,
+                batch_size=share,
+                batch_timeout=INTAKE_DELAY,
+            )
+            for share in rdy_shares(o.max_in_flight, o.connections_per_nsqd)
+        ]
         for consumer in self._consumers:
             consumer.start()
         self._toucher = gevent.spawn(self._touch_loop)
         self._finisher = gevent.spawn(self._finish_loop)
-        log.info("%r: consuming with max_in_flight=%d over %d connections per nsqd", self,
-                 o.max_in_flight, o.connections_per_nsqd)
+        log.info(
+            "%r: consuming with max_in_flight=%d over %d connections per nsqd",
+            self,
+            o.max_in_flight,
+            o.connections_per_nsqd,
+        )
 
     def _stop(self) -> None:
         """Spark ends the query: requeue every unfinished message, close (in the hub).
@@ -247,8 +256,9 @@ class NSQStreamReader(SourceShell):
                 f" startTimeout={o.start_timeout} s; check nsqdTcpAddresses",
             )
 
-    def _latest(self, start: Mapping[str, Any] | None, max_rows: int | None,
-                min_rows: int | None) -> dict[str, Any]:
+    def _latest(
+        self, start: Mapping[str, Any] | None, max_rows: int | None, min_rows: int | None
+    ) -> dict[str, Any]:
         ledger = self._ledger
         assert ledger is not None
         cutoff = self._cutoff_ns
@@ -260,10 +270,14 @@ class NSQStreamReader(SourceShell):
         if start is not None and ledger.tick == 0:  # the session's first batch
             if self.options.wal_batch_delay > 0:
                 assert self._arrival is not None
-                hold_first_batch(lambda: bool(ledger.buffered), self._arrival,
-                                 lambda: self._filling(max_rows),
-                                 lambda: self._await_fill(max_rows), lambda: self._stopped,
-                                 settle=FLOOD_WINDOW)  # a connection's first RDY is 1
+                hold_first_batch(
+                    lambda: bool(ledger.buffered),
+                    self._arrival,
+                    lambda: self._filling(max_rows),
+                    lambda: self._await_fill(max_rows),
+                    lambda: self._stopped,
+                    settle=FLOOD_WINDOW,
+                )  # a connection's first RDY is 1
         elif start is not None and self._filling(max_rows) and not self._await_fill(max_rows):
             return dict(start)
         end = ledger.latest(start, max_rows)
@@ -305,8 +319,9 @@ class NSQStreamReader(SourceShell):
         """Wait (in the hub) up to :data:`HOLD_WAIT` s: ``True`` once :meth:`_filling` ends."""
         arrival = self._arrival
         assert arrival is not None
-        return await_fill(lambda: self._filling(max_rows), arrival, FLOOD_WINDOW,
-                          lambda: self._stopped)
+        return await_fill(
+            lambda: self._filling(max_rows), arrival, FLOOD_WINDOW, lambda: self._stopped
+        )
 
     def _wait_available_now(self, max_rows: int | None) -> None:
         """Trigger.AvailableNow: wait until a batch is full or the topic went quiet.
@@ -348,9 +363,13 @@ class NSQStreamReader(SourceShell):
         ledger = self._ledger
         if ledger is None:
             return None
-        return {"session": ledger.session, "seq": ledger.seq + len(ledger.buffered),
-                "tick": ledger.tick, "buffered": len(ledger.buffered),
-                "held": len(ledger.buffered) + ledger.uncommitted}
+        return {
+            "session": ledger.session,
+            "seq": ledger.seq + len(ledger.buffered),
+            "tick": ledger.tick,
+            "buffered": len(ledger.buffered),
+            "held": len(ledger.buffered) + ledger.uncommitted,
+        }
 
     def _partitions(self, start: Mapping[str, Any], end: Mapping[str, Any]) -> list[NSQPartition]:
         ledger = self._ledger
@@ -363,8 +382,10 @@ class NSQStreamReader(SourceShell):
         if rows is None or len(messages) != high - low:
             rows = [message_rows(messages)]
         topic = self.options.topic
-        return [NSQPartition(i, topic, pack_rows(part), sum(b.num_rows for b in part))
-                for i, part in enumerate(split_rows(rows, self.options.num_partitions))]
+        return [
+            NSQPartition(i, topic, pack_rows(part), sum(b.num_rows for b in part))
+            for i, part in enumerate(split_rows(rows, self.options.num_partitions))
+        ]
 
     def _commit(self, end: Mapping[str, Any]) -> int:
         ledger = self._ledger

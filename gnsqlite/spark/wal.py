@@ -97,8 +97,9 @@ class WalStore:
                 continue
             match = _NAME.match(info.base_name)
             if match:
-                segments.append(Segment(int(match[1]), info.base_name, int(match[2]),
-                                        int(info.size or 0)))
+                segments.append(
+                    Segment(int(match[1]), info.base_name, int(match[2]), int(info.size or 0))
+                )
         return sorted(segments, key=lambda s: s.number)
 
     def write(self, number: int, batch: pa.RecordBatch) -> Segment:
@@ -162,8 +163,9 @@ class WalStore:
             infos = self.fs.get_file_info(pafs.FileSelector(self.path, allow_not_found=True))
         except (pa.ArrowException, OSError) as exc:
             raise self._fail("listing", self.path, exc) from exc
-        return [i for i in infos if i.base_name.startswith(prefix)
-                and not i.base_name.endswith(".tmp")]
+        return [
+            i for i in infos if i.base_name.startswith(prefix) and not i.base_name.endswith(".tmp")
+        ]
 
     def delete_names(self, names: Sequence[str]) -> None:
         """Delete the files ``names``; a missing one is skipped; raises :class:`WalStorageError`."""
@@ -176,8 +178,7 @@ class WalStore:
             except (pa.ArrowException, OSError) as exc:
                 raise self._fail("delete", path, exc) from exc
 
-    def _write_local(self, tmp: str, final: str, data: pa.Buffer,
-                     exclusive: bool = False) -> bool:
+    def _write_local(self, tmp: str, final: str, data: pa.Buffer, exclusive: bool = False) -> bool:
         with open(tmp, "wb") as f:
             f.write(memoryview(data))
             f.flush()

@@ -44,8 +44,9 @@ class NSQWalPartition(InputPartition):
         return f"<NSQWalPartition {self.index} of {self.topic}: {rows} rows>"
 
 
-def read_partition(partition: NSQWalPartition,
-                   store: WalStore | None = None) -> Iterator[pa.RecordBatch]:
+def read_partition(
+    partition: NSQWalPartition, store: WalStore | None = None
+) -> Iterator[pa.RecordBatch]:
     """The partition's rows as record batches of the source's schema (blocks on storage)."""
     store = store if store is not None else WalStore(partition.location)
     for piece in partition.slices:

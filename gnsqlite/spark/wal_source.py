@@ -139,9 +139,13 @@ class NSQWalStreamReader(SourceShell):
         for segment in reversed(self._index.newest(2 * self.options.max_in_flight)):
             self._dedup.add(i.encode("ascii") for i in self.store.read_ids(segment))
         if segments:
-            log.info("%r: %d segments (%d rows, %d bytes) in the WAL at start", self,
-                     len(segments), self._index.rows_after(self._index.first()),
-                     self._index.size)
+            log.info(
+                "%r: %d segments (%d rows, %d bytes) in the WAL at start",
+                self,
+                len(segments),
+                self._index.rows_after(self._index.first()),
+                self._index.size,
+            )
 
     def _start(self) -> None:
         o = self.options
@@ -149,17 +153,27 @@ class NSQWalStreamReader(SourceShell):
         self._grown = gevent.event.Event()
         self._started_at = time.monotonic()
         self._consumers = [
-            source_consumer(o, None, share, on_batch=self._on_batch,
-                            batch_size=min(o.wal_segment_messages, share),
-                            batch_timeout=min(INTAKE_DELAY, o.wal_flush_interval))
+            source_consumer(
+                o,
+                None,
+                share,
+                on_batch=self._on_batch,
+                batch_size=min(o.wal_segment_messages, share),
+                batch_timeout=min(INTAKE_DELAY, o.wal_flush_interval),
+            )
             for share in rdy_shares(o.max_in_flight, o.connections_per_nsqd)
         ]
         self._writer = gevent.spawn(self._write_loop)
         self._update_flow()
         for consumer in self._consumers:
             consumer.start()
-        log.info("%r: consuming with max_in_flight=%d over %d connections per nsqd into %s",
-                 self, o.max_in_flight, o.connections_per_nsqd, self.store.location)
+        log.info(
+            "%r: consuming with max_in_flight=%d over %d connections per nsqd into %s",
+            self,
+            o.max_in_flight,
+            o.connections_per_nsqd,
+            self.store.location,
+        )
 
     def _stop(self) -> None:
         """Spark ends the query: give back unwritten messages, close (in the hub).
@@ -246,8 +260,9 @@ class NSQWalStreamReader(SourceShell):
                 self._fail(exc, messages)
                 return
             except Exception as exc:
-                self._fail(WalStorageError(f"WAL write failed at {self.store.location}: {exc}"),
-                           messages)
+                self._fail(
+                    WalStorageError(f"WAL write failed at {self.store.location}: {exc}"), messages
+                )
                 return
             finally:
                 self._writing = 0
@@ -278,13 +293,16 @@ class NSQWalStreamReader(SourceShell):
         if over and not self._paused:
             self._paused = True
             set_rdy(self._consumers, 0)
-            log.info("%r: the uncommitted WAL holds %d bytes > walMaxBytes=%d: paused", self,
-                     self._index.size, self.options.wal_max_bytes)
+            log.info(
+                "%r: the uncommitted WAL holds %d bytes > walMaxBytes=%d: paused",
+                self,
+                self._index.size,
+                self.options.wal_max_bytes,
+            )
         elif not over and self._paused:
             self._paused = False
             set_rdy(self._consumers, self.options.max_in_flight)
-            log.info("%r: the uncommitted WAL is back to %d bytes: resumed", self,
-                     self._index.size)
+            log.info("%r: the uncommitted WAL is back to %d bytes: resumed", self, self._index.size)
 
     def _check(self) -> None:
         if self._failure is not None:
@@ -302,8 +320,9 @@ class NSQWalStreamReader(SourceShell):
             )
         return offset(self._index.first())
 
-    def _latest(self, start: Mapping[str, Any] | None, max_rows: int | None,
-                min_rows: int | None) -> dict[str, int]:
+    def _latest(
+        self, start: Mapping[str, Any] | None, max_rows: int | None, min_rows: int | None
+    ) -> dict[str, int]:
         self._check()
         begin = position(start) or self._index.first()
         if self._available_now:
@@ -318,10 +337,13 @@ class NSQWalStreamReader(SourceShell):
         if not self._answered:
             self._answered = True
             if self.options.wal_batch_delay > 0 and self._grown is not None:
-                hold_first_batch(lambda: self._index.advance(begin, max_rows) != begin,
-                                 self._grown, lambda: self._filling(begin, max_rows),
-                                 lambda: self._await_fill(begin, max_rows),
-                                 lambda: self._stopped or self._failure is not None)
+                hold_first_batch(
+                    lambda: self._index.advance(begin, max_rows) != begin,
+                    self._grown,
+                    lambda: self._filling(begin, max_rows),
+                    lambda: self._await_fill(begin, max_rows),
+                    lambda: self._stopped or self._failure is not None,
+                )
             return offset(self._index.advance(begin, max_rows))
         end = self._index.advance(begin, max_rows)
         if end != begin and self._filling(begin, max_rows):
@@ -334,9 +356,12 @@ class NSQWalStreamReader(SourceShell):
         """Wait (in the hub) up to :data:`HOLD_WAIT` s: ``True`` once :meth:`_filling` ends."""
         grown = self._grown
         assert grown is not None
-        return await_fill(lambda: self._filling(begin, max_rows), grown,
-                          self.options.wal_flush_interval,
-                          lambda: self._stopped or self._failure is not None)
+        return await_fill(
+            lambda: self._filling(begin, max_rows),
+            grown,
+            self.options.wal_flush_interval,
+            lambda: self._stopped or self._failure is not None,
+        )
 
     def _filling(self, begin: Position, max_rows: int | None) -> bool:
         """Hold the next batch back while a flood fills it (the module docstring says why).
@@ -371,16 +396,16 @@ class NSQWalStreamReader(SourceShell):
                 return
             gevent.sleep(min(0.05, max(0.001, o.available_now_idle_timeout - quiet)))
 
-    def _partitions(self, start: Mapping[str, Any], end: Mapping[str, Any]
-                    ) -> list[NSQWalPartition]:
+    def _partitions(
+        self, start: Mapping[str, Any], end: Mapping[str, Any]
+    ) -> list[NSQWalPartition]:
         self._check()
         begin, stop = position(start), position(end)
         assert begin is not None and stop is not None
         slices = self._index.slices(begin, stop)
         groups = split_slices(slices, self.options.num_partitions)
         location = self.store.location
-        return [NSQWalPartition(i, location, self.options.topic, g)
-                for i, g in enumerate(groups)]
+        return [NSQWalPartition(i, location, self.options.topic, g) for i, g in enumerate(groups)]
 
     def _commit(self, end: Mapping[str, Any]) -> int:
         stop = position(end)
@@ -395,8 +420,12 @@ class NSQWalStreamReader(SourceShell):
 
     def _report_latest(self) -> dict[str, int]:
         index = self._index
-        return {**offset(index.end()), "walRows": index.rows_after(index.first()),
-                "walBytes": index.size, "buffered": len(self._buffer) + self._writing}
+        return {
+            **offset(index.end()),
+            "walRows": index.rows_after(index.first()),
+            "walBytes": index.size,
+            "buffered": len(self._buffer) + self._writing,
+        }
 
     # -- Spark's API (Spark's thread; the rest is the shell's) ---------------------
 

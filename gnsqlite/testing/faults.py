@@ -287,9 +287,7 @@ class DeliveryLedger:
         )
 
 
-def _causes(
-    runs: list[Handling], transit: float, fin_failed: set[str]
-) -> collections.Counter[str]:
+def _causes(runs: list[Handling], transit: float, fin_failed: set[str]) -> collections.Counter[str]:
     """Why each handling of one number beyond its first happened."""
     causes: collections.Counter[str] = collections.Counter()
     seen: dict[str, Handling] = {}
@@ -430,4 +428,3 @@ class FaultInjector:
             self.restart()
         self.counts[name] += 1
         return name
-

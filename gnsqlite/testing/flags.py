@@ -33,52 +33,56 @@ __all__ = [
 ]
 
 #: nsqd options that are durations (float seconds in Python, Go durations on the wire).
-DURATION_OPTIONS = frozenset({
-    "msg_timeout",
-    "max_msg_timeout",
-    "max_req_timeout",
-    "max_heartbeat_interval",
-    "max_output_buffer_timeout",
-    "min_output_buffer_timeout",
-    "output_buffer_timeout",
-    "sync_timeout",
-    "statsd_interval",
-    "e2e_processing_latency_window_time",
-    "http_client_connect_timeout",
-    "http_client_request_timeout",
-})
+DURATION_OPTIONS = frozenset(
+    {
+        "msg_timeout",
+        "max_msg_timeout",
+        "max_req_timeout",
+        "max_heartbeat_interval",
+        "max_output_buffer_timeout",
+        "min_output_buffer_timeout",
+        "output_buffer_timeout",
+        "sync_timeout",
+        "statsd_interval",
+        "e2e_processing_latency_window_time",
+        "http_client_connect_timeout",
+        "http_client_request_timeout",
+    }
+)
 
 #: Every nsqd flag a test may set (nsqd v1.x ``apps/nsqd/options.go``), minus the
 #: addresses and data path the launcher chooses itself.
-NSQD_OPTIONS = DURATION_OPTIONS | frozenset({
-    "auth_http_addresses",
-    "lookupd_tcp_addresses",
-    "mem_queue_size",
-    "max_bytes_per_file",
-    "sync_every",
-    "max_msg_size",
-    "max_body_size",
-    "max_rdy_count",
-    "max_output_buffer_size",
-    "max_channel_consumers",
-    "statsd_address",
-    "statsd_mem_stats",
-    "statsd_prefix",
-    "statsd_udp_packet_size",
-    "e2e_processing_latency_percentile",
-    "tls_cert",
-    "tls_key",
-    "tls_client_auth_policy",
-    "tls_root_ca_file",
-    "tls_required",
-    "tls_min_version",
-    "deflate",
-    "max_deflate_level",
-    "snappy",
-    "node_id",
-    "log_level",
-    "log_prefix",
-})
+NSQD_OPTIONS = DURATION_OPTIONS | frozenset(
+    {
+        "auth_http_addresses",
+        "lookupd_tcp_addresses",
+        "mem_queue_size",
+        "max_bytes_per_file",
+        "sync_every",
+        "max_msg_size",
+        "max_body_size",
+        "max_rdy_count",
+        "max_output_buffer_size",
+        "max_channel_consumers",
+        "statsd_address",
+        "statsd_mem_stats",
+        "statsd_prefix",
+        "statsd_udp_packet_size",
+        "e2e_processing_latency_percentile",
+        "tls_cert",
+        "tls_key",
+        "tls_client_auth_policy",
+        "tls_root_ca_file",
+        "tls_required",
+        "tls_min_version",
+        "deflate",
+        "max_deflate_level",
+        "snappy",
+        "node_id",
+        "log_level",
+        "log_prefix",
+    }
+)
 
 #: Singular spellings accepted for the repeatable flags.
 _ALIASES = {
@@ -152,8 +156,11 @@ def nsqd_flags(options: Mapping[str, Any]) -> list[str]:
             raise ConfigError(f"{raw_name!r} is not an nsqd option")
         if name in _REPEATED_FLAG:
             items: Iterable[Any] = (
-                _addresses(value) if name.endswith("addresses")
-                else [value] if isinstance(value, (str, int, float)) else value
+                _addresses(value)
+                if name.endswith("addresses")
+                else [value]
+                if isinstance(value, (str, int, float))
+                else value
             )
             flags.extend(f"--{_REPEATED_FLAG[name]}={_value(name, v)}" for v in items)
         else:

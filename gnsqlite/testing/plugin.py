@@ -113,8 +113,11 @@ def nsq_cluster() -> Iterator[NsqCluster]:
         cluster.nsqds = [NsqdServer(lookupd=cluster.lookupd) for _ in range(CLUSTER_SIZE)]
         start_all(cluster.nsqds)
         http = cluster.lookupd.http
-        wait_until(lambda: len(http.nodes()) == CLUSTER_SIZE, timeout=10,
-                   message="three nsqd registered with lookupd")
+        wait_until(
+            lambda: len(http.nodes()) == CLUSTER_SIZE,
+            timeout=10,
+            message="three nsqd registered with lookupd",
+        )
         yield cluster
     finally:
         for server in cluster.nsqds:

@@ -138,14 +138,16 @@ class ServerProcess:
             except (NSQError, OSError):
                 pass
             if time.monotonic() > deadline:
-                self._fail(f"{self.name} did not answer /ping at {self.http_address} "
-                           f"within {timeout} s")
+                self._fail(
+                    f"{self.name} did not answer /ping at {self.http_address} within {timeout} s"
+                )
             gevent.sleep(0.02)
 
     def _fail(self, message: str) -> None:
         self.kill()
-        raise ServerStartError(f"{message}\ncommand: {' '.join(self.argv)}\n"
-                               f"--- stderr ---\n{self.stderr_text()}")
+        raise ServerStartError(
+            f"{message}\ncommand: {' '.join(self.argv)}\n--- stderr ---\n{self.stderr_text()}"
+        )
 
     def stderr_text(self) -> str:
         """The last few KB the process wrote to stdout/stderr."""
@@ -215,4 +217,3 @@ def _kill_all_at_exit() -> None:
 
 
 atexit.register(_kill_all_at_exit)
-

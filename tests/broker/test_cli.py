@@ -22,8 +22,16 @@ pytestmark = pytest.mark.embedded_only
 
 @pytest.mark.parametrize(
     ("text", "seconds"),
-    [("60s", 60.0), ("1m0s", 60.0), ("500ms", 0.5), ("2h", 7200.0), ("1.5s", 1.5),
-     ("0", 0.0), ("1h2m3s", 3723.0), ("250us", 0.00025)],
+    [
+        ("60s", 60.0),
+        ("1m0s", 60.0),
+        ("500ms", 0.5),
+        ("2h", 7200.0),
+        ("1.5s", 1.5),
+        ("0", 0.0),
+        ("1h2m3s", 3723.0),
+        ("250us", 0.00025),
+    ],
 )
 def test_parse_duration(text: str, seconds: float) -> None:
     assert parse_duration(text) == pytest.approx(seconds)
@@ -39,12 +47,15 @@ def test_flags_in_every_form() -> None:
     options = options_from_args(
         [
             "--tcp-address=127.0.0.1:0",
-            "-http-address", "127.0.0.1:0",
-            "--msg-timeout", "2s",
+            "-http-address",
+            "127.0.0.1:0",
+            "--msg-timeout",
+            "2s",
             "-max-msg-timeout=1m0s",
             "--max-req-timeout=500ms",
             "--lookupd-tcp-address=127.0.0.1:4160",
-            "--lookupd-tcp-address", "127.0.0.1:4161",
+            "--lookupd-tcp-address",
+            "127.0.0.1:4161",
             "--snappy=false",
             "--deflate",
             "--tls-required=false",
@@ -144,8 +155,13 @@ def test_cli_bind_failure_exits_non_zero() -> None:
         taken.listen()
         port = taken.getsockname()[1]
         proc = subprocess.run(
-            [sys.executable, "-m", "gnsqlite.broker", f"--tcp-address=127.0.0.1:{port}",
-             "--http-address=127.0.0.1:0"],
+            [
+                sys.executable,
+                "-m",
+                "gnsqlite.broker",
+                f"--tcp-address=127.0.0.1:{port}",
+                "--http-address=127.0.0.1:0",
+            ],
             capture_output=True,
             text=True,
             timeout=20,
@@ -238,14 +254,17 @@ def test_tls_options_are_validated(tmp_path: Path) -> None:
     assert opts.tls_required is True
     opts = BrokerOptions(tls_client_auth_policy="", tls_min_version="TLS1.3")
     assert (opts.tls_client_auth_policy, opts.tls_required, opts.tls_min_version) == (
-        None, False, "tls1.3"
+        None,
+        False,
+        "tls1.3",
     )
     assert BrokerOptions(tls_min_version="").tls_min_version == "tls1.0"
     # --tls-required: a boolean, or tcp-https (TCP only), which a policy keeps
     assert options_from_args(["--tls-required=tcp-https"])["tls_required"] == "tcp-https"
     assert options_from_args(["--tls-required"])["tls_required"] is True
-    opts = BrokerOptions(tls_cert="c", tls_key="k", tls_client_auth_policy="require",
-                         tls_required="TCP-HTTPS")
+    opts = BrokerOptions(
+        tls_cert="c", tls_key="k", tls_client_auth_policy="require", tls_required="TCP-HTTPS"
+    )
     assert opts.tls_required == "tcp-https"
     with pytest.raises(ConfigError, match="'tcp-https' \\(TCP only\\) or False"):
         BrokerOptions(tls_cert="c", tls_key="k", tls_required="https")
@@ -253,9 +272,17 @@ def test_tls_options_are_validated(tmp_path: Path) -> None:
 
 def test_cli_refuses_a_bad_option_with_status_2(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "gnsqlite.broker", "--tcp-address=127.0.0.1:0",
-         "--http-address=127.0.0.1:0", "--tls-client-auth-policy=require"],
-        capture_output=True, text=True, timeout=30,
+        [
+            sys.executable,
+            "-m",
+            "gnsqlite.broker",
+            "--tcp-address=127.0.0.1:0",
+            "--http-address=127.0.0.1:0",
+            "--tls-client-auth-policy=require",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert proc.returncode == 2
     assert "needs tls_cert and tls_key" in proc.stderr

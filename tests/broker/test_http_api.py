@@ -93,8 +93,18 @@ def test_pub_and_stats_shape(broker: Broker) -> None:
     assert client["state"] == 3
     assert client["ready_count"] == 1
     assert client["in_flight_count"] == 1
-    for key in ("version", "remote_address", "message_count", "finish_count", "requeue_count",
-                "connect_ts", "sample_rate", "deflate", "snappy", "tls"):
+    for key in (
+        "version",
+        "remote_address",
+        "message_count",
+        "finish_count",
+        "requeue_count",
+        "connect_ts",
+        "sample_rate",
+        "deflate",
+        "snappy",
+        "tls",
+    ):
         assert key in client
 
 

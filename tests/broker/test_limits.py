@@ -71,8 +71,11 @@ def _trickle(sock: Any, data: bytes, pause: float) -> None:
         # the line itself trickles past the deadline: closed without a word
         (b"PUB " + b"s" * 60 + b"\n", 0.1, []),
         # the line arrives, the body trickles: nsqd's failed body read is answered
-        (b"PUB slowloris\n" + struct.pack(">i", 64) + b"x" * 64, 0.1,
-         [(1, b"E_BAD_MESSAGE PUB failed to read message body")]),
+        (
+            b"PUB slowloris\n" + struct.pack(">i", 64) + b"x" * 64,
+            0.1,
+            [(1, b"E_BAD_MESSAGE PUB failed to read message body")],
+        ),
     ],
     ids=["in-line", "in-body"],
 )

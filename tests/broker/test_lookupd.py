@@ -125,9 +125,7 @@ def test_identify_answers_with_lookupd_info(lookupd: Lookupd, peer: Peer) -> Non
     }
 
 
-def test_register_makes_the_producer_discoverable(
-    client: LookupdClient, peer: Peer
-) -> None:
+def test_register_makes_the_producer_discoverable(client: LookupdClient, peer: Peer) -> None:
     peer.identify()
     assert peer.command("REGISTER clicks archive") == b"OK"
     assert peer.command("REGISTER clicks") == b"OK"
@@ -296,19 +294,31 @@ def test_ping_and_info(lookupd: Lookupd) -> None:
 def test_http_errors_have_nsqlookupd_codes(lookupd: Lookupd) -> None:
     address = lookupd.http_address
     assert status_of(address, "GET", "/lookup", topic="nope") == (
-        404, {"message": "TOPIC_NOT_FOUND"})
+        404,
+        {"message": "TOPIC_NOT_FOUND"},
+    )
     assert status_of(address, "GET", "/lookup") == (400, {"message": "MISSING_ARG_TOPIC"})
     assert status_of(address, "GET", "/channels") == (400, {"message": "MISSING_ARG_TOPIC"})
     assert status_of(address, "POST", "/topic/create", topic="b@d") == (
-        400, {"message": "INVALID_ARG_TOPIC"})
+        400,
+        {"message": "INVALID_ARG_TOPIC"},
+    )
     assert status_of(address, "POST", "/channel/create", topic="t") == (
-        400, {"message": "MISSING_ARG_CHANNEL"})
+        400,
+        {"message": "MISSING_ARG_CHANNEL"},
+    )
     assert status_of(address, "POST", "/channel/delete", topic="t", channel="c") == (
-        404, {"message": "CHANNEL_NOT_FOUND"})
+        404,
+        {"message": "CHANNEL_NOT_FOUND"},
+    )
     assert status_of(address, "POST", "/topic/tombstone", topic="t") == (
-        400, {"message": "MISSING_ARG_NODE"})
+        400,
+        {"message": "MISSING_ARG_NODE"},
+    )
     assert status_of(address, "GET", "/topic/create", topic="t") == (
-        405, {"message": "METHOD_NOT_ALLOWED"})
+        405,
+        {"message": "METHOD_NOT_ALLOWED"},
+    )
     assert status_of(address, "GET", "/nope") == (404, {"message": "NOT_FOUND"})
 
 
@@ -342,7 +352,9 @@ def test_tombstone_hides_one_producer_of_one_topic(
             p.command("REGISTER t")
             p.command("REGISTER other")
         http_request(
-            lookupd.http_address, "POST", "/topic/tombstone",
+            lookupd.http_address,
+            "POST",
+            "/topic/tombstone",
             {"topic": "t", "node": "127.0.0.1:1001"},
         )
         assert [p["http_port"] for p in client.lookup("t")["producers"]] == [1002]
@@ -373,10 +385,18 @@ def _free_port() -> int:
 def test_command_line_serves_until_sigterm() -> None:
     tcp, http = _free_port(), _free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gnsqlite.broker.lookupd",
-         f"--tcp-address=127.0.0.1:{tcp}", "-http-address", f"127.0.0.1:{http}",
-         "--broadcast-address=lookupd.cli", "--tombstone-lifetime=10s"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        [
+            sys.executable,
+            "-m",
+            "gnsqlite.broker.lookupd",
+            f"--tcp-address=127.0.0.1:{tcp}",
+            "-http-address",
+            f"127.0.0.1:{http}",
+            "--broadcast-address=lookupd.cli",
+            "--tombstone-lifetime=10s",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
         env={**os.environ, "PYTHONWARNINGS": "ignore"},
     )
     try:

@@ -47,9 +47,7 @@ class FakeBroker:
         if action == "REGISTER":
             self.pairs.append((topic, channel))
         else:
-            self.pairs = [
-                p for p in self.pairs if p[0] != topic or (channel and p[1] != channel)
-            ]
+            self.pairs = [p for p in self.pairs if p[0] != topic or (channel and p[1] != channel)]
         for listener in list(self.listeners):
             listener(action, topic, channel)
 
@@ -94,14 +92,16 @@ def test_existing_topics_and_channels_are_registered(
         assert producers(client, "t1") == [14150]
         assert client.lookup("t2") == {
             "channels": ["c"],
-            "producers": [{
-                "remote_address": client.nodes()[0]["remote_address"],
-                "hostname": "broker-host",
-                "broadcast_address": "127.0.0.1",
-                "tcp_port": 14150,
-                "http_port": 14151,
-                "version": "1.3.0",
-            }],
+            "producers": [
+                {
+                    "remote_address": client.nodes()[0]["remote_address"],
+                    "hostname": "broker-host",
+                    "broadcast_address": "127.0.0.1",
+                    "tcp_port": 14150,
+                    "http_port": 14151,
+                    "version": "1.3.0",
+                }
+            ],
         }
         assert peers.peers[0].info is not None
         assert peers.peers[0].info["http_port"] == lookupd.http_port
@@ -212,8 +212,15 @@ class ScriptedLookupd:
             if line == b"IDENTIFY\n":
                 size = struct.unpack(">i", rfile.read(4))[0]
                 self.commands.put(("IDENTIFY", json.loads(rfile.read(size))))
-                answer = json.dumps({"tcp_port": 1, "http_port": 2, "version": "x",
-                                     "broadcast_address": "b", "hostname": "h"}).encode()
+                answer = json.dumps(
+                    {
+                        "tcp_port": 1,
+                        "http_port": 2,
+                        "version": "x",
+                        "broadcast_address": "b",
+                        "hostname": "h",
+                    }
+                ).encode()
             else:
                 self.commands.put(line)
                 answer = b"OK"
@@ -229,8 +236,16 @@ def test_transcript_matches_nsqd() -> None:
         got = [fake.commands.get(timeout=5) for _ in range(4)]
         assert got == [
             b"  V1",
-            ("IDENTIFY", {"version": "1.3.0", "tcp_port": 14150, "http_port": 14151,
-                          "hostname": "broker-host", "broadcast_address": "127.0.0.1"}),
+            (
+                "IDENTIFY",
+                {
+                    "version": "1.3.0",
+                    "tcp_port": 14150,
+                    "http_port": 14151,
+                    "hostname": "broker-host",
+                    "broadcast_address": "127.0.0.1",
+                },
+            ),
             b"REGISTER t c\n",
             b"REGISTER u\n",
         ]
@@ -255,15 +270,15 @@ def test_an_error_answer_makes_it_reconnect(lookupd: Lookupd, client: LookupdCli
         peers.close()
 
 
-def test_embedded_broker_registers_and_unregisters(
-    lookupd: Lookupd, client: LookupdClient
-) -> None:
+def test_embedded_broker_registers_and_unregisters(lookupd: Lookupd, client: LookupdClient) -> None:
     from gnsqlite.broker import Broker
     from gnsqlite.http import NsqdHTTPClient
 
     broker = Broker(
-        tcp_address="127.0.0.1:0", http_address="127.0.0.1:0",
-        broadcast_address="127.0.0.1", lookupd_tcp_addresses=[lookupd.tcp_address],
+        tcp_address="127.0.0.1:0",
+        http_address="127.0.0.1:0",
+        broadcast_address="127.0.0.1",
+        lookupd_tcp_addresses=[lookupd.tcp_address],
     )
     broker.start()
     assert broker.http_address is not None

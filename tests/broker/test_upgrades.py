@@ -251,9 +251,7 @@ def test_auth_policy_refusal_and_empty_grant(make_broker: Callable[..., Broker])
         c.assert_closed()
 
 
-def test_auth_twice_and_auth_disabled(
-    make_broker: Callable[..., Broker], broker: Broker
-) -> None:
+def test_auth_twice_and_auth_disabled(make_broker: Callable[..., Broker], broker: Broker) -> None:
     with raw(broker) as c:
         c.command(b"AUTH", b"s")
         assert c.error() == b"E_AUTH_DISABLED AUTH disabled"

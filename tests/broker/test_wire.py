@@ -114,9 +114,7 @@ def _session_writes(broker: Broker, kind: str) -> tuple[list[bytes], Callable[[]
 
 
 @pytest.mark.parametrize("kind", ["snappy", "deflate"])
-def test_session_upgrade_writes_match_nsqd(
-    make_broker: Callable[..., Broker], kind: str
-) -> None:
+def test_session_upgrade_writes_match_nsqd(make_broker: Callable[..., Broker], kind: str) -> None:
     broker = make_broker()
     writes, close = _session_writes(broker, kind)
     wait_until(lambda: len(writes) >= (4 if kind == "snappy" else 7))

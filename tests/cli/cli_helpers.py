@@ -26,9 +26,7 @@ class Result:
     stderr: str
 
 
-def gnsqlite(
-    args: Sequence[str], input: bytes | None = None, timeout: float = TIMEOUT
-) -> Result:
+def gnsqlite(args: Sequence[str], input: bytes | None = None, timeout: float = TIMEOUT) -> Result:
     """Run ``python -m gnsqlite args`` to the end."""
     done = subprocess.run(
         [sys.executable, "-m", "gnsqlite", *args],

@@ -34,8 +34,15 @@ class _NoResponder:
 
 
 def test_tail_lines_raw_and_json() -> None:
-    message = Message("0123456789abcdef", b"\xffbin", 1_700_000_000_000_000_000, 2,
-                      "127.0.0.1:4150", _NoResponder(), 60.0)  # fmt: skip
+    message = Message(
+        "0123456789abcdef",
+        b"\xffbin",
+        1_700_000_000_000_000_000,
+        2,
+        "127.0.0.1:4150",
+        _NoResponder(),
+        60.0,
+    )
     assert format_message(message, "raw") == b"\xffbin\n"
     record = json.loads(format_message(message, "json"))
     assert record == {
@@ -48,12 +55,27 @@ def test_tail_lines_raw_and_json() -> None:
 
 
 def test_the_stats_table_aligns_columns() -> None:
-    table = format_table([
-        {"topic": "clicks", "depth": 1200, "message_count": 5000, "channels": [
-            {"channel": "archive", "depth": 7, "in_flight_count": 3, "deferred_count": 0,
-             "requeue_count": 12, "timeout_count": 1, "message_count": 5000, "client_count": 2},
-        ]},
-    ])  # fmt: skip
+    table = format_table(
+        [
+            {
+                "topic": "clicks",
+                "depth": 1200,
+                "message_count": 5000,
+                "channels": [
+                    {
+                        "channel": "archive",
+                        "depth": 7,
+                        "in_flight_count": 3,
+                        "deferred_count": 0,
+                        "requeue_count": 12,
+                        "timeout_count": 1,
+                        "message_count": 5000,
+                        "client_count": 2,
+                    },
+                ],
+            },
+        ]
+    )
     lines = table.splitlines()
     assert lines[0].startswith("TOPIC / CHANNEL")
     assert lines[1].split() == ["clicks", "1,200", "5,000"]

@@ -18,8 +18,20 @@ from gnsqlite.testing import free_port, wait_until
 def test_broker_with_lookupd_registers_and_stops_on_ctrl_c() -> None:
     ports = [free_port("127.0.0.1") for _ in range(4)]
     tcp, http, ltcp, lhttp = (f"127.0.0.1:{p}" for p in ports)
-    proc = start(["broker", "--tcp-address", tcp, "-http-address", http, "--lookupd",
-                  "--lookupd-listen-tcp", ltcp, "--lookupd-listen-http", lhttp])  # fmt: skip
+    proc = start(
+        [
+            "broker",
+            "--tcp-address",
+            tcp,
+            "-http-address",
+            http,
+            "--lookupd",
+            "--lookupd-listen-tcp",
+            ltcp,
+            "--lookupd-listen-http",
+            lhttp,
+        ]
+    )
     try:
         read_until(proc, "Ctrl-C stops")
         NsqdHTTPClient(http).pub("hello", b"x")
@@ -33,8 +45,15 @@ def test_broker_with_lookupd_registers_and_stops_on_ctrl_c() -> None:
 
 
 def test_broker_on_a_taken_port_fails_in_one_line(nsqd: Any) -> None:
-    result = gnsqlite(["broker", "--tcp-address", nsqd.tcp_address,
-                       "--http-address", f"127.0.0.1:{free_port('127.0.0.1')}"])  # fmt: skip
+    result = gnsqlite(
+        [
+            "broker",
+            "--tcp-address",
+            nsqd.tcp_address,
+            "--http-address",
+            f"127.0.0.1:{free_port('127.0.0.1')}",
+        ]
+    )
     assert result.returncode == 1
     assert "cannot listen" in result.stderr and "Traceback" not in result.stderr
 
@@ -68,12 +87,21 @@ def test_demo_runs_traffic_and_the_dashboard_then_stops_on_ctrl_c() -> None:
 
 
 def test_bench_publish_and_consume_against_a_given_nsqd(nsqd: Any) -> None:
-    result = gnsqlite(["bench", "--nsqd-tcp-address", nsqd.tcp_address, "--messages", "500",
-                       "--max-in-flight", "50"], timeout=60)  # fmt: skip
+    result = gnsqlite(
+        [
+            "bench",
+            "--nsqd-tcp-address",
+            nsqd.tcp_address,
+            "--messages",
+            "500",
+            "--max-in-flight",
+            "50",
+        ],
+        timeout=60,
+    )
     assert result.returncode == 0, result
     rows = {line.split("  ")[0].strip(): line for line in result.stdout.splitlines()}
-    for name in ("sequential PUB", "pipelined PUB x50", "MPUB batches of 100",
-                 "max_in_flight=50"):  # fmt: skip
+    for name in ("sequential PUB", "pipelined PUB x50", "MPUB batches of 100", "max_in_flight=50"):
         rate = float(rows[name].split()[-1].replace(",", ""))
         assert rate > 0
 
@@ -93,8 +121,17 @@ def test_dashboard_watches_a_cluster_through_lookupd(nsqlookupd: Any, nsqd_facto
     nsqd = nsqd_factory(lookupd=nsqlookupd)
     nsqd.http.mpub("watched", [b"a", b"b"])
     wait_until(lambda: "watched" in nsqlookupd.http.topics(), timeout=10)
-    proc = start(["dashboard", "--lookupd-http-address", nsqlookupd.http_address,
-                  "--port", "0", "--interval", "0.2"])  # fmt: skip
+    proc = start(
+        [
+            "dashboard",
+            "--lookupd-http-address",
+            nsqlookupd.http_address,
+            "--port",
+            "0",
+            "--interval",
+            "0.2",
+        ]
+    )
     try:
         match = re.search(r"dashboard: http://([\d.]+:\d+)/", read_until(proc, "Ctrl-C stops"))
         assert match

@@ -23,14 +23,25 @@ def dead_letter(nsqd: NsqdServer, bodies: list[bytes]) -> None:
 
     nsqd.http.mpub(TOPIC, bodies)
     consumer = Consumer(
-        TOPIC, CHANNEL, refuse, nsqd_tcp_addresses=[nsqd.tcp_address], max_in_flight=5,
-        max_attempts=1, requeue_delay=0.0, backoff=None, on_giving_up=lambda m: None,
-        dead_letter_topic=DEAD, dead_letter_envelope=True,
-    )  # fmt: skip
+        TOPIC,
+        CHANNEL,
+        refuse,
+        nsqd_tcp_addresses=[nsqd.tcp_address],
+        max_in_flight=5,
+        max_attempts=1,
+        requeue_delay=0.0,
+        backoff=None,
+        on_giving_up=lambda m: None,
+        dead_letter_topic=DEAD,
+        dead_letter_envelope=True,
+    )
     consumer.start()
     try:
-        wait_until(lambda: consumer.stats()["dead_letters"]["published"] == len(bodies),
-                   timeout=20, message="dead-lettered")  # fmt: skip
+        wait_until(
+            lambda: consumer.stats()["dead_letters"]["published"] == len(bodies),
+            timeout=20,
+            message="dead-lettered",
+        )
         wait_until(lambda: nsqd.channel_drained(TOPIC, CHANNEL), timeout=10)
     finally:
         consumer.close(timeout=5.0)
@@ -47,8 +58,16 @@ def test_tail_decodes_dead_letter_envelopes(nsqd: NsqdServer) -> None:
         nsqd.http.create_channel(DEAD, channel)
     dead_letter(nsqd, [b"order 1", b"\xff\x00"])
     nsqd.http.pub(DEAD, b"not an envelope")
-    tail = ["tail", "--topic", DEAD, "--nsqd-tcp-address", nsqd.tcp_address, "--dead-letter",
-            "-n", "3"]  # fmt: skip
+    tail = [
+        "tail",
+        "--topic",
+        DEAD,
+        "--nsqd-tcp-address",
+        nsqd.tcp_address,
+        "--dead-letter",
+        "-n",
+        "3",
+    ]
 
     result = gnsqlite([*tail, "--channel", "as_json", "--format", "json"])
     assert result.returncode == 0, result
@@ -57,8 +76,11 @@ def test_tail_decodes_dead_letter_envelopes(nsqd: NsqdServer) -> None:
     assert sorted(r.get("body") or r["body_base64"] for r in letters) == ["/wA=", "order 1"]
     for r in letters:
         assert (r["topic"], r["channel"], r["attempts"], r["nsqd"]) == (
-            TOPIC, CHANNEL, 2, nsqd.tcp_address,
-        )  # fmt: skip
+            TOPIC,
+            CHANNEL,
+            2,
+            nsqd.tcp_address,
+        )
         assert r["error"]["type"] == "KeyError" and "no customer for" in r["error"]["message"]
         assert len(r["id"]) == 16 and r["dead_lettered_at"] >= r["timestamp"] > 0
     [raw] = [r for r in records if "topic" not in r]
@@ -82,8 +104,15 @@ def test_pub_from_dead_letter_republishes_to_the_original_topic(nsqd: NsqdServer
     nsqd.http.create_channel(DEAD, "redrive")
     bodies = [b"order %d" % i for i in range(3)] + [b"\x00binary"]
     dead_letter(nsqd, bodies)
-    redrive = ["pub", "--from-dead-letter", DEAD, "--nsqd-tcp-address", nsqd.tcp_address,
-               "--idle-timeout", "1"]  # fmt: skip
+    redrive = [
+        "pub",
+        "--from-dead-letter",
+        DEAD,
+        "--nsqd-tcp-address",
+        nsqd.tcp_address,
+        "--idle-timeout",
+        "1",
+    ]
 
     result = gnsqlite(redrive)
     assert result.returncode == 0, result
@@ -92,8 +121,13 @@ def test_pub_from_dead_letter_republishes_to_the_original_topic(nsqd: NsqdServer
     wait_until(lambda: depth(nsqd, TOPIC, CHANNEL) == 4, timeout=10)
     assert depth(nsqd, DEAD, "redrive") == 0  # each finished once re-published
     got: list[bytes] = []
-    reader = Consumer(TOPIC, CHANNEL, lambda m: got.append(m.body),
-                      nsqd_tcp_addresses=[nsqd.tcp_address], max_in_flight=10)  # fmt: skip
+    reader = Consumer(
+        TOPIC,
+        CHANNEL,
+        lambda m: got.append(m.body),
+        nsqd_tcp_addresses=[nsqd.tcp_address],
+        max_in_flight=10,
+    )
     reader.start()
     try:
         wait_until(lambda: len(got) == 4 and nsqd.channel_drained(TOPIC, CHANNEL), timeout=10)
@@ -109,8 +143,9 @@ def test_pub_from_dead_letter_republishes_to_the_original_topic(nsqd: NsqdServer
     result = gnsqlite([*redrive, "--to", TOPIC, "-n", "1"])
     assert result.returncode == 0, result
     assert f"re-published 1 dead letters from {DEAD!r} ({TOPIC}: 1)" in result.stdout
-    wait_until(lambda: depth(nsqd, DEAD, "redrive") == 0 and depth(nsqd, TOPIC, CHANNEL) == 1,
-               timeout=10)  # fmt: skip
+    wait_until(
+        lambda: depth(nsqd, DEAD, "redrive") == 0 and depth(nsqd, TOPIC, CHANNEL) == 1, timeout=10
+    )
 
 
 def test_pub_dead_letter_flags_are_checked() -> None:

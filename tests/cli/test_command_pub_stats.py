@@ -22,9 +22,17 @@ def test_pub_publishes_every_line_of_a_file_in_batches(nsqd: Any, tmp_path: Path
     path = tmp_path / "events.txt"
     path.write_text("".join(f"event {i}\n" for i in range(250)) + "\n")  # a blank line is skipped
     result = gnsqlite(
-        ["pub", "--topic", "events", "--nsqd-tcp-address", nsqd.tcp_address,
-         "--batch", "100", str(path)]
-    )  # fmt: skip
+        [
+            "pub",
+            "--topic",
+            "events",
+            "--nsqd-tcp-address",
+            nsqd.tcp_address,
+            "--batch",
+            "100",
+            str(path),
+        ]
+    )
     assert result.returncode == 0, result
     assert "published 250 messages to 'events' in 3 MPUB batches" in result.stdout
     topic = _topic(nsqd, "events")
@@ -53,8 +61,9 @@ def test_pub_with_an_empty_file_publishes_nothing_and_says_so(nsqd: Any, tmp_pat
 
 
 def test_pub_rejects_an_invalid_topic_name(nsqd: Any) -> None:
-    result = gnsqlite(["pub", "--topic", "bad topic!", "--nsqd-tcp-address", nsqd.tcp_address],
-                      input=b"x\n")  # fmt: skip
+    result = gnsqlite(
+        ["pub", "--topic", "bad topic!", "--nsqd-tcp-address", nsqd.tcp_address], input=b"x\n"
+    )
     assert_one_line_error(result, 2, "bad topic!")
 
 

@@ -40,8 +40,11 @@ def test_pub_publishes_a_slow_pipe_line_by_line_as_lines_arrive(nsqd: Any) -> No
     with killed_at_exit(_pub(nsqd, "slow", "--batch", "100", "--flush-interval", "0.05")) as proc:
         for n in range(1, 6):
             _write(proc, b"line%d\n" % n)
-            wait_until(partial(_count_is, nsqd, "slow", n), timeout=5,
-                       message=f"line {n} published before the next was written")  # fmt: skip
+            wait_until(
+                partial(_count_is, nsqd, "slow", n),
+                timeout=5,
+                message=f"line {n} published before the next was written",
+            )
         out, err = proc.communicate(timeout=15)  # closes the pipe: the input ends
     assert proc.returncode == 0, err
     assert b"published 5 messages to 'slow' in 5 MPUB batches" in out, out
@@ -64,8 +67,11 @@ def test_a_steady_stream_is_held_no_longer_than_the_flush_interval(nsqd: Any) ->
         writer = threading.Thread(target=write, daemon=True)
         writer.start()
         try:
-            wait_until(lambda: _count(nsqd, "steady") >= 10, timeout=4,
-                       message="a batch sent while the stream went on")  # fmt: skip
+            wait_until(
+                lambda: _count(nsqd, "steady") >= 10,
+                timeout=4,
+                message="a batch sent while the stream went on",
+            )
         finally:
             done.set()
             writer.join(5)
@@ -78,8 +84,9 @@ def test_ctrl_c_on_an_open_pipe_stops_at_once_and_publishes_what_was_read(nsqd: 
     # Ctrl-C comes; the writer never closes the pipe.
     with killed_at_exit(_pub(nsqd, "cut", "--batch", "100", "--flush-interval", "60")) as proc:
         _write(proc, b"one\ntwo\nthree\n")
-        wait_until(lambda: unread_bytes(proc.stdin) == 0, timeout=10,  # type: ignore[arg-type]
-                   message="pub read the three lines")  # fmt: skip
+        stdin = proc.stdin
+        assert stdin is not None
+        wait_until(lambda: unread_bytes(stdin) == 0, timeout=10, message="pub read the three lines")
         assert _count(nsqd, "cut") == 0  # held, waiting for a full batch or a pause
         result = interrupt(proc, timeout=5.0)
     assert result.returncode == 130, result
@@ -105,12 +112,14 @@ def test_ctrl_c_counts_an_unfinished_record_as_not_published(nsqd: Any) -> None:
 
 def test_a_record_nsqd_would_refuse_is_counted_and_the_rest_still_published(nsqd: Any) -> None:
     too_big = b"x" * (1024 * 1024 + 1)  # nsqd's --max-msg-size is 1 MiB by default
-    result = gnsqlite(["pub", "--topic", "sized", "--nsqd-tcp-address", nsqd.tcp_address,
-                       "--batch", "1"], input=b"a\n" + too_big + b"\nc\n")  # fmt: skip
+    result = gnsqlite(
+        ["pub", "--topic", "sized", "--nsqd-tcp-address", nsqd.tcp_address, "--batch", "1"],
+        input=b"a\n" + too_big + b"\nc\n",
+    )
     assert result.returncode == 1, result  # something read was not published
     assert "published 2 messages to 'sized'" in result.stdout, result
-    assert result.stderr.startswith("gnsqlite pub: error: not published: 1 record read (a message"
-                                    " of 1048577 bytes exceeds"), result.stderr  # fmt: skip
+    assert result.stderr.startswith(
+        "gnsqlite pub: error: not published: 1 record read (a message of 1048577 bytes exceeds"
+    ), result.stderr
     assert len(result.stderr.splitlines()) == 1
     assert _count(nsqd, "sized") == 2
-

@@ -18,8 +18,19 @@ def _subscribed(nsqd: Any, topic: str) -> bool:
 
 
 def test_tail_prints_n_messages_as_json_then_exits(nsqd: Any) -> None:
-    proc = start(["tail", "--topic", "clicks", "--nsqd-tcp-address", nsqd.tcp_address,
-                  "-n", "3", "--format", "json"])  # fmt: skip
+    proc = start(
+        [
+            "tail",
+            "--topic",
+            "clicks",
+            "--nsqd-tcp-address",
+            nsqd.tcp_address,
+            "-n",
+            "3",
+            "--format",
+            "json",
+        ]
+    )
     try:
         nsqd.http.create_topic("clicks")
         wait_until(lambda: _subscribed(nsqd, "clicks"), timeout=15, message="tail subscribed")
@@ -41,14 +52,27 @@ def test_tail_through_lookupd_stops_cleanly_on_ctrl_c(nsqlookupd: Any, nsqd_fact
     nsqd = nsqd_factory(lookupd=nsqlookupd)
     nsqd.http.create_topic("logs")
     wait_until(lambda: "logs" in nsqlookupd.http.topics(), timeout=10)
-    proc = start(["tail", "--topic", "logs", "--channel", "tailer",
-                  "--lookupd-http-address", nsqlookupd.http_address])  # fmt: skip
+    proc = start(
+        [
+            "tail",
+            "--topic",
+            "logs",
+            "--channel",
+            "tailer",
+            "--lookupd-http-address",
+            nsqlookupd.http_address,
+        ]
+    )
     try:
         wait_until(lambda: _subscribed(nsqd, "logs"), timeout=15, message="tail subscribed")
         nsqd.http.pub("logs", b"hello from lookupd")
-        wait_until(lambda: nsqd.stats(topic="logs")["topics"][0]["channels"][0]["depth"] == 0
-                   and nsqd.stats(topic="logs")["topics"][0]["channels"][0]["in_flight_count"] == 0,
-                   timeout=10)  # fmt: skip
+        wait_until(
+            lambda: (
+                nsqd.stats(topic="logs")["topics"][0]["channels"][0]["depth"] == 0
+                and nsqd.stats(topic="logs")["topics"][0]["channels"][0]["in_flight_count"] == 0
+            ),
+            timeout=10,
+        )
     finally:
         result = interrupt(proc)
     assert result.returncode == 0, result

@@ -35,8 +35,10 @@ def test_nsqlookupd_ports_swapped_are_named_too(nsqlookupd: Any) -> None:
     tcp = nsqlookupd.tcp_address
     result = gnsqlite(["tail", "--topic", "t", "--lookupd-http-address", tcp])
     assert_one_line_error(
-        result, 1, f"wrong port for nsqlookupd at {tcp}",
+        result,
+        1,
+        f"wrong port for nsqlookupd at {tcp}",
         "that is nsqlookupd's TCP port (usually 4160); give its HTTP port (usually 4161)",
-    )  # fmt: skip
+    )
     result = gnsqlite(["tail", "--topic", "t", "--nsqd-tcp-address", tcp])
     assert_one_line_error(result, 1, "that is nsqlookupd's TCP port (usually 4160)", TCP_HINT)

@@ -37,10 +37,21 @@ def test_batch_consumer_says_what_it_waits_for_and_follows_the_exit_rule(nsqd: A
 
 def test_dead_letters_says_each_failure_it_causes_in_one_line(nsqd: Any) -> None:
     done = subprocess.run(
-        [sys.executable, str(EXAMPLES / "dead_letters.py"), "--nsqd-tcp-address",
-         nsqd.tcp_address, "--orders", "10", "--poison-every", "5"],
-        capture_output=True, text=True, timeout=120, env=_env(),
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(EXAMPLES / "dead_letters.py"),
+            "--nsqd-tcp-address",
+            nsqd.tcp_address,
+            "--orders",
+            "10",
+            "--poison-every",
+            "5",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=_env(),
+    )
     assert done.returncode == 0, done.stderr
     assert "done: 10 orders billed" in done.stdout
     lines = done.stderr.splitlines()

@@ -25,8 +25,13 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def _flags(parser: argparse.ArgumentParser) -> list[argparse.Action]:
-    return [a for a in parser._actions if a.option_strings and a.help != argparse.SUPPRESS
-            and not isinstance(a, argparse._HelpAction)]  # fmt: skip
+    return [
+        a
+        for a in parser._actions
+        if a.option_strings
+        and a.help != argparse.SUPPRESS
+        and not isinstance(a, argparse._HelpAction)
+    ]
 
 
 def _undocumented(parser: argparse.ArgumentParser) -> list[str]:
@@ -62,8 +67,9 @@ def _example(path: Path) -> ModuleType:
 
 
 @pytest.mark.no_server
-@pytest.mark.parametrize("path", ["batch_consumer.py", "dead_letters.py",
-                                  "dashboard_consumer.py", "crawler/pipeline.py"])  # fmt: skip
+@pytest.mark.parametrize(
+    "path", ["batch_consumer.py", "dead_letters.py", "dashboard_consumer.py", "crawler/pipeline.py"]
+)
 def test_every_example_option_has_help_and_its_default(path: str) -> None:
     missing = _undocumented(_example(EXAMPLES / path).build_parser())
     assert not missing, "\n".join(missing)
@@ -73,8 +79,12 @@ def test_every_example_option_has_help_and_its_default(path: str) -> None:
 def test_the_gunicorn_example_s_help_lists_every_setting() -> None:
     pytest.importorskip("flask")
     app = _example(EXAMPLES / "gunicorn_flask" / "app.py")
-    done = subprocess.run([sys.executable, str(EXAMPLES / "gunicorn_flask" / "app.py"), "--help"],
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / "gunicorn_flask" / "app.py"), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     for name in app.SETTINGS:
         assert f"\n  {name} " in done.stdout, (name, done.stdout)

@@ -26,16 +26,32 @@ ROOT = Path(__file__).resolve().parents[2]
 COMMANDS = {
     "gnsqlite tail": ["-m", "gnsqlite", "tail", "--topic", "t", "--nsqd-tcp-address", "ADDR"],
     "gnsqlite pub": ["-m", "gnsqlite", "pub", "--topic", "t", "--nsqd-tcp-address", "ADDR"],
-    "gnsqlite pub --from-dead-letter": ["-m", "gnsqlite", "pub", "--from-dead-letter", "t.dead",
-                                        "--to", "t", "--nsqd-tcp-address", "ADDR"],
+    "gnsqlite pub --from-dead-letter": [
+        "-m",
+        "gnsqlite",
+        "pub",
+        "--from-dead-letter",
+        "t.dead",
+        "--to",
+        "t",
+        "--nsqd-tcp-address",
+        "ADDR",
+    ],
     "gnsqlite stats": ["-m", "gnsqlite", "stats", "--nsqd-http-address", "ADDR"],
-    "gnsqlite dashboard": ["-m", "gnsqlite", "dashboard", "--nsqd-http-address", "ADDR",
-                           "--port", "0"],
+    "gnsqlite dashboard": [
+        "-m",
+        "gnsqlite",
+        "dashboard",
+        "--nsqd-http-address",
+        "ADDR",
+        "--port",
+        "0",
+    ],
     "gnsqlite bench": ["-m", "gnsqlite", "bench", "publish", "--nsqd-tcp-address", "ADDR"],
     "crawler": [str(ROOT / "examples/crawler"), "--nsqd-tcp-address", "ADDR"],
     "batch_consumer": [str(ROOT / "examples/batch_consumer.py"), "--nsqd-tcp-address", "ADDR"],
     "dead_letters": [str(ROOT / "examples/dead_letters.py"), "--nsqd-tcp-address", "ADDR"],
-}  # fmt: skip
+}
 
 
 @pytest.mark.no_server
@@ -44,8 +60,9 @@ def test_connection_refused_is_worded_one_way(program: str) -> None:
     address = f"127.0.0.1:{free_port('127.0.0.1')}"
     argv = [a.replace("ADDR", address) for a in COMMANDS[program]]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    done = subprocess.run([sys.executable, *argv], input=b"x\n", capture_output=True,
-                          timeout=60, env=env)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, *argv], input=b"x\n", capture_output=True, timeout=60, env=env
+    )
     what = "gnsqlite pub" if program.startswith("gnsqlite pub") else program
     assert done.stderr.decode() == (
         f"{what}: error: cannot reach nsqd at {address}: Connection refused\n"
@@ -53,17 +70,24 @@ def test_connection_refused_is_worded_one_way(program: str) -> None:
     assert done.returncode == 1
 
 
-@pytest.mark.parametrize(("extra", "status"), [
-    (["-n", "5"], 130),  # 1 of the 5 asked for when Ctrl-C came: a job cut short
-    ([], 0),  # running until stopped was the job
-], ids=["tail -n 5", "tail"])  # fmt: skip
+@pytest.mark.parametrize(
+    ("extra", "status"),
+    [
+        (["-n", "5"], 130),  # 1 of the 5 asked for when Ctrl-C came: a job cut short
+        ([], 0),  # running until stopped was the job
+    ],
+    ids=["tail -n 5", "tail"],
+)
 def test_ctrl_c_ends_tail_with_the_rule_s_status(nsqd: Any, extra: list[str], status: int) -> None:
     nsqd.http.create_topic("few")
     proc = start(["tail", "--topic", "few", "--nsqd-tcp-address", nsqd.tcp_address, *extra])
     try:
         nsqd.http.pub("few", b"only one")
-        wait_until(lambda: _channel_depth_and_in_flight(nsqd, "few") == (0, 0), timeout=15,
-                   message="tail subscribed and printed the one message")  # fmt: skip
+        wait_until(
+            lambda: _channel_depth_and_in_flight(nsqd, "few") == (0, 0),
+            timeout=15,
+            message="tail subscribed and printed the one message",
+        )
     finally:
         result = interrupt(proc)
     assert result.returncode == status, result

@@ -51,10 +51,12 @@ def test_the_page_shows_live_growing_figures_matching_stats(
     from gnsqlite.dashboard import Dashboard
 
     producer = Producer(nsqd.tcp_address)
-    consumer = Consumer("clicks", "dash", None, nsqd_tcp_addresses=[nsqd.tcp_address],
-                        max_in_flight=20)  # fmt: skip
-    dashboard = Dashboard(consumer, producer, nsqd_http_addresses=[nsqd.http_address],
-                          interval=0.25)  # fmt: skip
+    consumer = Consumer(
+        "clicks", "dash", None, nsqd_tcp_addresses=[nsqd.tcp_address], max_in_flight=20
+    )
+    dashboard = Dashboard(
+        consumer, producer, nsqd_http_addresses=[nsqd.http_address], interval=0.25
+    )
     consumer.set_handler(lambda message: gevent.sleep(0.005))  # the dashboard observes it
     published = 0
     stop = gevent.event.Event()
@@ -101,28 +103,42 @@ def test_the_page_shows_live_growing_figures_matching_stats(
         stop.set()
         publisher.join(timeout=5)
         wait_until(
-            lambda: consumer.stats()["totals"]["finished"] == published, timeout=15,
+            lambda: consumer.stats()["totals"]["finished"] == published,
+            timeout=15,
             message="every message finished",
-        )  # fmt: skip
+        )
         totals = consumer.stats()["totals"]
         assert totals["received"] == published
         for counter in ("received", "finished", "requeued", "in_flight"):
-            wait_until(partial(shows, counter, totals[counter]), timeout=10,
-                       message=f"the page shows {counter}={totals[counter]}")  # fmt: skip
+            wait_until(
+                partial(shows, counter, totals[counter]),
+                timeout=10,
+                message=f"the page shows {counter}={totals[counter]}",
+            )
         row = browser.call(
             lambda page: page.inner_text("[data-source=consumer0] table.conns tbody tr")
         )
         conn = consumer.stats()["connections"][0]
-        assert row.split() == [conn["address"], str(conn["rdy"]), conn["rdy_reason"], "0",
-                               f"{published:,}", f"{published:,}", "0"]  # fmt: skip
+        assert row.split() == [
+            conn["address"],
+            str(conn["rdy"]),
+            conn["rdy_reason"],
+            "0",
+            f"{published:,}",
+            f"{published:,}",
+            "0",
+        ]
 
         # the producer's card counts what it published
         def producer_shows(counter: str) -> float:
             selector = f"[data-source=producer1] [data-counter={counter}]"
             return _number(browser.call(lambda page: page.text_content(selector)))
 
-        wait_until(lambda: producer_shows("publishes") == published, timeout=10,
-                   message=f"the producer card shows {published} publishes")  # fmt: skip
+        wait_until(
+            lambda: producer_shows("publishes") == published,
+            timeout=10,
+            message=f"the producer card shows {published} publishes",
+        )
         assert producer_shows("messages") == published and producer_shows("errors") == 0
         prow = browser.call(
             lambda page: page.inner_text("[data-source=producer1] table.publishes tbody tr")

@@ -19,8 +19,9 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def _get(address: tuple[str, int], path: str, method: str = "GET",
-         headers: dict[str, str] | None = None) -> tuple[int, bytes]:  # fmt: skip
+def _get(
+    address: tuple[str, int], path: str, method: str = "GET", headers: dict[str, str] | None = None
+) -> tuple[int, bytes]:
     """A raw HTTP/1.0 request over a gevent socket; returns (status, body)."""
     host, port = address
     lines = [f"{method} {path} HTTP/1.0", f"Host: {host}:{port}"]
@@ -119,10 +120,19 @@ def test_the_dashboard_example_runs_and_stops_on_ctrl_c(nsqd: Any) -> None:
     example = Path(__file__).resolve().parents[2] / "examples" / "dashboard_consumer.py"
     nsqd.http.mpub("numbers", [b"%d" % i for i in range(100)])
     proc = subprocess.Popen(
-        [sys.executable, str(example), "--topic", "numbers",
-         "--nsqd-tcp-address", nsqd.tcp_address, "--port", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(example),
+            "--topic",
+            "numbers",
+            "--nsqd-tcp-address",
+            nsqd.tcp_address,
+            "--port",
+            "0",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline().decode()

@@ -18,17 +18,31 @@ class _FakeConsumer:
         self.starved = False
 
     def stats(self) -> dict[str, Any]:
-        totals = {k: sum(c[k] for c in self.conns)
-                  for k in ("rdy", "in_flight", "received", "finished", "requeued")}  # fmt: skip
-        return {"topic": self.topic, "channel": self.channel, "max_in_flight": 10,
-                "connections": self.conns, "totals": totals,
-                "backoff": {"state": self.backoff}, "starved": self.starved}  # fmt: skip
+        totals = {
+            k: sum(c[k] for c in self.conns)
+            for k in ("rdy", "in_flight", "received", "finished", "requeued")
+        }
+        return {
+            "topic": self.topic,
+            "channel": self.channel,
+            "max_in_flight": 10,
+            "connections": self.conns,
+            "totals": totals,
+            "backoff": {"state": self.backoff},
+            "starved": self.starved,
+        }
 
 
 def _conn(address: str, received: int, finished: int, requeued: int = 0) -> dict[str, Any]:
-    return {"address": address, "rdy": 5, "rdy_reason": "even",
-            "in_flight": received - finished - requeued,
-            "received": received, "finished": finished, "requeued": requeued}  # fmt: skip
+    return {
+        "address": address,
+        "rdy": 5,
+        "rdy_reason": "even",
+        "in_flight": received - finished - requeued,
+        "received": received,
+        "finished": finished,
+        "requeued": requeued,
+    }
 
 
 def test_counters_stay_cumulative_when_a_connection_goes_and_comes_back() -> None:
@@ -65,10 +79,16 @@ class _FakeProducer:
         self.errors: dict[str, int] = {}
 
     def stats(self) -> dict[str, Any]:
-        return {"publishes": [{"topic": "t", "command": "pub", "count": 3, "messages": 3}],
-                "errors": self.errors,
-                "totals": {"publishes": 3, "messages": 3, "errors": sum(self.errors.values()),
-                           "in_flight": 1}}  # fmt: skip
+        return {
+            "publishes": [{"topic": "t", "command": "pub", "count": 3, "messages": 3}],
+            "errors": self.errors,
+            "totals": {
+                "publishes": 3,
+                "messages": 3,
+                "errors": sum(self.errors.values()),
+                "in_flight": 1,
+            },
+        }
 
 
 def test_the_producer_card_gets_its_counts_and_new_errors_become_events() -> None:
@@ -77,8 +97,10 @@ def test_the_producer_card_gets_its_counts_and_new_errors_become_events() -> Non
     state, events = source.sample()
     assert state["counts"] == {"publishes": 3, "messages": 3, "errors": 0, "in_flight": 1}
     assert state["publishes"] == [{"topic": "t", "command": "pub", "count": 3, "messages": 3}]
-    assert state["connections"] == [{"address": "a:1", "connected": True},
-                                    {"address": "b:1", "connected": False}]  # fmt: skip
+    assert state["connections"] == [
+        {"address": "a:1", "connected": True},
+        {"address": "b:1", "connected": False},
+    ]
     assert events == []
     producer.errors = {"E_BAD_MESSAGE": 2}
     producer.connections = []

@@ -104,8 +104,9 @@ def test_python_blocks_compile(block: Block) -> None:
 @pytest.mark.no_server
 @pytest.mark.parametrize("block", PYCON, ids=lambda b: b.name)
 def test_pycon_blocks_run_as_doctests(block: Block) -> None:
-    test = doctest.DocTestParser().get_doctest(block.code, {}, block.name, str(block.page),
-                                               block.line)
+    test = doctest.DocTestParser().get_doctest(
+        block.code, {}, block.name, str(block.page), block.line
+    )
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     report: list[str] = []
     runner.run(test, out=report.append)
@@ -159,6 +160,5 @@ def _relative_links(page: Path) -> list[str]:
 @pytest.mark.no_server
 @pytest.mark.parametrize("page", [ROOT / "README.md", *PAGES], ids=lambda p: p.name)
 def test_relative_links_name_files_that_exist(page: Path) -> None:
-    missing = [t for t in _relative_links(page)
-               if not (page.parent / t.split("#", 1)[0]).exists()]
+    missing = [t for t in _relative_links(page) if not (page.parent / t.split("#", 1)[0]).exists()]
     assert not missing, f"{page.relative_to(ROOT)} links to missing files: {missing}"

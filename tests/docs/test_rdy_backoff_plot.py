@@ -26,8 +26,19 @@ def test_the_recorded_run_backs_off_probes_and_recovers(nsqd_factory: Any, tmp_p
     nsqd = [nsqd_factory().tcp_address for _ in range(2)]
     fail_from, fail_until, duration = 1.0, 1.5, 3.5
     picture, recording = tmp_path / "rdy.png", tmp_path / "rdy.json"
-    command = [sys.executable, str(SCRIPT), "--out", str(picture), "--json", str(recording),
-               "--duration", str(duration), "--fail", str(fail_from), str(fail_until)]  # fmt: skip
+    command = [
+        sys.executable,
+        str(SCRIPT),
+        "--out",
+        str(picture),
+        "--json",
+        str(recording),
+        "--duration",
+        str(duration),
+        "--fail",
+        str(fail_from),
+        str(fail_until),
+    ]
     for address in nsqd:
         command += ["--nsqd", address]
     subprocess.run(command, check=True, timeout=60)

@@ -56,6 +56,5 @@ def test_update_rewrites_a_stale_table(tmp_path: Path) -> None:
     stale = tmp_path / "README.md"
     stale.write_text(_TABLE.sub(r"\1| an old table |\n\2", README.read_text()))
     assert stale.read_text() != README.read_text()
-    subprocess.run([*COMMAND, str(REPORT), "--update", str(stale)], check=True,
-                   capture_output=True)  # fmt: skip
+    subprocess.run([*COMMAND, str(REPORT), "--update", str(stale)], check=True, capture_output=True)
     assert stale.read_text() == README.read_text()

@@ -17,10 +17,21 @@ def test_crawl_fetches_every_page_within_depth_exactly_once(
 ) -> None:
     report_path = tmp_path / "report.json"
     result = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "crawler"),
-         "--nsqd-tcp-address", nsqd.tcp_address, "--pages", "300", "--max-depth", "6",
-         "--report", str(report_path)],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            str(ROOT / "examples" / "crawler"),
+            "--nsqd-tcp-address",
+            nsqd.tcp_address,
+            "--pages",
+            "300",
+            "--max-depth",
+            "6",
+            "--report",
+            str(report_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads(report_path.read_text())

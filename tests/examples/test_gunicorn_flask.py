@@ -38,15 +38,20 @@ def channel(server: NsqdServer) -> dict[str, Any]:
     return server.channel_stats(TOPIC, CHANNEL)
 
 
-def call(port: int, method: str, path: str, body: bytes = b"",
-         json_body: bool | None = None) -> tuple[int, dict[str, str], Any]:
+def call(
+    port: int, method: str, path: str, body: bytes = b"", json_body: bool | None = None
+) -> tuple[int, dict[str, str], Any]:
     """One HTTP request: (status, headers, decoded JSON body)."""
     if json_body is None:
         json_body = body.startswith(b"{")
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     try:
-        conn.request(method, path, body=body,
-                     headers={"Content-Type": "application/json"} if json_body else {})
+        conn.request(
+            method,
+            path,
+            body=body,
+            headers={"Content-Type": "application/json"} if json_body else {},
+        )
         response = conn.getresponse()
         data = response.read()
         try:
@@ -75,8 +80,9 @@ def scrape(port: int) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
     }
 
 
-def metric(samples: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str,
-           **labels: str) -> float:
+def metric(
+    samples: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str, **labels: str
+) -> float:
     """The sum of ``name``'s samples whose labels include ``labels``."""
     wanted = set(labels.items())
     return sum(v for (n, ls), v in samples.items() if n == name and wanted <= ls)
@@ -97,8 +103,16 @@ def answers(port: int) -> bool:
 
 
 def gunicorn_argv() -> list[str]:
-    return [sys.executable, "-m", "gunicorn", "-c", str(EXAMPLE / "gunicorn.conf.py"),
-            "--chdir", str(EXAMPLE), "app:app"]
+    return [
+        sys.executable,
+        "-m",
+        "gunicorn",
+        "-c",
+        str(EXAMPLE / "gunicorn.conf.py"),
+        "--chdir",
+        str(EXAMPLE),
+        "app:app",
+    ]
 
 
 @contextlib.contextmanager
@@ -121,8 +135,13 @@ def running_gunicorn(
     process = subprocess.Popen(gunicorn_argv(), env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         # Both workers booted (a SIGTERM before a worker set its handlers is lost).
-        wait_until(lambda: output.read_text().count("NSQ clients started") == 2
-                   or process.poll() is not None, timeout=30, message="both workers started")
+        wait_until(
+            lambda: (
+                output.read_text().count("NSQ clients started") == 2 or process.poll() is not None
+            ),
+            timeout=30,
+            message="both workers started",
+        )
         assert process.poll() is None, output.read_text()
         wait_until(lambda: answers(port), timeout=10, message="gunicorn answers /stats")
         yield process, port
@@ -148,8 +167,11 @@ def test_two_workers_consume_each_message_once_and_stop_cleanly(
 ) -> None:
     process, port = gunicorn
     output = tmp_path / "gunicorn.out"
-    wait_until(lambda: len(channel(nsqd).get("clients", [])) == 2, timeout=20,
-               message="both workers subscribed")
+    wait_until(
+        lambda: len(channel(nsqd).get("clients", [])) == 2,
+        timeout=20,
+        message="both workers subscribed",
+    )
 
     expected = [b"single %d" % i for i in range(100)]
     for body in expected:
@@ -190,8 +212,9 @@ def test_two_workers_consume_each_message_once_and_stop_cleanly(
         )
 
     expected_sums = (100, 10, 200, 200, 200, 200, 2, 2)
-    wait_until(lambda: sums() == expected_sums, timeout=10,
-               message=f"/metrics sums {expected_sums}")  # fmt: skip
+    wait_until(
+        lambda: sums() == expected_sums, timeout=10, message=f"/metrics sums {expected_sums}"
+    )
     samples = scrape(port)
     assert metric(samples, "gnsqlite_consumer_messages_requeued_total") == 0
     assert metric(samples, "gnsqlite_producer_publish_seconds_count", command="pub") == 100
@@ -216,10 +239,20 @@ BAD_INPUT = [
     ("invalid topic", "/publish?topic=no/slash", b"x", False, "topic name"),
     ("empty topic", "/publish?topic=", b"x", False, "topic name"),
     ("above nsqd's --max-msg-size", "/publish", b"x" * (LIMIT + 1), False, "E_BAD_MESSAGE"),
-    ("above the producer's max_message_size", "/publish", b"x" * (2 << 20), False,
-     "max_message_size"),
-    ("one MPUB message above the limit", "/publish",
-     json.dumps({"messages": ["fine", "x" * (LIMIT + 1)]}).encode(), True, "E_BAD_MESSAGE"),
+    (
+        "above the producer's max_message_size",
+        "/publish",
+        b"x" * (2 << 20),
+        False,
+        "max_message_size",
+    ),
+    (
+        "one MPUB message above the limit",
+        "/publish",
+        json.dumps({"messages": ["fine", "x" * (LIMIT + 1)]}).encode(),
+        True,
+        "E_BAD_MESSAGE",
+    ),
     ("one MPUB message empty", "/publish", b'{"messages": ["fine", ""]}', True, "empty"),
     ("messages not a list", "/publish", b'{"messages": "notalist"}', True, "list of strings"),
     ("messages not strings", "/publish", b'{"messages": ["a", 1]}', True, "list of strings"),
@@ -261,26 +294,36 @@ def test_no_reachable_nsqd_answers_503_with_retry_after(tmp_path: Path) -> None:
     assert "Traceback" not in (tmp_path / "gunicorn.out").read_text()
 
 
-def test_nsqd_going_away_answers_503_until_it_is_back(
-    nsqd: NsqdServer, tmp_path: Path
-) -> None:
+def test_nsqd_going_away_answers_503_until_it_is_back(nsqd: NsqdServer, tmp_path: Path) -> None:
     with running_gunicorn(tmp_path, nsqd.tcp_address, NSQ_PUBLISH_TIMEOUT="0.5") as (_, port):
         assert request(port, "POST", "/publish", b"before")["published"] == 1
-        wait_until(lambda: all(call(port, "GET", "/healthz")[0] == 200 for _ in range(4)),
-                   timeout=10, message="/healthz 200 from both workers")  # fmt: skip
+        wait_until(
+            lambda: all(call(port, "GET", "/healthz")[0] == 200 for _ in range(4)),
+            timeout=10,
+            message="/healthz 200 from both workers",
+        )
         nsqd.stop()
         status, headers, data = call(port, "POST", "/publish", b'{"messages": ["a", "b"]}')
         assert (status, headers.get("Retry-After"), data["published"]) == (503, "1", 0), data
-        wait_until(lambda: all(call(port, "GET", "/healthz")[0] == 503 for _ in range(4)),
-                   timeout=10, message="/healthz 503 from both workers")  # fmt: skip
+        wait_until(
+            lambda: all(call(port, "GET", "/healthz")[0] == 503 for _ in range(4)),
+            timeout=10,
+            message="/healthz 503 from both workers",
+        )
         status, _, health = call(port, "GET", "/healthz")
         assert status == 503 and not health["ok"], health
         assert health["consumer"]["reasons"][0].startswith("no nsqd connected"), health
         nsqd.start()
-        wait_until(lambda: call(port, "POST", "/publish", b"after")[0] == 200, timeout=20,
-                   message="publishing works again once nsqd is back")
-        wait_until(lambda: call(port, "GET", "/healthz")[0] == 200, timeout=20,
-                   message="/healthz 200 again")
+        wait_until(
+            lambda: call(port, "POST", "/publish", b"after")[0] == 200,
+            timeout=20,
+            message="publishing works again once nsqd is back",
+        )
+        wait_until(
+            lambda: call(port, "GET", "/healthz")[0] == 200,
+            timeout=20,
+            message="/healthz 200 again",
+        )
     assert "Traceback" not in (tmp_path / "gunicorn.out").read_text()
 
 
@@ -306,8 +349,12 @@ def stopped(pid: int) -> Iterator[None]:
         pytest.skip("needs Linux /proc to see that nsqd's threads are stopped")
     os.kill(pid, signal.SIGSTOP)
     try:
-        wait_until(lambda: set(thread_states(pid)) <= {"T", "t"}, timeout=10,
-                   interval=0.005, message=f"every thread of {pid} stopped")
+        wait_until(
+            lambda: set(thread_states(pid)) <= {"T", "t"},
+            timeout=10,
+            interval=0.005,
+            message=f"every thread of {pid} stopped",
+        )
         yield
     finally:
         os.kill(pid, signal.SIGCONT)
@@ -339,8 +386,12 @@ def test_a_publish_nsqd_does_not_confirm_answers_503_published_unknown(
     ],
 )
 def test_a_bad_setting_stops_gunicorn_with_one_line(setting: str, value: str, reason: str) -> None:
-    env = dict(os.environ, BIND=f"127.0.0.1:{free_port()}", PYTHONPATH=str(ROOT),
-               NSQD_TCP_ADDRESS="127.0.0.1:4150")
+    env = dict(
+        os.environ,
+        BIND=f"127.0.0.1:{free_port()}",
+        PYTHONPATH=str(ROOT),
+        NSQD_TCP_ADDRESS="127.0.0.1:4150",
+    )
     env[setting] = value
     result = subprocess.run(gunicorn_argv(), env=env, capture_output=True, text=True, timeout=60)
     errors = [line for line in result.stderr.splitlines() if "[INFO]" not in line]

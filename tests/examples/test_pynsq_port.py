@@ -34,11 +34,17 @@ def run_program(name: str, nsqd: NsqdServer, tmp_path: Path, graceful: bool = Tr
     with out.open("wb") as sink:
         process = subprocess.Popen(
             [sys.executable, "-u", str(EXAMPLE / name), nsqd.tcp_address],
-            stdout=sink, stderr=subprocess.STDOUT, env={"PYTHONPATH": str(ROOT)},
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            env={"PYTHONPATH": str(ROOT)},
         )
         try:
-            wait_until(lambda: out.read_text().count(" -> ") == len(SENTENCES)
-                       or process.poll() is not None, timeout=20)
+            wait_until(
+                lambda: (
+                    out.read_text().count(" -> ") == len(SENTENCES) or process.poll() is not None
+                ),
+                timeout=20,
+            )
             process.send_signal(signal.SIGTERM if graceful else signal.SIGKILL)
             code = process.wait(timeout=20) if graceful else 0
         finally:

@@ -23,8 +23,11 @@ SCRIPTS = {
     "generator": ("spark_pipeline/generator.py", ["--pages", "5"], "--nsqd-tcp-address"),
     "summaries": ("spark_pipeline/summaries.py", ["--pages", "5"], "--nsqd-tcp-address"),
     "spark_pipeline": ("spark_pipeline", ["--pages", "5"], "--nsqd-tcp-address"),
-    "dashboard_consumer": ("dashboard_consumer.py", ["--topic", "t", "--port", "0"],
-                           "--nsqd-tcp-address"),
+    "dashboard_consumer": (
+        "dashboard_consumer.py",
+        ["--topic", "t", "--port", "0"],
+        "--nsqd-tcp-address",
+    ),
     "wordcount": ("pynsq_port/after.py", [], ""),
 }
 
@@ -35,10 +38,14 @@ ONE_VOICE = ("batch_consumer", "dead_letters", "crawler", "dashboard_consumer")
 CASES = [
     # (script, extra arguments, address, a piece of the one line)
     *[(name, [], "nohost", "'host:port'") for name in SCRIPTS],
-    *[(name, [], NOWHERE, "connect failed")
-      for name in ("generator", "summaries", "spark_pipeline")],
-    *[(name, [], NOWHERE, "error: cannot reach nsqd at 127.0.0.1:")
-      for name in ("batch_consumer", "crawler", "dead_letters")],
+    *[
+        (name, [], NOWHERE, "connect failed")
+        for name in ("generator", "summaries", "spark_pipeline")
+    ],
+    *[
+        (name, [], NOWHERE, "error: cannot reach nsqd at 127.0.0.1:")
+        for name in ("batch_consumer", "crawler", "dead_letters")
+    ],
     ("batch_consumer", ["--topic", "no/slash"], NOWHERE, "topic name"),
     ("batch_consumer", ["--max-in-flight", "-3"], NOWHERE, "max_in_flight=-3"),
     ("batch_consumer", ["--publish", "10"], NOWHERE, ": Connection refused"),
@@ -54,20 +61,29 @@ def run(name: str, extra: list[str], address: str) -> subprocess.CompletedProces
     path, args, option = SCRIPTS[name]
     if address == NOWHERE:
         address = f"127.0.0.1:{free_port()}"
-    argv = [sys.executable, str(EXAMPLES / path), *args, *extra,
-            *([option] if option else []), address]
+    argv = [
+        sys.executable,
+        str(EXAMPLES / path),
+        *args,
+        *extra,
+        *([option] if option else []),
+        address,
+    ]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     return subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
 
 
-@pytest.mark.parametrize(("name", "extra", "address", "reason"), CASES,
-                         ids=[f"{c[0]}-{c[3]}" for c in CASES])
-def test_one_line_and_exit_status(name: str, extra: list[str], address: str,
-                                  reason: str) -> None:
+@pytest.mark.parametrize(
+    ("name", "extra", "address", "reason"), CASES, ids=[f"{c[0]}-{c[3]}" for c in CASES]
+)
+def test_one_line_and_exit_status(name: str, extra: list[str], address: str, reason: str) -> None:
     result = run(name, extra, address)
     lines = result.stderr.splitlines()
-    bad_input = address != NOWHERE or reason in ("topic name", "max_in_flight=-3",
-                                                 "max_in_flight=50 is below batch_size")
+    bad_input = address != NOWHERE or reason in (
+        "topic name",
+        "max_in_flight=-3",
+        "max_in_flight=50 is below batch_size",
+    )
     status = 2 if bad_input and name in ONE_VOICE else 1
     assert result.returncode == status, result.stderr
     prefix = f"{name}: error: " if name in ONE_VOICE else f"{name}: "
@@ -75,15 +91,18 @@ def test_one_line_and_exit_status(name: str, extra: list[str], address: str,
     assert reason in lines[0], lines
 
 
-@pytest.mark.parametrize(("name", "extra"), [
-    ("batch_consumer", ["--batch-timeout", "0"]),
-    ("batch_consumer", ["--count", "many"]),
-    ("crawler", ["--pages", "0"]),
-    ("crawler", ["--fetchers", "0"]),
-    ("crawler", ["--max-depth", "-1"]),
-    ("generator", ["--rate", "0"]),
-    ("spark_pipeline", ["--per-batch", "0"]),
-])
+@pytest.mark.parametrize(
+    ("name", "extra"),
+    [
+        ("batch_consumer", ["--batch-timeout", "0"]),
+        ("batch_consumer", ["--count", "many"]),
+        ("crawler", ["--pages", "0"]),
+        ("crawler", ["--fetchers", "0"]),
+        ("crawler", ["--max-depth", "-1"]),
+        ("generator", ["--rate", "0"]),
+        ("spark_pipeline", ["--per-batch", "0"]),
+    ],
+)
 def test_a_bad_number_is_an_argparse_error(name: str, extra: list[str]) -> None:
     result = run(name, extra, NOWHERE)
     assert result.returncode == 2, result.stderr

@@ -46,17 +46,30 @@ def test_bounded_fuzz_pass(target: str, tmp_path: Path) -> None:
         _hypothesis_pass(target)
         return
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "fuzz" / "run.py"), "--target", target, "--runs", "3000",
-         "--work", str(tmp_path / "work"), "--artifacts", str(tmp_path / "crashes")],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            str(ROOT / "fuzz" / "run.py"),
+            "--target",
+            target,
+            "--runs",
+            "3000",
+            "--work",
+            str(tmp_path / "work"),
+            "--artifacts",
+            str(tmp_path / "crashes"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
     assert "3000 inputs" in proc.stdout, proc.stdout
 
 
 def _hypothesis_pass(target: str) -> None:
-    @settings(max_examples=300, deadline=None, derandomize=True,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=300, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck)
+    )
     @given(st.binary(max_size=2048))
     def run(data: bytes) -> None:
         run_one(target, data)

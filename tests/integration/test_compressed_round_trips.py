@@ -39,6 +39,7 @@ def route(request: pytest.FixtureRequest, nsqd: NsqdServer) -> Iterator[tuple[st
     with PieceProxy(nsqd.tcp_address, piece_size=3) as proxy:
         yield proxy.address, PIECES_ROUND_TRIPS
 
+
 COMPRESSION = pytest.mark.parametrize(
     "options",
     [{"snappy": True}, {"deflate": True, "deflate_level": 6}],

@@ -243,9 +243,7 @@ def test_a_consumer_connection_with_a_message_class_gets_its_messages_from_the_h
         conn.subscribe("t", "c", timeout=5)
         wait_until(lambda: len(got) == 4, timeout=5)
         assert nop.wait(5)
-        assert [(w, b) for _, w, b in got] == [
-            (b"%016d" % i, b"body %d" % i) for i in range(4)
-        ]
+        assert [(w, b) for _, w, b in got] == [(b"%016d" % i, b"body %d" % i) for i in range(4)]
         assert all(where is gevent.get_hub() for where, _, _ in got[:3])
         assert conn.reader.watch is not None
     finally:
@@ -316,9 +314,12 @@ def test_at_max_in_flight_1_the_handler_sends_its_fin_itself_before_it_yields(
 
     handlers: list[Any] = []
     consumer = Consumer(
-        "t", "c", lambda message: handlers.append(gevent.getcurrent()),
-        nsqd_tcp_addresses=[scripted(script).address], max_in_flight=1,
-    )  # fmt: skip
+        "t",
+        "c",
+        lambda message: handlers.append(gevent.getcurrent()),
+        nsqd_tcp_addresses=[scripted(script).address],
+        max_in_flight=1,
+    )
     consumer.start()
     try:
         assert subscribed.wait(5)

@@ -394,7 +394,6 @@ def test_a_static_nsqd_first_reached_through_lookupd_still_reconnects(
     wait_until(lambda: seen == [b"one", b"two"], timeout=15)
 
 
-
 def test_answering_after_the_connection_died_does_not_raise(
     nsqd: NsqdServer, consumers: list[Consumer]
 ) -> None:
@@ -588,13 +587,19 @@ def test_a_handler_timing_hook_that_raises_is_logged_and_the_workers_carry_on(
         raise ValueError("a metrics bug")
 
     consumer = Consumer(
-        TOPIC, CHANNEL, lambda m: handled.append(m.body), nsqd_tcp_addresses=nsqd.tcp_address,
+        TOPIC,
+        CHANNEL,
+        lambda m: handled.append(m.body),
+        nsqd_tcp_addresses=nsqd.tcp_address,
         concurrency=2,
     )
     consumer.set_handler_timing(timing)
     consumers.append(consumer)
     consumer.start()
-    wait_until(lambda: len(handled) == 20 and drained(nsqd), timeout=10,
-               message="all 20 handled and finished")
+    wait_until(
+        lambda: len(handled) == 20 and drained(nsqd),
+        timeout=10,
+        message="all 20 handled and finished",
+    )
     assert sorted(handled) == sorted(b"%d" % i for i in range(20))
     assert any("a metrics bug" in str(r.exc_info[1]) for r in caplog.records if r.exc_info)

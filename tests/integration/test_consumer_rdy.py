@@ -203,4 +203,3 @@ def test_equal_backlogs_never_hold_more_than_max_in_flight(
     assert max(held) <= 100, max(held)
     for server in servers:
         wait_until(partial(server.channel_drained, TOPIC, CHANNEL), timeout=10)
-

@@ -66,8 +66,13 @@ def expected_handling(good: set[bytes], bad: set[bytes]) -> collections.Counter[
 def collect(server: NsqdServer, topic: str, count: int) -> list[bytes]:
     """Read ``count`` messages of ``topic`` on a fresh channel (and a few more, if any)."""
     got: list[bytes] = []
-    reader = Consumer(topic, "check", lambda m: got.append(m.body),
-                      nsqd_tcp_addresses=[server.tcp_address], max_in_flight=50)  # fmt: skip
+    reader = Consumer(
+        topic,
+        "check",
+        lambda m: got.append(m.body),
+        nsqd_tcp_addresses=[server.tcp_address],
+        max_in_flight=50,
+    )
     reader.start()
     try:
         wait_until(lambda: len(got) >= count, timeout=20, message=f"{count} on {topic}")
@@ -79,12 +84,22 @@ def collect(server: NsqdServer, topic: str, count: int) -> list[bytes]:
 
 def test_options_are_validated_and_the_constructor_opens_nothing() -> None:
     before = live_greenlets()
-    consumer = Consumer(TOPIC, CHANNEL, lambda m: None, nsqd_tcp_addresses=["127.0.0.1:1"],
-                        dead_letter_topic=DEAD, dead_letter_nsqd="127.0.0.1:2")  # fmt: skip
+    consumer = Consumer(
+        TOPIC,
+        CHANNEL,
+        lambda m: None,
+        nsqd_tcp_addresses=["127.0.0.1:1"],
+        dead_letter_topic=DEAD,
+        dead_letter_nsqd="127.0.0.1:2",
+    )
     assert live_greenlets() == before
     assert consumer.stats()["dead_letters"] == {
-        "topic": DEAD, "envelope": False, "published": 0, "failed": 0, "nsqd": [],
-    }  # fmt: skip
+        "topic": DEAD,
+        "envelope": False,
+        "published": 0,
+        "failed": 0,
+        "nsqd": [],
+    }
     consumer.close()
     assert live_greenlets() == before
     with pytest.raises(InvalidNameError, match="dead_letter_topic: topic name 'no good'"):
@@ -94,11 +109,17 @@ def test_options_are_validated_and_the_constructor_opens_nothing() -> None:
     with pytest.raises(ConfigError, match="need a dead_letter_topic"):
         Consumer(TOPIC, CHANNEL, nsqd_tcp_addresses="127.0.0.1:1", dead_letter_envelope=True)
     with pytest.raises(ConfigError, match="max_attempts of 1 or more"):
-        Consumer(TOPIC, CHANNEL, nsqd_tcp_addresses="127.0.0.1:1", dead_letter_topic=DEAD,
-                 max_attempts=0)  # fmt: skip
+        Consumer(
+            TOPIC, CHANNEL, nsqd_tcp_addresses="127.0.0.1:1", dead_letter_topic=DEAD, max_attempts=0
+        )
     with pytest.raises(ConfigError, match="dead_letter_nsqd"):
-        Consumer(TOPIC, CHANNEL, nsqd_tcp_addresses="127.0.0.1:1", dead_letter_topic=DEAD,
-                 dead_letter_nsqd="no-port")  # fmt: skip
+        Consumer(
+            TOPIC,
+            CHANNEL,
+            nsqd_tcp_addresses="127.0.0.1:1",
+            dead_letter_topic=DEAD,
+            dead_letter_nsqd="no-port",
+        )
 
 
 def test_exhausted_messages_are_dead_lettered_once_in_an_envelope(
@@ -116,14 +137,25 @@ def test_exhausted_messages_are_dead_lettered_once_in_an_envelope(
         raise RuntimeError("a broken hook does not requeue a dead-lettered message")
 
     consumer = Consumer(
-        TOPIC, CHANNEL, ledger.handle, nsqd_tcp_addresses=[nsqd.tcp_address],
-        max_in_flight=10, max_attempts=MAX_ATTEMPTS, requeue_delay=0.0, backoff=None,
-        on_giving_up=hook, dead_letter_topic=DEAD, dead_letter_envelope=True,
-    )  # fmt: skip
+        TOPIC,
+        CHANNEL,
+        ledger.handle,
+        nsqd_tcp_addresses=[nsqd.tcp_address],
+        max_in_flight=10,
+        max_attempts=MAX_ATTEMPTS,
+        requeue_delay=0.0,
+        backoff=None,
+        on_giving_up=hook,
+        dead_letter_topic=DEAD,
+        dead_letter_envelope=True,
+    )
     consumers.append(consumer)
     consumer.start()
-    wait_until(lambda: nsqd.channel_drained(TOPIC, CHANNEL) and sum(ledger.given_up.values())
-               == len(bad), timeout=30, message="every message answered")  # fmt: skip
+    wait_until(
+        lambda: nsqd.channel_drained(TOPIC, CHANNEL) and sum(ledger.given_up.values()) == len(bad),
+        timeout=30,
+        message="every message answered",
+    )
 
     good = set(sent) - bad
     assert ledger.succeeded == collections.Counter(good)  # each good body handled once
@@ -171,16 +203,30 @@ def test_a_batch_handler_s_failures_are_dead_lettered_with_its_error(
             raise ValueError(f"refused {len(refused)} of {len(messages)}")
 
     consumer = Consumer(
-        TOPIC, CHANNEL, batch_handler=store, batch_size=10, batch_timeout=0.05,
-        nsqd_tcp_addresses=[nsqd.tcp_address], max_in_flight=10, max_attempts=MAX_ATTEMPTS,
-        requeue_delay=0.0, backoff=None, on_giving_up=lambda m: None,
-        dead_letter_topic=DEAD, dead_letter_envelope=True,
-    )  # fmt: skip
+        TOPIC,
+        CHANNEL,
+        batch_handler=store,
+        batch_size=10,
+        batch_timeout=0.05,
+        nsqd_tcp_addresses=[nsqd.tcp_address],
+        max_in_flight=10,
+        max_attempts=MAX_ATTEMPTS,
+        requeue_delay=0.0,
+        backoff=None,
+        on_giving_up=lambda m: None,
+        dead_letter_topic=DEAD,
+        dead_letter_envelope=True,
+    )
     consumers.append(consumer)
     consumer.start()
-    wait_until(lambda: nsqd.channel_drained(TOPIC, CHANNEL)
-               and consumer.stats()["dead_letters"]["published"] == len(bad),
-               timeout=30, message="every message answered")  # fmt: skip
+    wait_until(
+        lambda: (
+            nsqd.channel_drained(TOPIC, CHANNEL)
+            and consumer.stats()["dead_letters"]["published"] == len(bad)
+        ),
+        timeout=30,
+        message="every message answered",
+    )
     assert stored == collections.Counter(set(sent) - bad)  # each good body stored once
     assert nsqd.channel_stats(TOPIC, CHANNEL)["requeue_count"] == len(bad) * MAX_ATTEMPTS
     letters = [decode_envelope(raw) for raw in collect(nsqd, DEAD, len(bad))]
@@ -191,17 +237,22 @@ def test_a_batch_handler_s_failures_are_dead_lettered_with_its_error(
         assert letter.error.message.startswith("refused ")
 
 
-def test_raw_dead_letters_carry_the_body_alone(
-    nsqd: NsqdServer, consumers: list[Consumer]
-) -> None:
-    NsqdHTTPClient(nsqd.http_address).mpub(TOPIC, [b"good", b"{\"format\": 1}", b"\x00\x01"])
-    bad = {b"{\"format\": 1}", b"\x00\x01"}
+def test_raw_dead_letters_carry_the_body_alone(nsqd: NsqdServer, consumers: list[Consumer]) -> None:
+    NsqdHTTPClient(nsqd.http_address).mpub(TOPIC, [b"good", b'{"format": 1}', b"\x00\x01"])
+    bad = {b'{"format": 1}', b"\x00\x01"}
     ledger = Ledger(bad)
     consumer = Consumer(
-        TOPIC, CHANNEL, ledger.handle, nsqd_tcp_addresses=[nsqd.tcp_address],
-        max_in_flight=3, max_attempts=1, requeue_delay=0.0, backoff=None,
-        on_giving_up=lambda m: None, dead_letter_topic=DEAD,
-    )  # fmt: skip
+        TOPIC,
+        CHANNEL,
+        ledger.handle,
+        nsqd_tcp_addresses=[nsqd.tcp_address],
+        max_in_flight=3,
+        max_attempts=1,
+        requeue_delay=0.0,
+        backoff=None,
+        on_giving_up=lambda m: None,
+        dead_letter_topic=DEAD,
+    )
     consumers.append(consumer)
     consumer.start()
     wait_until(lambda: consumer.stats()["dead_letters"]["published"] == 2, timeout=20)
@@ -219,13 +270,21 @@ def test_dead_letter_nsqd_down_requeues_then_delivers_once_back(
     NsqdHTTPClient(nsqd.http_address).mpub(TOPIC, sent)
     ledger = Ledger(bad)
     consumer = Consumer(
-        TOPIC, CHANNEL, ledger.handle, nsqd_tcp_addresses=[nsqd.tcp_address],
-        max_in_flight=10, max_attempts=MAX_ATTEMPTS, requeue_delay=0.0,
+        TOPIC,
+        CHANNEL,
+        ledger.handle,
+        nsqd_tcp_addresses=[nsqd.tcp_address],
+        max_in_flight=10,
+        max_attempts=MAX_ATTEMPTS,
+        requeue_delay=0.0,
         backoff=None,
         on_giving_up=lambda m: ledger.given_up.update([m.body]),
-        dead_letter_topic=DEAD, dead_letter_nsqd=dead_nsqd.tcp_address, dead_letter_timeout=0.3,
-        reconnect_interval=0.05, max_reconnect_interval=0.2,
-    )  # fmt: skip
+        dead_letter_topic=DEAD,
+        dead_letter_nsqd=dead_nsqd.tcp_address,
+        dead_letter_timeout=0.3,
+        reconnect_interval=0.05,
+        max_reconnect_interval=0.2,
+    )
     consumers.append(consumer)
     before = live_greenlets()
     consumer.start()
@@ -243,9 +302,14 @@ def test_dead_letter_nsqd_down_requeues_then_delivers_once_back(
     assert not ledger.given_up  # the hook runs only once the dead letter is safe
 
     dead_nsqd.start()  # same ports and data path
-    wait_until(lambda: nsqd.channel_drained(TOPIC, CHANNEL)
-               and consumer.stats()["dead_letters"]["published"] == len(bad),
-               timeout=30, message="dead-lettered once the nsqd is back")  # fmt: skip
+    wait_until(
+        lambda: (
+            nsqd.channel_drained(TOPIC, CHANNEL)
+            and consumer.stats()["dead_letters"]["published"] == len(bad)
+        ),
+        timeout=30,
+        message="dead-lettered once the nsqd is back",
+    )
     stats = consumer.stats()
     failed = stats["dead_letters"]["failed"]
     assert ledger.given_up == collections.Counter(bad)
@@ -266,11 +330,19 @@ def test_a_stalled_dead_letter_publish_times_out_and_requeues(
     first = sorted(bad)[0]
     ledger = Ledger(bad)
     consumer = Consumer(
-        TOPIC, CHANNEL, ledger.handle, nsqd_tcp_addresses=[nsqd.tcp_address],
-        max_in_flight=10, max_attempts=1, requeue_delay=0.0,
-        backoff=None, on_giving_up=lambda m: ledger.given_up.update([m.body]),
-        dead_letter_topic=DEAD, dead_letter_nsqd=proxy.address, dead_letter_timeout=0.3,
-    )  # fmt: skip
+        TOPIC,
+        CHANNEL,
+        ledger.handle,
+        nsqd_tcp_addresses=[nsqd.tcp_address],
+        max_in_flight=10,
+        max_attempts=1,
+        requeue_delay=0.0,
+        backoff=None,
+        on_giving_up=lambda m: ledger.given_up.update([m.body]),
+        dead_letter_topic=DEAD,
+        dead_letter_nsqd=proxy.address,
+        dead_letter_timeout=0.3,
+    )
     consumers.append(consumer)
     consumer.start()
     NsqdHTTPClient(nsqd.http_address).pub(TOPIC, first)
@@ -284,9 +356,11 @@ def test_a_stalled_dead_letter_publish_times_out_and_requeues(
     assert ledger.given_up == collections.Counter([first])  # no hook for a failed publish
 
     proxy.resume()
-    wait_until(lambda: nsqd.channel_drained(TOPIC, CHANNEL)
-               and sum(ledger.given_up.values()) == len(bad),
-               timeout=30, message="dead-lettered once the path flows again")  # fmt: skip
+    wait_until(
+        lambda: nsqd.channel_drained(TOPIC, CHANNEL) and sum(ledger.given_up.values()) == len(bad),
+        timeout=30,
+        message="dead-lettered once the path flows again",
+    )
     stats = consumer.stats()
     assert ledger.given_up == collections.Counter(bad)
     assert stats["totals"]["finished"] == len(sent)

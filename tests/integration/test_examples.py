@@ -53,14 +53,29 @@ def test_dead_letters_example_sets_poison_aside_then_bills_it_once_republished(
     nsqd: NsqdServer,
 ) -> None:
     result = subprocess.run(
-        [sys.executable, str(EXAMPLES / "dead_letters.py"), "--nsqd-tcp-address",
-         nsqd.tcp_address, "--orders", "23", "--poison-every", "5"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(EXAMPLES / "dead_letters.py"),
+            "--nsqd-tcp-address",
+            nsqd.tcp_address,
+            "--orders",
+            "23",
+            "--poison-every",
+            "5",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     assert "billed 18 orders; 5 dead-lettered" in result.stdout
-    letters = re.findall(r"dead letter \w{16} from orders/billing after 3 attempts \(KeyError: "
-                         r"'order (\d+) has no customer'\)", result.stdout)  # fmt: skip
+    letters = re.findall(
+        r"dead letter \w{16} from orders/billing after 3 attempts \(KeyError: "
+        r"'order (\d+) has no customer'\)",
+        result.stdout,
+    )
     assert sorted(map(int, letters)) == [0, 5, 10, 15, 20]
-    assert "done: 23 orders billed, 5 of them after re-publishing their dead letters:" \
+    assert (
+        "done: 23 orders billed, 5 of them after re-publishing their dead letters:"
         " [0, 5, 10, 15, 20]" in result.stdout
+    )

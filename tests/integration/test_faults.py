@@ -58,17 +58,32 @@ def run(
     where = f"seed={seed} (GNSQLITE_FAULT_SEED={seed} replays it)"
     pub_proxy, sub_proxy = fault_proxy(nsqd.tcp_address), fault_proxy(nsqd.tcp_address)
     ledger = DeliveryLedger(transit=STALL + 0.1)
-    handler = AccountingHandler(ledger, random.Random(rng.random()), fail_rate, slow_rate,
-                                overstay=0.2)  # fmt: skip
-    injector = FaultInjector([pub_proxy, sub_proxy], random.Random(rng.random()),
-                             weights=faults, stall_for=STALL, delay_for=0.2)  # fmt: skip
+    handler = AccountingHandler(
+        ledger, random.Random(rng.random()), fail_rate, slow_rate, overstay=0.2
+    )
+    injector = FaultInjector(
+        [pub_proxy, sub_proxy],
+        random.Random(rng.random()),
+        weights=faults,
+        stall_for=STALL,
+        delay_for=0.2,
+    )
     before = live_greenlets()
     producer = Producer([pub_proxy.address], timeout=5.0, heartbeat_interval=1.0)
-    consumer = Consumer(TOPIC, CHANNEL, handler, nsqd_tcp_addresses=[sub_proxy.address],
-                        max_in_flight=MAX_IN_FLIGHT, heartbeat_interval=1.0, backoff=None,
-                        requeue_delay=0.05, reconnect_interval=0.05,
-                        max_reconnect_interval=0.2, max_attempts=MAX_ATTEMPTS,
-                        on_giving_up=ledger.gave_up)  # fmt: skip
+    consumer = Consumer(
+        TOPIC,
+        CHANNEL,
+        handler,
+        nsqd_tcp_addresses=[sub_proxy.address],
+        max_in_flight=MAX_IN_FLIGHT,
+        heartbeat_interval=1.0,
+        backoff=None,
+        requeue_delay=0.05,
+        reconnect_interval=0.05,
+        max_reconnect_interval=0.2,
+        max_attempts=MAX_ATTEMPTS,
+        on_giving_up=ledger.gave_up,
+    )
     losses: list[int] = []
 
     def count_losses(conn: object, error: Exception | None) -> None:
@@ -111,9 +126,13 @@ def run(
         for proxy in (pub_proxy, sub_proxy):
             proxy.resume()
         try:
-            wait_until(lambda: not ledger.lost() and nsqd.channel_drained(TOPIC, CHANNEL),
-                       timeout=30, interval=0.1, ignore=(NSQError, OSError),
-                       message="every acknowledged publish handled, channel empty")  # fmt: skip
+            wait_until(
+                lambda: not ledger.lost() and nsqd.channel_drained(TOPIC, CHANNEL),
+                timeout=30,
+                interval=0.1,
+                ignore=(NSQError, OSError),
+                message="every acknowledged publish handled, channel empty",
+            )
         except AssertionError as exc:
             pytest.fail(f"{exc}: lost {ledger.explain_lost()}; {ledger.summary()}; {where}")
     finally:
@@ -136,8 +155,10 @@ def run(
     held_up = injector.counts["stall"] + injector.counts["delay"]
     assert dups["timed_out"] <= handler.slow + held_up * MAX_IN_FLIGHT, where
     assert dups["connection_lost"] <= (len(losses) + restarts) * MAX_IN_FLIGHT, where
-    print(f"{ledger.summary()} slow {handler.slow} losses {len(losses)}"
-          f" faults {dict(injector.counts)}; {where}")  # fmt: skip
+    print(
+        f"{ledger.summary()} slow {handler.slow} losses {len(losses)}"
+        f" faults {dict(injector.counts)}; {where}"
+    )
     return ledger, injector, handler, consumer
 
 
@@ -146,9 +167,12 @@ def test_resets_and_half_closes_lose_nothing(
 ) -> None:
     nsqd = nsqd_factory(msg_timeout=MSG_TIMEOUT)
     ledger, injector, _, _ = run(
-        nsqd, fault_proxy, seed=seed_from_env(), count=1500,
+        nsqd,
+        fault_proxy,
+        seed=seed_from_env(),
+        count=1500,
         faults={"cut": 3, "half_close_client": 1, "half_close_server": 1},
-    )  # fmt: skip
+    )
     assert injector.counts["cut"] > 0
     assert ledger.lost() == []
 
@@ -158,9 +182,14 @@ def test_stalls_delays_failing_and_slow_handlers_lose_nothing(
 ) -> None:
     nsqd = nsqd_factory(msg_timeout=MSG_TIMEOUT)
     ledger, _, handler, _ = run(
-        nsqd, fault_proxy, seed=seed_from_env(), count=1000,
-        faults={"stall": 1, "delay": 1, "cut": 1}, fail_rate=0.05, slow_rate=0.02,
-    )  # fmt: skip
+        nsqd,
+        fault_proxy,
+        seed=seed_from_env(),
+        count=1000,
+        faults={"stall": 1, "delay": 1, "cut": 1},
+        fail_rate=0.05,
+        slow_rate=0.02,
+    )
     assert ledger.failures > 0 and handler.slow > 0
     assert ledger.lost() == []
 
@@ -170,9 +199,14 @@ def test_broker_restarts_lose_nothing(
 ) -> None:
     nsqd = nsqd_factory(msg_timeout=MSG_TIMEOUT)
     ledger, _, _, _ = run(
-        nsqd, fault_proxy, seed=seed_from_env(), count=800, faults={"cut": 1},
-        fail_rate=0.02, restarts=2,
-    )  # fmt: skip
+        nsqd,
+        fault_proxy,
+        seed=seed_from_env(),
+        count=800,
+        faults={"cut": 1},
+        fail_rate=0.02,
+        restarts=2,
+    )
     assert ledger.lost() == []
 
 
@@ -190,8 +224,15 @@ def test_answers_on_a_dead_connection_return_false_and_its_queue_empties(
         held.append(message)
         release.wait(10)
 
-    consumer = Consumer(TOPIC, CHANNEL, handle, nsqd_tcp_addresses=[proxy.address],
-                        max_in_flight=20, concurrency=2, reconnect_interval=5.0)  # fmt: skip
+    consumer = Consumer(
+        TOPIC,
+        CHANNEL,
+        handle,
+        nsqd_tcp_addresses=[proxy.address],
+        max_in_flight=20,
+        concurrency=2,
+        reconnect_interval=5.0,
+    )
     try:
         consumer.start()
         wait_until(lambda: consumer.stats()["queued"] >= 10, timeout=10, message="queue filled")

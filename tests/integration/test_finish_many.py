@@ -54,8 +54,16 @@ def test_finish_all_sends_a_connections_fins_in_one_write(nsqd: NsqdServer) -> N
         if len(held) >= n:
             all_held.set()
 
-    consumer = Consumer(TOPIC, CHANNEL, batch_handler=hold, batch_size=100, batch_timeout=0.05,
-                        max_in_flight=n, backoff=None, nsqd_tcp_addresses=[nsqd.tcp_address])
+    consumer = Consumer(
+        TOPIC,
+        CHANNEL,
+        batch_handler=hold,
+        batch_size=100,
+        batch_timeout=0.05,
+        max_in_flight=n,
+        backoff=None,
+        nsqd_tcp_addresses=[nsqd.tcp_address],
+    )
     consumer.start()
     spy: CountingStream | None = None
     try:

@@ -275,6 +275,7 @@ def test_a_publish_timing_hook_that_raises_is_logged_and_loses_nothing(
     or failed although nsqd had taken them.
     """
     with Producer(nsqd.tcp_address) as producer:
+
         def timing(topic: str, command: str, seconds: float) -> None:
             raise ValueError("a metrics bug")
 
@@ -286,5 +287,7 @@ def test_a_publish_timing_hook_that_raises_is_logged_and_loses_nothing(
         producer.multi_publish("timed", [b"a", b"b"])
         assert producer.connections == (conn,) and conn.is_connected
     assert nsqd.topic_stats("timed")["message_count"] == 52
-    assert any("a metrics bug" in r.getMessage() or (r.exc_info and "a metrics bug" in
-               str(r.exc_info[1])) for r in caplog.records)
+    assert any(
+        "a metrics bug" in r.getMessage() or (r.exc_info and "a metrics bug" in str(r.exc_info[1]))
+        for r in caplog.records
+    )

@@ -331,14 +331,14 @@ def test_a_blocking_publish_is_sent_by_its_caller_before_it_waits(scripted: Star
         Producer(scripted(answer_all).address) as producer,
         RecordingSends(producer.connections[0]) as recording,
     ):
+
         def publish_three() -> None:
             for i in range(3):
                 producer.publish("t", b"%d" % i)
 
         publisher = gevent.spawn(publish_three)
         publisher.get(timeout=5)
-        assert recording.sends == [(publisher, b"PUB t\n\x00\x00\x00\x01%d" % i)
-                                   for i in range(3)]  # fmt: skip
+        assert recording.sends == [(publisher, b"PUB t\n\x00\x00\x00\x01%d" % i) for i in range(3)]
 
 
 def test_publishers_woken_together_send_their_next_publishes_in_one_batch(
@@ -359,6 +359,7 @@ def test_publishers_woken_together_send_their_next_publishes_in_one_batch(
         Producer(scripted(script).address) as producer,
         RecordingSends(producer.connections[0]) as recording,
     ):
+
         def publish_four() -> None:
             for _ in range(4):
                 producer.publish("t", b"x")

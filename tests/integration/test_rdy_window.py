@@ -170,4 +170,3 @@ def test_at_max_in_flight_1_the_consumer_sends_rdy_1_once(nsqd: NsqdServer) -> N
 def test_with_one_nsqd_the_consumer_sends_its_share_once(nsqd: NsqdServer) -> None:
     # RDY 1, then the share its first message opens; answers send nothing more.
     assert _consume(nsqd, "rdy_window_consume_10", 10, 300) == [b"RDY 1", b"RDY 10"]
-

@@ -38,10 +38,16 @@ def cycle(
     producer.publish("leaks", body)
     wait_until(lambda: handled and handled[-1] == body, timeout=10, message=f"message {n}")
     proxy.cut()
-    wait_until(lambda: proxy.accepted >= accepted + 2 and len(proxy.connections) == 2,
-               timeout=10, message=f"both reconnected after cut {n}")  # fmt: skip
-    wait_until(lambda: len(consumer.stats()["connections"]) == 1, timeout=10,
-               message=f"consumer subscribed again after cut {n}")  # fmt: skip
+    wait_until(
+        lambda: proxy.accepted >= accepted + 2 and len(proxy.connections) == 2,
+        timeout=10,
+        message=f"both reconnected after cut {n}",
+    )
+    wait_until(
+        lambda: len(consumer.stats()["connections"]) == 1,
+        timeout=10,
+        message=f"consumer subscribed again after cut {n}",
+    )
 
 
 TIMER = "gnsqlite.timers.Timer"
@@ -70,8 +76,7 @@ def test_many_reconnects_leave_no_more_live_objects_than_a_few_do(
 
     options = {"reconnect_interval": 0.001, "max_reconnect_interval": 0.01}
     producer = Producer([proxy.address], timeout=5.0, **options)  # type: ignore[arg-type]
-    consumer = Consumer("leaks", "ch", handle, nsqd_tcp_addresses=[proxy.address],
-                        **options)  # type: ignore[arg-type]  # fmt: skip
+    consumer = Consumer("leaks", "ch", handle, nsqd_tcp_addresses=[proxy.address], **options)  # type: ignore[arg-type]
     producer.start()
     consumer.start()
     try:
@@ -94,8 +99,9 @@ def test_a_publish_that_waited_for_a_reconnect_is_let_go_once_it_succeeded(
 ) -> None:
     """Its give-up timer held the attempt, its request and the connections it tried
     until the deadline (the publish timeout), long after nsqd had taken it."""
-    producer = Producer([nsqd.tcp_address], timeout=60.0, reconnect_interval=0.01,
-                        max_reconnect_interval=0.05)  # fmt: skip
+    producer = Producer(
+        [nsqd.tcp_address], timeout=60.0, reconnect_interval=0.01, max_reconnect_interval=0.05
+    )
     producer.start()
     try:
         nsqd.stop()
@@ -103,8 +109,11 @@ def test_a_publish_that_waited_for_a_reconnect_is_let_go_once_it_succeeded(
         results = [producer.publish_async("leaks", b"parked") for _ in range(20)]
         nsqd.start()
         assert [result.get(timeout=20) for result in results] == [b"OK"] * 20
-        wait_until(lambda: count_objects()["gnsqlite.producer.attempt.Attempt"] == 0,
-                   timeout=5, message="the published attempts freed")  # fmt: skip
+        wait_until(
+            lambda: count_objects()["gnsqlite.producer.attempt.Attempt"] == 0,
+            timeout=5,
+            message="the published attempts freed",
+        )
         assert all("_expire" not in repr(t) for t in TimerWheel.for_hub().owned_by(producer))
     finally:
         producer.close()

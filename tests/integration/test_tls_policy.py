@@ -42,8 +42,9 @@ def _tls_server(nsqd_factory: Any, tls_files: Any, **options: Any) -> Any:
     return nsqd_factory(tls_cert=tls_files.cert_file, tls_key=tls_files.key_file, **options)
 
 
-def _connect(server: Any, tls_files: Any, cert: tuple[str, str] | None = None,
-             **options: Any) -> Connection:
+def _connect(
+    server: Any, tls_files: Any, cert: tuple[str, str] | None = None, **options: Any
+) -> Connection:
     """A TLS connection trusting the server's CA, presenting ``cert`` if given."""
     if cert is not None:
         options.update(tls_cert_file=cert[0], tls_key_file=cert[1])
@@ -62,8 +63,9 @@ def _publishes(conn: Connection, tls: bool = True) -> None:
         conn.close()
 
 
-def _refused(server: Any, tls_files: Any, cert: tuple[str, str] | None = None,
-             **options: Any) -> None:
+def _refused(
+    server: Any, tls_files: Any, cert: tuple[str, str] | None = None, **options: Any
+) -> None:
     """The handshake (or, under TLS 1.3, the first read after it) fails; nothing published."""
     conn: Connection | None = None
     with pytest.raises(NSQError):
@@ -161,15 +163,25 @@ def test_tls_required_tcp_https_leaves_plain_http_open(nsqd_factory: Any, tls_fi
 def test_the_certificate_request_names_the_root_ca(nsqd_factory: Any, tls_files: Any) -> None:
     """As Go's ``ClientCAs``: a Go client then sends only a certificate that CA signed."""
     server = _tls_server(
-        nsqd_factory, tls_files, tls_root_ca_file=tls_files.ca_file,
+        nsqd_factory,
+        tls_files,
+        tls_root_ca_file=tls_files.ca_file,
         tls_client_auth_policy="require",
     )
     with open(tls_files.ca_file, "rb") as pem:
         subject = [str(a.value) for a in x509.load_pem_x509_certificate(pem.read()).subject]
     shown = subprocess.run(
-        ["openssl", "s_client", "-connect", f"127.0.0.1:{server.https_port}", "-CAfile",
-         tls_files.ca_file],
-        input=b"", capture_output=True, timeout=30,
+        [
+            "openssl",
+            "s_client",
+            "-connect",
+            f"127.0.0.1:{server.https_port}",
+            "-CAfile",
+            tls_files.ca_file,
+        ],
+        input=b"",
+        capture_output=True,
+        timeout=30,
     ).stdout.decode()
     assert "Acceptable client certificate CA names" in shown, shown
     listed = shown.split("Acceptable client certificate CA names", 1)[1].splitlines()[1]
@@ -189,12 +201,14 @@ def _client_context(tls_files: TLSFiles, maximum: ssl.TLSVersion) -> ssl.SSLCont
 def test_tls_min_version_refuses_an_older_client(nsqd_factory: Any, tls_files: Any) -> None:
     server = _tls_server(nsqd_factory, tls_files, tls_min_version="tls1.3")
     _refused(server, tls_files, tls_context=_client_context(tls_files, ssl.TLSVersion.TLSv1_2))
-    _publishes(_connect(server, tls_files,
-                        tls_context=_client_context(tls_files, ssl.TLSVersion.TLSv1_3)))
+    _publishes(
+        _connect(server, tls_files, tls_context=_client_context(tls_files, ssl.TLSVersion.TLSv1_3))
+    )
 
 
 @pytest.mark.filterwarnings("ignore:ssl.TLSVersion.TLSv1_1 is deprecated:DeprecationWarning")
 def test_the_default_floor_is_tls_1_0(nsqd_factory: Any, tls_files: Any) -> None:
     server = _tls_server(nsqd_factory, tls_files)
-    _publishes(_connect(server, tls_files,
-                        tls_context=_client_context(tls_files, ssl.TLSVersion.TLSv1_1)))
+    _publishes(
+        _connect(server, tls_files, tls_context=_client_context(tls_files, ssl.TLSVersion.TLSv1_1))
+    )

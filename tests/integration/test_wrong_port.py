@@ -23,8 +23,14 @@ def _handle(message: Message) -> None:
 def test_a_consumer_given_the_http_port_names_the_tcp_port_and_does_not_retry(
     nsqd: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    consumer = Consumer("t", "c", _handle, nsqd_tcp_addresses=[nsqd.http_address],
-                        reconnect_interval=0.01, max_reconnect_interval=0.01)  # fmt: skip
+    consumer = Consumer(
+        "t",
+        "c",
+        _handle,
+        nsqd_tcp_addresses=[nsqd.http_address],
+        reconnect_interval=0.01,
+        max_reconnect_interval=0.01,
+    )
     with caplog.at_level(logging.INFO, logger="gnsqlite"):
         consumer.start()
         try:

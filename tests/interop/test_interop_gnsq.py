@@ -59,7 +59,8 @@ def consuming(
     nsqd: NsqdServer, handler: Callable[[Any, gnsq.Message], None], **kwargs: Any
 ) -> Iterator[gnsq.Consumer]:
     consumer = gnsq.Consumer(
-        kwargs.pop("topic", TOPIC), CHANNEL,
+        kwargs.pop("topic", TOPIC),
+        CHANNEL,
         nsqd_tcp_addresses=[nsqd.tcp_address],
         max_in_flight=kwargs.pop("max_in_flight", 10),
         **kwargs,
@@ -216,7 +217,9 @@ def test_touch_extends_the_timeout(nsqd_factory: NsqdFactory) -> None:
     nsqd.http.pub(TOPIC, b"long job")
     with consuming(nsqd, handler):
         stats = wait_channel(
-            nsqd, lambda c: len(touches) == 5 and c["in_flight_count"] == 0, )
+            nsqd,
+            lambda c: len(touches) == 5 and c["in_flight_count"] == 0,
+        )
         assert len(received.messages) == 1
         assert stats["timeout_count"] == 0
         assert stats["message_count"] == 1
@@ -228,8 +231,9 @@ def test_heartbeats_keep_an_idle_connection_open(nsqd: NsqdServer) -> None:
     received = Received()
     with consuming(nsqd, finishing(received), heartbeat_interval=1) as consumer:
         consumer.on_response.connect(
-            lambda sender, response: heartbeats.append(time.monotonic())
-            if response == b"_heartbeat_" else None,
+            lambda sender, response: (
+                heartbeats.append(time.monotonic()) if response == b"_heartbeat_" else None
+            ),
             weak=False,
         )
         wait_until(lambda: len(heartbeats) >= 2, timeout=10)
@@ -238,9 +242,7 @@ def test_heartbeats_keep_an_idle_connection_open(nsqd: NsqdServer) -> None:
         wait_until(lambda: received.messages, timeout=5)
 
 
-def test_tls_with_verified_certificates(
-    nsqd_factory: NsqdFactory, tls_files: TLSFiles
-) -> None:
+def test_tls_with_verified_certificates(nsqd_factory: NsqdFactory, tls_files: TLSFiles) -> None:
     nsqd = nsqd_factory(tls_cert=tls_files.cert_file, tls_key=tls_files.key_file)
     tls = {
         "tls_v1": True,
@@ -274,8 +276,9 @@ def test_auth_accepted_and_unauthorized_topic(
     nsqd_factory: NsqdFactory, auth_server_factory: Callable[..., AuthServer]
 ) -> None:
     auth = auth_server_factory(
-        lambda remote_ip, tls, secret: grant(identity="bob", topic=f"^{TOPIC}$")
-        if secret == "s3cret" else None
+        lambda remote_ip, tls, secret: (
+            grant(identity="bob", topic=f"^{TOPIC}$") if secret == "s3cret" else None
+        )
     )
     nsqd = nsqd_factory(auth_http_address=auth.address)
     with producing(nsqd, auth_secret=b"s3cret") as producer:
@@ -312,7 +315,9 @@ def test_consumer_discovers_every_nsqd_through_lookupd(nsq_cluster: NsqCluster) 
     wait_until(lambda: len(lookupd.producer_addresses(TOPIC)) == 3, timeout=10)
     received = Received()
     consumer = gnsq.Consumer(
-        TOPIC, CHANNEL, lookupd_http_addresses=[f"http://{nsq_cluster.lookupd.http_address}"],
+        TOPIC,
+        CHANNEL,
+        lookupd_http_addresses=[f"http://{nsq_cluster.lookupd.http_address}"],
         max_in_flight=10,
     )
     consumer.on_message.connect(finishing(received), weak=False)

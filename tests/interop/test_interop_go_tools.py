@@ -78,7 +78,9 @@ def test_to_nsq_and_nsq_tail_over_tls(
 ) -> None:
     # TLS on TCP only: the test reads stats over plain HTTP, which nsqd refuses with true
     nsqd = nsqd_factory(
-        bin_dir="", tls_cert=tls_files.cert_file, tls_key=tls_files.key_file,
+        bin_dir="",
+        tls_cert=tls_files.cert_file,
+        tls_key=tls_files.key_file,
         tls_required="tcp-https",
     )
     tls = ["tls_v1,true", f"tls_root_ca_file,{tls_files.ca_file}"]

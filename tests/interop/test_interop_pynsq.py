@@ -134,9 +134,7 @@ def test_dpub_defers_delivery(loop: Loop, nsqd: NsqdServer) -> None:
         r.close()
 
 
-def test_requeue_with_delay_redelivers_with_attempts_counted(
-    loop: Loop, nsqd: NsqdServer
-) -> None:
+def test_requeue_with_delay_redelivers_with_attempts_counted(loop: Loop, nsqd: NsqdServer) -> None:
     received = Received()
     requeued_at: list[float] = []
 
@@ -165,9 +163,7 @@ def test_requeue_with_delay_redelivers_with_attempts_counted(
         r.close()
 
 
-def test_timeout_redelivers_with_attempts_counted(
-    loop: Loop, nsqd_factory: NsqdFactory
-) -> None:
+def test_timeout_redelivers_with_attempts_counted(loop: Loop, nsqd_factory: NsqdFactory) -> None:
     nsqd = nsqd_factory(msg_timeout=0.5)
     received = Received()
 
@@ -212,8 +208,11 @@ def test_touch_keeps_a_message_in_flight(loop: Loop, nsqd_factory: NsqdFactory) 
     nsqd.http.pub(TOPIC, b"long job")
     r = reader(nsqd, handler)
     try:
-        stats = wait_channel(loop, nsqd, lambda c: c["message_count"] == 1 and (
-            c["in_flight_count"] == 0 and len(touches) == 5))
+        stats = wait_channel(
+            loop,
+            nsqd,
+            lambda c: c["message_count"] == 1 and (c["in_flight_count"] == 0 and len(touches) == 5),
+        )
         assert touches[-1] - received.times[0] >= 0.95
         assert len(received.messages) == 1
         assert stats["timeout_count"] == 0
@@ -232,8 +231,11 @@ class HeartbeatCountingReader(nsq.Reader):  # type: ignore[misc]
 def test_heartbeats_keep_an_idle_connection_open(loop: Loop, nsqd: NsqdServer) -> None:
     received = Received()
     r = HeartbeatCountingReader(
-        topic=TOPIC, channel=CHANNEL, message_handler=finishing(received),
-        nsqd_tcp_addresses=[nsqd.tcp_address], heartbeat_interval=1,
+        topic=TOPIC,
+        channel=CHANNEL,
+        message_handler=finishing(received),
+        nsqd_tcp_addresses=[nsqd.tcp_address],
+        heartbeat_interval=1,
     )
     try:
         loop.run_until(lambda: r.conns)
@@ -379,7 +381,9 @@ def test_reader_discovers_every_nsqd_through_lookupd(loop: Loop, nsq_cluster: Ns
     loop.run_until(lambda: len(lookupd.producer_addresses(TOPIC)) == 3)
     received = Received()
     r = nsq.Reader(
-        topic=TOPIC, channel=CHANNEL, message_handler=finishing(received),
+        topic=TOPIC,
+        channel=CHANNEL,
+        message_handler=finishing(received),
         lookupd_http_addresses=[f"http://{nsq_cluster.lookupd.http_address}"],
         max_in_flight=10,
     )

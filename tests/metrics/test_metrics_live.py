@@ -54,8 +54,16 @@ def test_a_known_run_gives_exact_counts_with_the_issues_names_and_labels(
     address = nsqd.tcp_address
     registry = CollectorRegistry()
     producer = Producer(address, max_message_size=10 * LIMIT, timeout=0.5)
-    consumer = Consumer(TOPIC, CHANNEL, handler, nsqd_tcp_addresses=[address],
-                        max_in_flight=10, max_attempts=2, requeue_delay=0.05, backoff=None)
+    consumer = Consumer(
+        TOPIC,
+        CHANNEL,
+        handler,
+        nsqd_tcp_addresses=[address],
+        max_in_flight=10,
+        max_attempts=2,
+        requeue_delay=0.05,
+        backoff=None,
+    )
     instrument(producer, registry)
     instrument(consumer, registry)
     value = values(registry)
@@ -69,8 +77,11 @@ def test_a_known_run_gives_exact_counts_with_the_issues_names_and_labels(
         with pytest.raises(BadMessageError):
             producer.publish(TOPIC, b"x" * (LIMIT + 1))  # nsqd refuses it
         # 16 messages: 13 finished at once, 2 after one requeue, 1 requeued twice and given up
-        wait_until(lambda: consumer.stats()["totals"]["given_up"] == 1, timeout=15,
-                   message="the always-failing message given up")
+        wait_until(
+            lambda: consumer.stats()["totals"]["given_up"] == 1,
+            timeout=15,
+            message="the always-failing message given up",
+        )
         wait_until(lambda: consumer.stats()["totals"]["finished"] == 16, timeout=15)
         wait_until(lambda: nsqd.channel_drained(TOPIC, CHANNEL), timeout=10)
 
@@ -85,8 +96,9 @@ def test_a_known_run_gives_exact_counts_with_the_issues_names_and_labels(
         # every delivery but the one given up ran the handler
         handled = value("gnsqlite_consumer_handler_seconds_count", topic=TOPIC, channel=CHANNEL)
         assert handled == 19
-        inf = value("gnsqlite_consumer_handler_seconds_bucket", topic=TOPIC, channel=CHANNEL,
-                    le="+Inf")  # fmt: skip
+        inf = value(
+            "gnsqlite_consumer_handler_seconds_bucket", topic=TOPIC, channel=CHANNEL, le="+Inf"
+        )
         assert inf == 19
 
         published = {"pub": (10, 10), "mpub": (1, 5), "dpub": (1, 1)}
@@ -99,24 +111,30 @@ def test_a_known_run_gives_exact_counts_with_the_issues_names_and_labels(
         assert value("gnsqlite_producer_publish_errors_total", code="E_BAD_MESSAGE") == 1
         assert value("gnsqlite_producer_in_flight") == 0
         assert producer.stats()["totals"] == {
-            "publishes": 12, "messages": 16, "errors": 1, "in_flight": 0
+            "publishes": 12,
+            "messages": 16,
+            "errors": 1,
+            "in_flight": 0,
         }
         for role in ("consumer", "producer"):
-            connected = partial(_is_one, value, "gnsqlite_connections", role=role, nsqd=address,
-                                state="connected")  # fmt: skip
+            connected = partial(
+                _is_one, value, "gnsqlite_connections", role=role, nsqd=address, state="connected"
+            )
             wait_until(connected, timeout=10, message=f"{role} connected")
         assert consumer.health().ok and producer.health().ok
 
         nsqd.stop()
-        wait_until(lambda: not consumer.health().ok and not producer.health().ok, timeout=15,
-                   message="both see nsqd gone")  # fmt: skip
+        wait_until(
+            lambda: not consumer.health().ok and not producer.health().ok,
+            timeout=15,
+            message="both see nsqd gone",
+        )
         with pytest.raises(NoConnectionsError):
             producer.publish(TOPIC, b"nowhere")
         assert value("gnsqlite_producer_publish_errors_total", code="no_connections") == 1
         for role in ("consumer", "producer"):
             assert value("gnsqlite_connections", role=role, nsqd=address, state="connected") == 0
-            assert value("gnsqlite_connections", role=role, nsqd=address,
-                         state="disconnected") == 1  # fmt: skip
+            assert value("gnsqlite_connections", role=role, nsqd=address, state="disconnected") == 1
         # counters survive the lost connection: Prometheus counters never go down
         for key, count in expected.items():
             assert value(f"gnsqlite_consumer_messages_{key}_total", **c) == count, key
@@ -124,16 +142,23 @@ def test_a_known_run_gives_exact_counts_with_the_issues_names_and_labels(
         assert "reasons" in consumer.health().as_dict()
         assert consumer.health().reasons[0].startswith("no nsqd connected")
         text = generate_latest(registry).decode()
-        assert f'gnsqlite_consumer_messages_received_total{{channel="{CHANNEL}",nsqd="{address}"' \
+        assert (
+            f'gnsqlite_consumer_messages_received_total{{channel="{CHANNEL}",nsqd="{address}"'
             in text
+        )
     finally:
         consumer.close(timeout=5)
         producer.close()
 
 
 def test_health_ages_follow_messages_and_heartbeats(nsqd: NsqdServer) -> None:
-    consumer = Consumer(TOPIC, CHANNEL, lambda m: None, nsqd_tcp_addresses=[nsqd.tcp_address],
-                        heartbeat_interval=1.0)  # fmt: skip
+    consumer = Consumer(
+        TOPIC,
+        CHANNEL,
+        lambda m: None,
+        nsqd_tcp_addresses=[nsqd.tcp_address],
+        heartbeat_interval=1.0,
+    )
     with Producer(nsqd.tcp_address) as producer:
         consumer.start()
         try:
@@ -141,13 +166,15 @@ def test_health_ages_follow_messages_and_heartbeats(nsqd: NsqdServer) -> None:
             (conn,) = consumer.health().connections
             assert conn.address == nsqd.tcp_address and conn.last_message_age is None
             producer.publish(TOPIC, b"one")
-            wait_until(lambda: consumer.health().connections[0].last_message_age is not None,
-                       timeout=10)  # fmt: skip
+            wait_until(
+                lambda: consumer.health().connections[0].last_message_age is not None, timeout=10
+            )
             first = consumer.health().connections[0]
             assert first.last_message_age is not None and first.last_message_age < 5
             # with no messages, heartbeats keep the frame age below ~1 interval
-            wait_until(lambda: (consumer.health().connections[0].last_message_age or 0) > 1.5,
-                       timeout=10)  # fmt: skip
+            wait_until(
+                lambda: (consumer.health().connections[0].last_message_age or 0) > 1.5, timeout=10
+            )
             now = consumer.health().connections[0]
             assert now.last_frame_age is not None and now.last_frame_age < 1.5
             assert now.last_message_age is not None and now.last_message_age > 1.5
@@ -161,8 +188,9 @@ def test_the_pynsq_writer_and_reader_are_counted(nsqd: NsqdServer) -> None:
     value = values(registry)
     answers: list[Any] = []
     writer = nsq.Writer([nsqd.tcp_address])
-    reader = nsq.Reader(TOPIC, CHANNEL, lambda m: True, nsqd_tcp_addresses=[nsqd.tcp_address],
-                        max_in_flight=5)  # fmt: skip
+    reader = nsq.Reader(
+        TOPIC, CHANNEL, lambda m: True, nsqd_tcp_addresses=[nsqd.tcp_address], max_in_flight=5
+    )
     instrument(writer, registry)
     instrument(reader, registry, timing=False)  # counters only: no per-message clock reads
     writer.pub(TOPIC, b"early", lambda conn, data: answers.append(data))  # no connection yet
@@ -182,11 +210,13 @@ def test_the_pynsq_writer_and_reader_are_counted(nsqd: NsqdServer) -> None:
             assert value("gnsqlite_producer_publish_seconds_count", **labels) == 1
         assert value("gnsqlite_producer_publish_errors_total", code="no_connections") == 1
         received = {"topic": TOPIC, "channel": CHANNEL, "nsqd": nsqd.tcp_address}
-        wait_until(lambda: value("gnsqlite_consumer_messages_finished_total", **received) == 4,
-                   timeout=10)  # fmt: skip
+        wait_until(
+            lambda: value("gnsqlite_consumer_messages_finished_total", **received) == 4, timeout=10
+        )
         assert value("gnsqlite_consumer_messages_received_total", **received) == 4
-        assert value("gnsqlite_consumer_handler_seconds_count", topic=TOPIC,
-                     channel=CHANNEL) is None  # fmt: skip
+        assert (
+            value("gnsqlite_consumer_handler_seconds_count", topic=TOPIC, channel=CHANNEL) is None
+        )
     finally:
         reader.close()
         writer.close()
@@ -202,8 +232,15 @@ def test_batch_calls_are_timed_and_dead_lettered_messages_count_as_given_up(
     def store(messages: list[Message]) -> None:
         calls.append(len(messages))
 
-    batches = Consumer("batched", CHANNEL, batch_handler=store, batch_size=5, batch_timeout=0.2,
-                       max_in_flight=10, nsqd_tcp_addresses=[nsqd.tcp_address])  # fmt: skip
+    batches = Consumer(
+        "batched",
+        CHANNEL,
+        batch_handler=store,
+        batch_size=5,
+        batch_timeout=0.2,
+        max_in_flight=10,
+        nsqd_tcp_addresses=[nsqd.tcp_address],
+    )
 
     def fail(message: Message) -> None:
         raise RuntimeError("the test's handler fails every message")
@@ -211,9 +248,17 @@ def test_batch_calls_are_timed_and_dead_lettered_messages_count_as_given_up(
     def hook_fails(message: Message) -> None:
         raise RuntimeError("the test's on_giving_up fails too")
 
-    doomed = Consumer("doomed", CHANNEL, fail, max_attempts=1, requeue_delay=0.05, backoff=None,
-                      dead_letter_topic="doomed_dead", on_giving_up=hook_fails,
-                      nsqd_tcp_addresses=[nsqd.tcp_address])  # fmt: skip
+    doomed = Consumer(
+        "doomed",
+        CHANNEL,
+        fail,
+        max_attempts=1,
+        requeue_delay=0.05,
+        backoff=None,
+        dead_letter_topic="doomed_dead",
+        on_giving_up=hook_fails,
+        nsqd_tcp_addresses=[nsqd.tcp_address],
+    )
     instrument(batches, registry)
     instrument(doomed, registry)
     with Producer(nsqd.tcp_address) as producer:
@@ -226,17 +271,28 @@ def test_batch_calls_are_timed_and_dead_lettered_messages_count_as_given_up(
             batched = {"topic": "batched", "channel": CHANNEL}
             # one observation per batch handler call, not per message
             assert value("gnsqlite_consumer_handler_seconds_count", **batched) == len(calls)
-            wait_until(lambda: value("gnsqlite_consumer_messages_finished_total",
-                                     nsqd=nsqd.tcp_address, **batched) == 10,
-                       timeout=10)  # fmt: skip
+            wait_until(
+                lambda: (
+                    value(
+                        "gnsqlite_consumer_messages_finished_total",
+                        nsqd=nsqd.tcp_address,
+                        **batched,
+                    )
+                    == 10
+                ),
+                timeout=10,
+            )
             # dead-lettered (the hook failing afterwards does not undo it): given up, finished
             doomed_labels = {"topic": "doomed", "channel": CHANNEL, "nsqd": nsqd.tcp_address}
-            wait_until(lambda: value("gnsqlite_consumer_messages_given_up_total",
-                                     **doomed_labels) == 1, timeout=10)  # fmt: skip
+            wait_until(
+                lambda: value("gnsqlite_consumer_messages_given_up_total", **doomed_labels) == 1,
+                timeout=10,
+            )
             assert value("gnsqlite_consumer_messages_finished_total", **doomed_labels) == 1
             assert value("gnsqlite_consumer_messages_requeued_total", **doomed_labels) == 1
-            wait_until(lambda: nsqd.topic_stats("doomed_dead").get("message_count") == 1,
-                       timeout=10)  # fmt: skip
+            wait_until(
+                lambda: nsqd.topic_stats("doomed_dead").get("message_count") == 1, timeout=10
+            )
             dead = {"topic": "doomed", "channel": CHANNEL, "dead_letter_topic": "doomed_dead"}
             assert value("gnsqlite_consumer_dead_letters_total", outcome="published", **dead) == 1
             assert value("gnsqlite_consumer_dead_letters_total", outcome="failed", **dead) == 0
@@ -256,18 +312,31 @@ def test_a_dead_letter_publish_that_fails_is_counted_and_the_message_requeued(
     def fail(message: Message) -> None:
         raise RuntimeError("the test's handler fails every message")
 
-    stranded = Consumer("stranded", CHANNEL, fail, max_attempts=1,
-                        requeue_delay=0.05, backoff=None, dead_letter_topic="stranded_dead",
-                        dead_letter_nsqd=f"127.0.0.1:{free_port()}", dead_letter_timeout=0.3,
-                        nsqd_tcp_addresses=[nsqd.tcp_address])  # fmt: skip
+    stranded = Consumer(
+        "stranded",
+        CHANNEL,
+        fail,
+        max_attempts=1,
+        requeue_delay=0.05,
+        backoff=None,
+        dead_letter_topic="stranded_dead",
+        dead_letter_nsqd=f"127.0.0.1:{free_port()}",
+        dead_letter_timeout=0.3,
+        nsqd_tcp_addresses=[nsqd.tcp_address],
+    )
     instrument(stranded, registry)
     dead = {"topic": "stranded", "channel": CHANNEL, "dead_letter_topic": "stranded_dead"}
     with Producer(nsqd.tcp_address) as producer:
         stranded.start()
         try:
             producer.publish("stranded", b"x")
-            wait_until(lambda: (value("gnsqlite_consumer_dead_letters_total", outcome="failed",
-                                      **dead) or 0) >= 1, timeout=15)  # fmt: skip
+            wait_until(
+                lambda: (
+                    (value("gnsqlite_consumer_dead_letters_total", outcome="failed", **dead) or 0)
+                    >= 1
+                ),
+                timeout=15,
+            )
             assert value("gnsqlite_consumer_dead_letters_total", outcome="published", **dead) == 0
             labels = {"topic": "stranded", "channel": CHANNEL, "nsqd": nsqd.tcp_address}
             assert value("gnsqlite_consumer_messages_given_up_total", **labels) == 0

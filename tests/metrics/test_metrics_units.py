@@ -93,8 +93,12 @@ def test_instrumenting_twice_returns_the_same_and_counts_once() -> None:
     assert instrument(c, other) is not first  # another registry: its own link
     first.close()
     first.close()  # safe twice
-    assert registry.get_sample_value("gnsqlite_consumer_starved",
-                                     {"topic": "clicks", "channel": "archive"}) is None
+    assert (
+        registry.get_sample_value(
+            "gnsqlite_consumer_starved", {"topic": "clicks", "channel": "archive"}
+        )
+        is None
+    )
 
 
 def test_two_consumers_in_one_registry_are_told_apart_by_labels() -> None:
@@ -103,17 +107,24 @@ def test_two_consumers_in_one_registry_are_told_apart_by_labels() -> None:
     instrument(consumer("clicks", "b"), registry)
     instrument(consumer("views", "a"), registry)
     series = [
-        s.labels for m in registry.collect() if m.name == "gnsqlite_consumer_starved"
+        s.labels
+        for m in registry.collect()
+        if m.name == "gnsqlite_consumer_starved"
         for s in m.samples
-    ]  # fmt: skip
+    ]
     assert sorted((s["topic"], s["channel"]) for s in series) == [
-        ("clicks", "a"), ("clicks", "b"), ("views", "a")
+        ("clicks", "a"),
+        ("clicks", "b"),
+        ("views", "a"),
     ]
     # the same address watched by three consumers: three connections counted, one series
-    assert registry.get_sample_value(
-        "gnsqlite_connections",
-        {"role": "consumer", "nsqd": "127.0.0.1:4150", "state": "disconnected"},
-    ) == 3.0
+    assert (
+        registry.get_sample_value(
+            "gnsqlite_connections",
+            {"role": "consumer", "nsqd": "127.0.0.1:4150", "state": "disconnected"},
+        )
+        == 3.0
+    )
 
 
 def test_instrument_refuses_what_it_cannot_read() -> None:
@@ -158,12 +169,18 @@ def test_health_says_why_a_client_is_not_ok() -> None:
     assert p.health().as_dict() == {
         "ok": False,
         "connected": [],
-        "connections": [{"address": "127.0.0.1:4150", "connected": False,
-                         "last_message_age": None, "last_frame_age": None}],
+        "connections": [
+            {
+                "address": "127.0.0.1:4150",
+                "connected": False,
+                "last_message_age": None,
+                "last_frame_age": None,
+            }
+        ],
         "backoff": "off",
         "backoff_level": 0,
         "reasons": ["closed"],
-    }  # fmt: skip
+    }
 
 
 def test_a_sync_adds_to_a_prometheus_histogram_what_observing_would_have() -> None:
@@ -172,8 +189,7 @@ def test_a_sync_adds_to_a_prometheus_histogram_what_observing_would_have() -> No
     from gnsqlite.metrics import _add_growth
 
     bounds = (0.1, 1.0)
-    observed = Histogram("observed", "each observed", registry=CollectorRegistry(),
-                         buckets=bounds)  # fmt: skip
+    observed = Histogram("observed", "each observed", registry=CollectorRegistry(), buckets=bounds)
     synced = Histogram("synced", "growth added", registry=CollectorRegistry(), buckets=bounds)
     mine = _Buckets(bounds)
     first = (0.05, 0.5, 3.0)
@@ -190,8 +206,12 @@ def test_a_sync_adds_to_a_prometheus_histogram_what_observing_would_have() -> No
     _add_growth(synced, mine, mine)  # no growth: nothing added
 
     def samples(h: Histogram) -> dict[str, float]:
-        return {s.name.split("_", 1)[1] + s.labels.get("le", ""): s.value
-                for m in h.collect() for s in m.samples if "created" not in s.name}  # fmt: skip
+        return {
+            s.name.split("_", 1)[1] + s.labels.get("le", ""): s.value
+            for m in h.collect()
+            for s in m.samples
+            if "created" not in s.name
+        }
 
     assert samples(synced) == samples(observed)
     assert samples(synced)["count"] == 6
@@ -208,7 +228,7 @@ def test_a_sync_adds_to_a_prometheus_histogram_what_observing_would_have() -> No
     assert sorted(replayed.seen) == [0.1, 1.0, 1.0, 1.0, 2.0, 2.0]
 
 
-MULTIPROCESS_SCRIPT = '''
+MULTIPROCESS_SCRIPT = """
 import gevent
 from prometheus_client import CollectorRegistry
 
@@ -236,15 +256,23 @@ assert not TimerWheel.for_hub().owned_by(exporter), "the timer stops with the la
 text = exposition()[0].decode()
 assert down % ("consumer", "0.0") in text and down % ("producer", "0.0") in text, text
 print("ok")
-'''
+"""
 
 
 def test_multiprocess_mode_syncs_to_the_shared_files_and_stops_with_its_clients(
     tmp_path: Path,
 ) -> None:
-    env = dict(os.environ, PROMETHEUS_MULTIPROC_DIR=str(tmp_path),
-               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    done = subprocess.run([sys.executable, "-c", MULTIPROCESS_SCRIPT], env=env,
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    env = dict(
+        os.environ,
+        PROMETHEUS_MULTIPROC_DIR=str(tmp_path),
+        PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", MULTIPROCESS_SCRIPT],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
     assert list(tmp_path.glob("*.db")), "the metrics went to the shared directory"

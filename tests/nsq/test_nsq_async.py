@@ -205,8 +205,13 @@ def test_the_heartbeat_hook_runs_for_each_heartbeat(nsqd: NsqdServer) -> None:
             beats.append(conn.id)
             beat.set()
 
-    Watched("beats", CHANNEL, lambda m: True, nsqd_tcp_addresses=[nsqd.tcp_address],
-            heartbeat_interval=1).start()
+    Watched(
+        "beats",
+        CHANNEL,
+        lambda m: True,
+        nsqd_tcp_addresses=[nsqd.tcp_address],
+        heartbeat_interval=1,
+    ).start()
     assert beat.wait(timeout=10)
     assert beats[0] == nsqd.tcp_address
 
@@ -221,8 +226,13 @@ def test_close_stops_a_heartbeat_hook_still_running(nsqd: NsqdServer) -> None:
             entered.set()
             gevent.sleep(3600)  # a hook that never returns by itself
 
-    reader = Stuck("stuck", CHANNEL, lambda m: True, nsqd_tcp_addresses=[nsqd.tcp_address],
-                   heartbeat_interval=1)
+    reader = Stuck(
+        "stuck",
+        CHANNEL,
+        lambda m: True,
+        nsqd_tcp_addresses=[nsqd.tcp_address],
+        heartbeat_interval=1,
+    )
     reader.start()
     assert entered.wait(timeout=10)
     reader.close(timeout=5)

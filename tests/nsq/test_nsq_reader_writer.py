@@ -65,8 +65,12 @@ def test_handler_answers_mean_what_they_mean_in_pynsq(
     caplog.set_level(logging.WARNING)
     reader = make_reader(nsqd, handler)
     reader.start()
-    wait_until(lambda: len(attempts) == 5 and all(attempts[b] == [1, 2]
-               for b in (b"false", b"raise", b"none")), timeout=20)
+    wait_until(
+        lambda: (
+            len(attempts) == 5 and all(attempts[b] == [1, 2] for b in (b"false", b"raise", b"none"))
+        ),
+        timeout=20,
+    )
     wait_until(lambda: drained(nsqd, TOPIC, CHANNEL), timeout=10)
     assert attempts[b"true"] == [1] and attempts[b"async"] == [1]
     stats = channel_stats(nsqd, TOPIC, CHANNEL)
@@ -111,8 +115,9 @@ def test_subclass_hooks(nsqd: NsqdServer) -> None:
 
 def test_dead_letter_options_reach_the_consumer(nsqd: NsqdServer) -> None:
     publish(nsqd, [b"ok", b"poison"])
-    reader = make_reader(nsqd, cls=Hooked, max_tries=1, dead_letter_topic="dropin.dead",
-                         dead_letter_envelope=True)  # fmt: skip
+    reader = make_reader(
+        nsqd, cls=Hooked, max_tries=1, dead_letter_topic="dropin.dead", dead_letter_envelope=True
+    )
     reader.start()
     wait_until(lambda: reader.given_up == [(b"poison", 2)], timeout=20)
     wait_until(lambda: drained(nsqd, TOPIC, CHANNEL), timeout=10)

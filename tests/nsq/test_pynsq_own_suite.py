@@ -62,7 +62,7 @@ def write_wrappers(bin_dir: Path, data_dir: Path) -> None:
             command = f'cd "{ROOT}" && exec "{sys.executable}" -m {module}'
         data = f'--data-path="$(mktemp -d "{data_dir}/nsqd.XXXXXX")" '
         script = bin_dir / name
-        script.write_text(f"#!/bin/sh\n{command} {data if name == 'nsqd' else ''}\"$@\"\n")
+        script.write_text(f'#!/bin/sh\n{command} {data if name == "nsqd" else ""}"$@"\n')
         script.chmod(script.stat().st_mode | stat.S_IXUSR)
 
 
@@ -82,10 +82,29 @@ def test_pynsq_own_suite_passes_on_the_dropin(tmp_path: Path) -> None:
         PYTHONPATH=os.pathsep.join([str(HERE / "pynsq_suite"), str(ROOT)]),
     )
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "nsq_redirect", "-p", "no:cacheprovider",
-         "-p", "no:gnsqlite", "-c", str(tmp_path / "pytest.ini"), "--rootdir", str(suite.parent),
-         f"--junitxml={report}", "-q", *(str(suite / f) for f in files)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "nsq_redirect",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:gnsqlite",
+            "-c",
+            str(tmp_path / "pytest.ini"),
+            "--rootdir",
+            str(suite.parent),
+            f"--junitxml={report}",
+            "-q",
+            *(str(suite / f) for f in files),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     outcomes: dict[str, str] = {}
     for case in ET.parse(report).getroot().iter("testcase"):
@@ -94,7 +113,9 @@ def test_pynsq_own_suite_passes_on_the_dropin(tmp_path: Path) -> None:
         skipped = case.find("skipped") is not None
         outcomes[name] = "failed" if broke else "skipped" if skipped else "passed"
     failed = {n for n, o in outcomes.items() if o == "failed"}
-    print(f"pynsq's own suite on the drop-in: {len(outcomes) - len(failed)} of {len(outcomes)}"
-          f" passed ({', '.join(files)}); not run: {', '.join(NOT_RUN)}")
+    print(
+        f"pynsq's own suite on the drop-in: {len(outcomes) - len(failed)} of {len(outcomes)}"
+        f" passed ({', '.join(files)}); not run: {', '.join(NOT_RUN)}"
+    )
     assert failed <= set(EXPECTED_FAILURES), run.stdout[-6000:]
     assert len(outcomes) >= 40, run.stdout[-3000:]

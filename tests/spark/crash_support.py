@@ -28,21 +28,36 @@ TOTAL = 12_000
 RETRYING = "local[2,4]"
 
 
-def start_driver(nsqd: NsqdServer, tmp: Path, log: Path, *args: str,
-                 env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+def start_driver(
+    nsqd: NsqdServer, tmp: Path, log: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
     """The driver in a session of its own, so its JVM and Python workers die with it."""
     return subprocess.Popen(
-        [sys.executable, str(DRIVER), nsqd.tcp_address, TOPIC, str(tmp / "wal"),
-         str(tmp / "ck"), str(tmp / "out"), *args],
-        stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True,
+        [
+            sys.executable,
+            str(DRIVER),
+            nsqd.tcp_address,
+            TOPIC,
+            str(tmp / "wal"),
+            str(tmp / "ck"),
+            str(tmp / "out"),
+            *args,
+        ],
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
         env=None if env is None else {**os.environ, **env},
     )
 
 
 def executors(nsqd: NsqdServer, master: str = "local[2]") -> list[str]:
     """The driver's arguments for ``readOn=executors`` on ``master``."""
-    return [master, "readOn=executors", f"nsqdHttpAddresses={nsqd.http_address}",
-            "readIdleTimeout=0.3"]
+    return [
+        master,
+        "readOn=executors",
+        f"nsqdHttpAddresses={nsqd.http_address}",
+        "readIdleTimeout=0.3",
+    ]
 
 
 def kill(proc: subprocess.Popen[bytes]) -> None:
@@ -80,20 +95,34 @@ class Feeder:
                     return
 
 
-def finish(spark: Any, nsqd: NsqdServer, driver: subprocess.Popen[bytes], feeder: Feeder,
-           out: Path, log: Path) -> None:
+def finish(
+    spark: Any,
+    nsqd: NsqdServer,
+    driver: subprocess.Popen[bytes],
+    feeder: Feeder,
+    out: Path,
+    log: Path,
+) -> None:
     """Wait for every row in the output and the channel drained; check each body is there once."""
     try:
         feeder.thread.join(120)
         assert not feeder.thread.is_alive()
         total = len(feeder.expected)
-        wait_until(lambda: len(committed_rows(spark, out)) >= total or driver.poll() is not None,
-                   timeout=300, interval=0.5, message=f"{total} rows in the output")
+        wait_until(
+            lambda: len(committed_rows(spark, out)) >= total or driver.poll() is not None,
+            timeout=300,
+            interval=0.5,
+            message=f"{total} rows in the output",
+        )
         assert driver.poll() is None, log.read_text()[-3000:]
         # Redeliveries of messages whose FIN died (after msgTimeout=4 s) are recognised as
         # already in the WAL and finished: the channel drains.
-        wait_until(lambda: drained(nsqd, TOPIC, "parquet"), timeout=60, interval=0.5,
-                   message="the channel drained")
+        wait_until(
+            lambda: drained(nsqd, TOPIC, "parquet"),
+            timeout=60,
+            interval=0.5,
+            message="the channel drained",
+        )
     finally:
         kill(driver)
         feeder.stop.set()
@@ -105,13 +134,18 @@ def finish(spark: Any, nsqd: NsqdServer, driver: subprocess.Popen[bytes], feeder
 
 
 def wait_started(driver: subprocess.Popen[bytes], log: Path) -> None:
-    wait_until(lambda: "query started" in log.read_text() or driver.poll() is not None,
-               timeout=120, interval=0.2, message="the driver's query started")
+    wait_until(
+        lambda: "query started" in log.read_text() or driver.poll() is not None,
+        timeout=120,
+        interval=0.2,
+        message="the driver's query started",
+    )
     assert driver.poll() is None, log.read_text()[-3000:]
 
 
-def driver_killed_mid_stream(spark: Any, nsqd: NsqdServer, tmp_path: Path, args: list[str],
-                             total: int = TOTAL) -> None:
+def driver_killed_mid_stream(
+    spark: Any, nsqd: NsqdServer, tmp_path: Path, args: list[str], total: int = TOTAL
+) -> None:
     """SIGKILL the driver once batches are in the output, restart it on its checkpoint."""
     crashed = threading.Event()
     feeder = Feeder(nsqd, total, hold=crashed)
@@ -121,9 +155,12 @@ def driver_killed_mid_stream(spark: Any, nsqd: NsqdServer, tmp_path: Path, args:
         wait_started(first, log)
         feeder.thread.start()
         # Mid-stream: some batches are in the Parquet output, half the topic still to come.
-        wait_until(lambda: len(committed_rows(spark, out)) >= total // 6
-                   or first.poll() is not None,
-                   timeout=240, interval=0.5, message="the first batches in the output")
+        wait_until(
+            lambda: len(committed_rows(spark, out)) >= total // 6 or first.poll() is not None,
+            timeout=240,
+            interval=0.5,
+            message="the first batches in the output",
+        )
         assert first.poll() is None, log.read_text()[-3000:]
         assert len(committed_rows(spark, out)) < total
     finally:
@@ -132,9 +169,15 @@ def driver_killed_mid_stream(spark: Any, nsqd: NsqdServer, tmp_path: Path, args:
     finish(spark, nsqd, start_driver(nsqd, tmp_path, log, *args), feeder, out, log)
 
 
-def one_run(spark: Any, nsqd: NsqdServer, tmp_path: Path, args: list[str],
-            during: Callable[[subprocess.Popen[bytes], Path, Feeder], None],
-            env: dict[str, str] | None = None, total: int = 6000) -> None:
+def one_run(
+    spark: Any,
+    nsqd: NsqdServer,
+    tmp_path: Path,
+    args: list[str],
+    during: Callable[[subprocess.Popen[bytes], Path, Feeder], None],
+    env: dict[str, str] | None = None,
+    total: int = 6000,
+) -> None:
     """One driver; ``during(driver, log, feeder)`` runs once the feed started."""
     feeder = Feeder(nsqd, total)
     log, out = tmp_path / "driver.log", tmp_path / "out"
@@ -170,8 +213,11 @@ class Holder:
             message.enable_async()
             self.held.append(message)
 
-        self.consumer = self.hub.call(lambda: Consumer(TOPIC, "parquet", hold, max_in_flight=count,
-                                                       nsqd_tcp_addresses=[nsqd.tcp_address]))
+        self.consumer = self.hub.call(
+            lambda: Consumer(
+                TOPIC, "parquet", hold, max_in_flight=count, nsqd_tcp_addresses=[nsqd.tcp_address]
+            )
+        )
         self.hub.call(self.consumer.start)
 
     def release(self) -> None:
@@ -182,5 +228,3 @@ class Holder:
 
         self.hub.call(give_back)
         self.hub.stop()
-
-

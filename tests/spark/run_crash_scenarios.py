@@ -33,21 +33,38 @@ def main() -> int:
     parser.add_argument("runs", nargs="?", type=int, default=20)
     parser.add_argument("-k", default="", help="only the scenarios whose name contains this")
     args = parser.parse_args()
-    env = {**os.environ,
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
     passed: collections.Counter[str] = collections.Counter()
     for name in (s for s in SCENARIOS if args.k in s):
         for run in range(1, args.runs + 1):
             started = time.monotonic()
             result = subprocess.run(
-                [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
-                 f"{HERE / 'test_wal_exactly_once.py'}::{name}"],
-                env=env, cwd=ROOT, capture_output=True, text=True, check=False,
+                [
+                    sys.executable,
+                    "-m",
+                    "pytest",
+                    "-x",
+                    "-q",
+                    "-p",
+                    "no:cacheprovider",
+                    f"{HERE / 'test_wal_exactly_once.py'}::{name}",
+                ],
+                env=env,
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                check=False,
             )
             ok = result.returncode == 0
             passed[name] += ok
-            print(f"{name} run {run}/{args.runs}: {'pass' if ok else 'FAIL'}"
-                  f" in {time.monotonic() - started:.0f} s", flush=True)
+            print(
+                f"{name} run {run}/{args.runs}: {'pass' if ok else 'FAIL'}"
+                f" in {time.monotonic() - started:.0f} s",
+                flush=True,
+            )
             if not ok:
                 print(result.stdout[-4000:], result.stderr[-2000:], sep="\n", flush=True)
         print(f"{name}: {passed[name]} of {args.runs} passed", flush=True)

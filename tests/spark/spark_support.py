@@ -27,12 +27,16 @@ def consume(server: NsqdServer, topic: str, count: int, timeout: float = 60.0) -
     def handle(message: Message) -> None:
         got.append(message.body)
 
-    consumer = Consumer(topic, "check", handle, nsqd_tcp_addresses=[server.tcp_address],
-                        max_in_flight=2500)
+    consumer = Consumer(
+        topic, "check", handle, nsqd_tcp_addresses=[server.tcp_address], max_in_flight=2500
+    )
     consumer.start()
     try:
-        wait_until(lambda: len(got) >= count, timeout=timeout,
-                   message=f"{count} messages consumed from {topic} (got {len(got)})")
+        wait_until(
+            lambda: len(got) >= count,
+            timeout=timeout,
+            message=f"{count} messages consumed from {topic} (got {len(got)})",
+        )
     finally:
         consumer.close(5.0)
     return got
@@ -53,8 +57,12 @@ def latest_report(reader: SourceShell) -> dict[str, Any]:
 
 def read_rows(reader: Any, parts: Any) -> list[tuple[Any, ...]]:
     """The rows ``reader.read`` yields for ``parts``, as the source's columns in order."""
-    return [tuple(row.values()) for part in parts for batch in reader.read(part)
-            for row in batch.to_pylist()]
+    return [
+        tuple(row.values())
+        for part in parts
+        for batch in reader.read(part)
+        for row in batch.to_pylist()
+    ]
 
 
 def channel_stats(server: NsqdServer, topic: str, channel: str) -> dict[str, Any]:

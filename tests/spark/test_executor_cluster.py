@@ -52,9 +52,12 @@ def cluster_env() -> dict[str, str]:
     """local-cluster launches executor JVMs with spark-class: it needs SPARK_HOME."""
     from pyspark.find_spark_home import _find_spark_home
 
-    return {"SPARK_HOME": _find_spark_home(), "SPARK_LOCAL_IP": "127.0.0.1",
-            "PYSPARK_PYTHON": sys.executable,
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    return {
+        "SPARK_HOME": _find_spark_home(),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYSPARK_PYTHON": sys.executable,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
 
 
 def test_on_a_local_cluster_every_nsqd_connection_is_an_executors_python_worker(
@@ -67,8 +70,7 @@ def test_on_a_local_cluster_every_nsqd_connection_is_an_executors_python_worker(
         for pid in nsqd_clients(port):
             if pid not in readers:
                 readers[pid] = (*first_jvm(pid), process_name(pid))
-        return {jvm for jvm, name, _ in readers.values()
-                if "CoarseGrainedExecutorBackend" in name}
+        return {jvm for jvm, name, _ in readers.values() if "CoarseGrainedExecutorBackend" in name}
 
     def watch(driver: Any, log: Path, feeder: Feeder) -> None:
         """Scan every 20 ms; while both executors were not seen, publish 20 more every 0.25 s."""
@@ -88,12 +90,19 @@ def test_on_a_local_cluster_every_nsqd_connection_is_an_executors_python_worker(
         finally:
             holder.release()
 
-    one_run(spark, nsqd, tmp_path,
-            [*executors(nsqd, "local-cluster[2,1,1024]"), "readIdleTimeout=1.0"], watch,
-            env=cluster_env(), total=3000)
+    one_run(
+        spark,
+        nsqd,
+        tmp_path,
+        [*executors(nsqd, "local-cluster[2,1,1024]"), "readIdleTimeout=1.0"],
+        watch,
+        env=cluster_env(),
+        total=3000,
+    )
     assert len(executors_seen()) == 2, readers
-    not_executor = {pid: jvm for pid, jvm in readers.items()
-                    if "CoarseGrainedExecutorBackend" not in jvm[1]}
+    not_executor = {
+        pid: jvm for pid, jvm in readers.items() if "CoarseGrainedExecutorBackend" not in jvm[1]
+    }
     assert not not_executor, f"nsqd clients outside the executors: {not_executor}"
     # Each reader is a Python worker of an executor (pyspark.daemon's child), not a JVM.
     assert all("pyspark" in name for _, _, name in readers.values()), readers

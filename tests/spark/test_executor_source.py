@@ -24,15 +24,23 @@ CHANNEL = "spark"
 
 
 def make_reader(server: NsqdServer, wal: Path, **extra: Any) -> NSQExecutorStreamReader:
-    options = {"nsqdTcpAddresses": server.tcp_address, "nsqdHttpAddresses": server.http_address,
-               "topic": TOPIC, "channel": CHANNEL, "walLocation": str(wal),
-               "readOn": "executors", "numPartitions": "3", "readIdleTimeout": "0.3"}
+    options = {
+        "nsqdTcpAddresses": server.tcp_address,
+        "nsqdHttpAddresses": server.http_address,
+        "topic": TOPIC,
+        "channel": CHANNEL,
+        "walLocation": str(wal),
+        "readOn": "executors",
+        "numPartitions": "3",
+        "readIdleTimeout": "0.3",
+    }
     options.update({k: str(v) for k, v in extra.items()})
     return NSQExecutorStreamReader(parse_source_options(options))
 
 
-def bodies(reader: NSQExecutorStreamReader, start: dict[str, Any], end: dict[str, Any]
-           ) -> list[bytes]:
+def bodies(
+    reader: NSQExecutorStreamReader, start: dict[str, Any], end: dict[str, Any]
+) -> list[bytes]:
     out: list[bytes] = []
     for part in reader.partitions(start, end):
         for batch in reader.read(part):
@@ -57,8 +65,12 @@ def test_shares_follow_each_nsqds_backlog_and_the_batch_limit() -> None:
 
 
 def test_read_on_executors_needs_a_wal_and_the_http_addresses() -> None:
-    base = {"nsqdTcpAddresses": "127.0.0.1:4150", "topic": "t", "channel": "c",
-            "readOn": "executors"}
+    base = {
+        "nsqdTcpAddresses": "127.0.0.1:4150",
+        "topic": "t",
+        "channel": "c",
+        "readOn": "executors",
+    }
     with pytest.raises(ConfigError, match="walLocation"):
         parse_source_options(base)
     with pytest.raises(ConfigError, match="nsqdHttpAddresses"):
@@ -66,8 +78,15 @@ def test_read_on_executors_needs_a_wal_and_the_http_addresses() -> None:
     with pytest.raises(ConfigError, match="readOn='everywhere'"):
         parse_source_options({**base, "walLocation": "/tmp/w", "readOn": "everywhere"})
     with pytest.raises(ConfigError, match="deadLetterTopic is for readOn=driver"):
-        parse_source_options({**base, "walLocation": "/tmp/w", "nsqdHttpAddresses": "h:4151",
-                              "maxAttempts": "3", "deadLetterTopic": "t.dead"})
+        parse_source_options(
+            {
+                **base,
+                "walLocation": "/tmp/w",
+                "nsqdHttpAddresses": "h:4151",
+                "maxAttempts": "3",
+                "deadLetterTopic": "t.dead",
+            }
+        )
 
 
 def test_a_batch_is_planned_from_nsqd_read_into_segments_and_a_reread_takes_nothing(
@@ -85,8 +104,11 @@ def test_a_batch_is_planned_from_nsqd_read_into_segments_and_a_reread_takes_noth
         first = bodies(reader, start, end)
         assert len(first) == 2000 and len(set(first)) == 2000
         # FINished once durable: nothing in flight, the rest still queued.
-        wait_until(lambda: channel_stats(nsqd, TOPIC, CHANNEL)["in_flight_count"] == 0,
-                   timeout=10, message="the batch finished at nsqd")
+        wait_until(
+            lambda: channel_stats(nsqd, TOPIC, CHANNEL)["in_flight_count"] == 0,
+            timeout=10,
+            message="the batch finished at nsqd",
+        )
         assert channel_stats(nsqd, TOPIC, CHANNEL)["depth"] == 1000
         assert len(list(wal.glob("batch-*.arrow"))) == 3
         # Read again (a replay, a retried task): the same rows, nothing taken from nsqd.
@@ -125,8 +147,11 @@ def test_of_two_attempts_one_segment_wins_and_the_other_gives_its_messages_back(
         loser = [r["body"] for b in read_share(part, RacingStore(str(wal))) for r in b.to_pylist()]
         assert loser == winner  # the loser yields the winning segment's rows
         # The loser took the next messages and gave them back: queued again, none lost.
-        wait_until(lambda: channel_stats(nsqd, TOPIC, CHANNEL)["in_flight_count"] == 0,
-                   timeout=10, message="the loser's messages given back")
+        wait_until(
+            lambda: channel_stats(nsqd, TOPIC, CHANNEL)["in_flight_count"] == 0,
+            timeout=10,
+            message="the loser's messages given back",
+        )
         stats = channel_stats(nsqd, TOPIC, CHANNEL)
         assert stats["depth"] == 300 - len(winner) and stats["requeue_count"] > 0
     finally:
@@ -161,8 +186,9 @@ def test_a_redelivery_of_a_message_in_a_segment_is_finished_not_read_again(
         nxt = reader.latestOffset(end)
         assert BatchPlan.from_offset(nxt).rows == len(expected)  # redelivered, planned again
         assert bodies(reader, end, nxt) == []  # every one found in batch 1's segment
-        wait_until(lambda: drained(nsqd, TOPIC, CHANNEL), timeout=10,
-                   message="the redeliveries finished")
+        wait_until(
+            lambda: drained(nsqd, TOPIC, CHANNEL), timeout=10, message="the redeliveries finished"
+        )
         assert sorted(bodies(reader, start, end)) == sorted(expected)
     finally:
         reader.stop()
@@ -175,11 +201,20 @@ def test_with_lookupd_the_shares_spread_over_every_nsqd_of_the_topic(
     publish(first, [f"a-{i}".encode() for i in range(900)], TOPIC)
     publish(second, [f"b-{i}".encode() for i in range(300)], TOPIC)
     lookupd = nsq_cluster.lookupd
-    wait_until(lambda: len(lookupd.http.lookup(TOPIC)["producers"]) == 2, timeout=10,
-               message="two nsqd of the topic registered with lookupd")
-    options = {"lookupdHttpAddresses": lookupd.http_address, "topic": TOPIC,
-               "channel": CHANNEL, "walLocation": str(tmp_path / "wal"), "readOn": "executors",
-               "numPartitions": "4", "readIdleTimeout": "0.3"}
+    wait_until(
+        lambda: len(lookupd.http.lookup(TOPIC)["producers"]) == 2,
+        timeout=10,
+        message="two nsqd of the topic registered with lookupd",
+    )
+    options = {
+        "lookupdHttpAddresses": lookupd.http_address,
+        "topic": TOPIC,
+        "channel": CHANNEL,
+        "walLocation": str(tmp_path / "wal"),
+        "readOn": "executors",
+        "numPartitions": "4",
+        "readIdleTimeout": "0.3",
+    }
     reader = NSQExecutorStreamReader(parse_source_options(options))
     try:
         start = reader.initialOffset()  # creates the channel on both nsqd
@@ -189,8 +224,9 @@ def test_with_lookupd_the_shares_spread_over_every_nsqd_of_the_topic(
         assert sum(n for a, n in shares if a == first.tcp_address) == 900  # all of each backlog
         assert sum(n for a, n in shares if a == second.tcp_address) == 300
         got = bodies(reader, start, end)
-        assert sorted(got) == sorted([f"a-{i}".encode() for i in range(900)]
-                                     + [f"b-{i}".encode() for i in range(300)])
+        assert sorted(got) == sorted(
+            [f"a-{i}".encode() for i in range(900)] + [f"b-{i}".encode() for i in range(300)]
+        )
         assert drained(first, TOPIC, CHANNEL) and drained(second, TOPIC, CHANNEL)
         assert not channel_stats(third, TOPIC, CHANNEL)  # never had the topic
     finally:
@@ -220,7 +256,7 @@ def test_trigger_available_now_reads_what_the_channel_held_at_the_first_batch_th
 
 
 def test_a_share_above_nsqds_max_rdy_count_is_taken_over_several_connections(
-    tmp_path: Path
+    tmp_path: Path,
 ) -> None:
     """nsqd's --max-rdy-count caps each connection's RDY: a task splits its share to fit it."""
     with NsqdServer(max_rdy_count=100) as server:
@@ -233,7 +269,10 @@ def test_a_share_above_nsqds_max_rdy_count_is_taken_over_several_connections(
             assert BatchPlan.from_offset(end).shares == ((server.tcp_address, 450),)
             got = bodies(reader, start, end)
             assert sorted(got) == sorted(expected)  # one share, five connections of RDY <= 100
-            wait_until(lambda: drained(server, TOPIC, CHANNEL), timeout=10,
-                       message="the share finished at nsqd")
+            wait_until(
+                lambda: drained(server, TOPIC, CHANNEL),
+                timeout=10,
+                message="the share finished at nsqd",
+            )
         finally:
             reader.stop()

@@ -16,10 +16,17 @@ SOURCE = {"topic": "pages", "channel": "spark", "nsqdtcpaddresses": "127.0.0.1:4
 
 
 def test_source_options_are_case_insensitive_with_documented_defaults() -> None:
-    o = parse_source_options({"TOPIC": "pages", "Channel": "spark",
-                              "lookupdhttpaddresses": "127.0.0.1:4161, 127.0.0.1:4162",
-                              "maxmessagesperbatch": "500", "heartbeatinterval": "5",
-                              "lookupd_poll_interval": "1.5", "lowRdyTimeout": "12"})
+    o = parse_source_options(
+        {
+            "TOPIC": "pages",
+            "Channel": "spark",
+            "lookupdhttpaddresses": "127.0.0.1:4161, 127.0.0.1:4162",
+            "maxmessagesperbatch": "500",
+            "heartbeatinterval": "5",
+            "lookupd_poll_interval": "1.5",
+            "lowRdyTimeout": "12",
+        }
+    )
     assert o.lookupd_http_addresses == ("127.0.0.1:4161", "127.0.0.1:4162")
     assert o.max_messages_per_batch == 500
     assert o.max_in_flight == 1000  # two batches
@@ -37,8 +44,10 @@ def test_source_options_are_case_insensitive_with_documented_defaults() -> None:
         ({"heartbeatinterval": "0.1"}, "heartbeat_interval"),
         ({"maxmessagesperpublish": "10"}, "'maxmessagesperpublish' is for writing only"),
         ({"nsqdtcpaddresses": "nohost"}, "nsqdTcpAddresses"),
-        ({"lookupdhttpaddresses": "http://127.0.0.1:4161"},
-         "lookupdHttpAddresses: give host:port without a scheme"),
+        (
+            {"lookupdhttpaddresses": "http://127.0.0.1:4161"},
+            "lookupdHttpAddresses: give host:port without a scheme",
+        ),
     ],
 )
 def test_a_bad_source_option_is_named(extra: dict[str, str], named: str) -> None:
@@ -47,12 +56,23 @@ def test_a_bad_source_option_is_named(extra: dict[str, str], named: str) -> None
 
 
 def test_source_takes_the_dead_letter_options() -> None:
-    o = parse_source_options({**SOURCE, "maxAttempts": "3", "deadLetterTopic": "pages.dead",
-                              "deadletterenvelope": "true", "dead_letter_nsqd": "h:1,h:2",
-                              "deadLetterTimeout": "2.5"})  # fmt: skip
+    o = parse_source_options(
+        {
+            **SOURCE,
+            "maxAttempts": "3",
+            "deadLetterTopic": "pages.dead",
+            "deadletterenvelope": "true",
+            "dead_letter_nsqd": "h:1,h:2",
+            "deadLetterTimeout": "2.5",
+        }
+    )
     assert o.max_attempts == 3
-    assert o.consumer == {"dead_letter_topic": "pages.dead", "dead_letter_envelope": True,
-                          "dead_letter_nsqd": ("h:1", "h:2"), "dead_letter_timeout": 2.5}
+    assert o.consumer == {
+        "dead_letter_topic": "pages.dead",
+        "dead_letter_envelope": True,
+        "dead_letter_nsqd": ("h:1", "h:2"),
+        "dead_letter_timeout": 2.5,
+    }
     with pytest.raises(ConfigError, match="needs max_attempts of 1 or more"):
         parse_source_options({**SOURCE, "deadLetterTopic": "pages.dead"})  # maxAttempts 0
     with pytest.raises(ConfigError, match="deadLetterTopic='pages' is the topic read"):
@@ -71,8 +91,14 @@ def test_source_needs_topic_channel_and_an_address() -> None:
 
 
 def test_sink_options() -> None:
-    o = parse_sink_options({"nsqdtcpaddresses": "127.0.0.1:4150", "checkpointlocation": "/x",
-                            "maxbodysize": "65536", "snappy": "true"})
+    o = parse_sink_options(
+        {
+            "nsqdtcpaddresses": "127.0.0.1:4150",
+            "checkpointlocation": "/x",
+            "maxbodysize": "65536",
+            "snappy": "true",
+        }
+    )
     assert o.topic is None and o.max_body_size == 65536 and o.connection.snappy
     with pytest.raises(ConfigError, match="'channel' is for reading only"):
         parse_sink_options({"nsqdtcpaddresses": "127.0.0.1:4150", "channel": "c"})

@@ -25,13 +25,23 @@ def test_pipeline_summarises_every_page_to_parquet_and_nsq(
     out = tmp_path / "out"
     result = subprocess.run(
         [
-            sys.executable, str(EXAMPLE), "--pages", "300", "--per-batch", "200",
-            "--out", str(out), "--nsqd-tcp-address", nsqd.tcp_address, "--timeout", "240",
+            sys.executable,
+            str(EXAMPLE),
+            "--pages",
+            "300",
+            "--per-batch",
+            "200",
+            "--out",
+            str(out),
+            "--nsqd-tcp-address",
+            nsqd.tcp_address,
+            "--timeout",
+            "240",
         ],
         capture_output=True,
         text=True,
         timeout=300,
-    )  # fmt: skip
+    )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert "summaries: 300 pages summarized" in result.stdout
     assert "StackOverflowError" not in result.stderr

@@ -24,9 +24,14 @@ def test_batch_write_of_100k_rows_routes_each_row_by_its_topic(
         "concat('row-', id) as body",
         "case id % 3 when 0 then 'sink_a' when 1 then 'sink_b' else null end as topic",
     )
-    (df.write.format("nsq").option("nsqdTcpAddresses", nsqd.tcp_address)
-     .option("topic", "sink_default").option("maxMessagesPerPublish", 5000)
-     .mode("append").save())
+    (
+        df.write.format("nsq")
+        .option("nsqdTcpAddresses", nsqd.tcp_address)
+        .option("topic", "sink_default")
+        .option("maxMessagesPerPublish", 5000)
+        .mode("append")
+        .save()
+    )
     expected: dict[str, set[bytes]] = {"sink_a": set(), "sink_b": set(), "sink_default": set()}
     for i in range(ROWS):
         topic = ("sink_a", "sink_b", "sink_default")[i % 3]
@@ -44,20 +49,25 @@ def test_bad_writes_fail_at_start_naming_the_problem(spark: Any, nsqd: NsqdServe
     with pytest.raises(Exception, match=named):
         writer.option("topic", "t").option("maxMessagesPerPublsh", 10).mode("append").save()
     with pytest.raises(Exception, match="give option 'topic' or a 'topic' column"):
-        df.write.format("nsq").option("nsqdTcpAddresses", nsqd.tcp_address).mode(
-            "append").save()
+        df.write.format("nsq").option("nsqdTcpAddresses", nsqd.tcp_address).mode("append").save()
     extra = spark.range(3).selectExpr("cast(id as string) as body", "id")
     with pytest.raises(Exception, match="'id' is not one"):
         extra.write.format("nsq").option("nsqdTcpAddresses", nsqd.tcp_address).option(
-            "topic", "t").mode("append").save()
+            "topic", "t"
+        ).mode("append").save()
     assert topic_count(nsqd, "t") == 0
 
 
 def test_rows_with_a_defer_column_are_published_deferred(spark: Any, nsqd: NsqdServer) -> None:
     df = spark.range(20).selectExpr("concat('later-', id) as body", "1.0 as defer")
     started = time.monotonic()
-    (df.write.format("nsq").option("nsqdTcpAddresses", nsqd.tcp_address)
-     .option("topic", "deferred").mode("append").save())
+    (
+        df.write.format("nsq")
+        .option("nsqdTcpAddresses", nsqd.tcp_address)
+        .option("topic", "deferred")
+        .mode("append")
+        .save()
+    )
     got = consume(nsqd, "deferred", 20, timeout=30.0)
     assert sorted(got) == sorted(f"later-{i}".encode() for i in range(20))
     assert time.monotonic() - started >= 1.0
@@ -75,10 +85,14 @@ def test_streaming_write_of_a_file_stream(spark: Any, nsqd: NsqdServer, tmp_path
             lines.append(json.dumps({"body": body, "n": i}))
         (inbox / f"part-{f}.json").write_text("\n".join(lines))
     stream = spark.readStream.schema("body string, n long").json(str(inbox)).select("body")
-    query = (stream.writeStream.format("nsq").option("nsqdTcpAddresses", nsqd.tcp_address)
-             .option("topic", "from_files")
-             .option("checkpointLocation", str(tmp_path / "checkpoint"))
-             .trigger(availableNow=True).start())
+    query = (
+        stream.writeStream.format("nsq")
+        .option("nsqdTcpAddresses", nsqd.tcp_address)
+        .option("topic", "from_files")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
     assert query.awaitTermination(120)
     assert query.exception() is None
     wait_until(lambda: topic_count(nsqd, "from_files") >= len(expected), timeout=10)

@@ -21,10 +21,13 @@ def test_mpub_chunks_fit_nsqds_body_limit_and_counts_add_up(
     nsqd_factory: Callable[..., NsqdServer],
 ) -> None:
     server = nsqd_factory(max_body_size=4096, max_msg_size=1024)
-    options = parse_sink_options({"nsqdTcpAddresses": server.tcp_address, "topic": "chunks",
-                                  "maxBodySize": "4096"})
-    rows = [Row(body=f"{i:05d}-".encode() + b"y" * 94, topic=None if i % 2 else "other")
-            for i in range(2000)]
+    options = parse_sink_options(
+        {"nsqdTcpAddresses": server.tcp_address, "topic": "chunks", "maxBodySize": "4096"}
+    )
+    rows = [
+        Row(body=f"{i:05d}-".encode() + b"y" * 94, topic=None if i % 2 else "other")
+        for i in range(2000)
+    ]
     try:
         first = write_rows(options, rows[:1000])
         hub, producer = POOL.get(options)
@@ -44,8 +47,9 @@ def test_mpub_chunks_fit_nsqds_body_limit_and_counts_add_up(
 
 
 def test_a_row_above_max_message_size_fails_the_task(nsqd: NsqdServer) -> None:
-    options = parse_sink_options({"nsqdTcpAddresses": nsqd.tcp_address, "topic": "big",
-                                  "maxMessageSize": "1000"})
+    options = parse_sink_options(
+        {"nsqdTcpAddresses": nsqd.tcp_address, "topic": "big", "maxMessageSize": "1000"}
+    )
     try:
         with pytest.raises(Exception, match="maxMessageSize=1000"):
             write_rows(options, [Row(body=b"z" * 1001)])

@@ -29,9 +29,13 @@ def broker(nsqd_factory: Callable[..., NsqdServer]) -> NsqdServer:
 
 
 def reader(spark: Any, server: NsqdServer, per_batch: int, **options: Any) -> Any:
-    r = (spark.readStream.format("nsq").option("nsqdTcpAddresses", server.tcp_address)
-         .option("topic", TOPIC).option("channel", CHANNEL)
-         .option("maxMessagesPerBatch", per_batch))
+    r = (
+        spark.readStream.format("nsq")
+        .option("nsqdTcpAddresses", server.tcp_address)
+        .option("topic", TOPIC)
+        .option("channel", CHANNEL)
+        .option("maxMessagesPerBatch", per_batch)
+    )
     for key, value in options.items():
         r = r.option(key, value)
     return r.load()
@@ -73,18 +77,34 @@ def test_streaming_read_of_20k_messages_reaches_the_sink_and_drains_the_channel(
     expected = {f"page-{i}".encode() for i in range(20_000)}
     publish(broker, sorted(expected), TOPIC)
     sink = Collector()
-    query = (reader(spark, broker, 2000).writeStream.foreachBatch(sink)
-             .option("checkpointLocation", str(tmp_path / "ck")).start())
+    query = (
+        reader(spark, broker, 2000)
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .start()
+    )
     try:
-        wait_until(lambda: sink.count() >= len(expected) or query.exception(), timeout=180,
-                   interval=0.2, message="20,000 messages in the sink")
+        wait_until(
+            lambda: sink.count() >= len(expected) or query.exception(),
+            timeout=180,
+            interval=0.2,
+            message="20,000 messages in the sink",
+        )
         assert query.exception() is None
         # Spark commits the last batch to the source with the next (empty) one.
-        wait_until(lambda: drained(broker, TOPIC, CHANNEL), timeout=30, interval=0.2,
-                   message="nothing in flight or queued at nsqd")
+        wait_until(
+            lambda: drained(broker, TOPIC, CHANNEL),
+            timeout=30,
+            interval=0.2,
+            message="nothing in flight or queued at nsqd",
+        )
         # The query's progress shows the backlog: messages received, and held at nsqd.
-        reported = [json.loads(s["latestOffset"]) for p in query.recentProgress
-                    for s in p["sources"] if s.get("latestOffset")]
+        reported = [
+            json.loads(s["latestOffset"])
+            for p in query.recentProgress
+            for s in p["sources"]
+            if s.get("latestOffset")
+        ]
     finally:
         query.stop()
     assert reported and all(0 <= r["buffered"] <= r["held"] <= 2 * 2000 for r in reported)
@@ -111,8 +131,12 @@ def test_a_killed_query_restarted_from_its_checkpoint_loses_nothing(
 
     # Run 1: the sink raises on its third batch; the query dies.
     failing = Collector(fail_at_batch=2)
-    q1 = (reader(spark, broker, per_batch).writeStream.foreachBatch(failing)
-          .option("checkpointLocation", checkpoint).start())
+    q1 = (
+        reader(spark, broker, per_batch)
+        .writeStream.foreachBatch(failing)
+        .option("checkpointLocation", checkpoint)
+        .start()
+    )
     with pytest.raises(Exception, match="failed on purpose"):
         q1.awaitTermination(120)
     seen.update(failing.bodies[i] for i in failing.ids)
@@ -120,28 +144,45 @@ def test_a_killed_query_restarted_from_its_checkpoint_loses_nothing(
     # The dead query's source gives its unfinished messages back (REQ 0) when
     # Spark ends its process, whether Spark's SIGTERM or its closed socket
     # reaches the process first.
-    wait_until(lambda: not in_flight(broker), timeout=GIVE_BACK,
-               message=f"the dead query's messages given back within {GIVE_BACK} s")
+    wait_until(
+        lambda: not in_flight(broker),
+        timeout=GIVE_BACK,
+        message=f"the dead query's messages given back within {GIVE_BACK} s",
+    )
 
     # Run 2: restarted from the checkpoint, then stopped mid-stream.
     stopped = Collector()
-    q2 = (reader(spark, broker, per_batch).writeStream.foreachBatch(stopped)
-          .option("checkpointLocation", checkpoint).start())
+    q2 = (
+        reader(spark, broker, per_batch)
+        .writeStream.foreachBatch(stopped)
+        .option("checkpointLocation", checkpoint)
+        .start()
+    )
     wait_until(lambda: stopped.batches >= 2 or q2.exception(), timeout=120, interval=0.1)
     assert in_flight(broker) > 0  # the source holds messages when it is stopped
     q2.stop()
     seen.update(stopped.bodies[i] for i in stopped.ids)
-    wait_until(lambda: not in_flight(broker), timeout=GIVE_BACK,
-               message=f"the stopped query's messages given back within {GIVE_BACK} s")
+    wait_until(
+        lambda: not in_flight(broker),
+        timeout=GIVE_BACK,
+        message=f"the stopped query's messages given back within {GIVE_BACK} s",
+    )
 
     # Run 3: restarted again; runs until every message was seen and nsqd is drained.
     final = Collector()
-    q3 = (reader(spark, broker, per_batch).writeStream.foreachBatch(final)
-          .option("checkpointLocation", checkpoint).start())
+    q3 = (
+        reader(spark, broker, per_batch)
+        .writeStream.foreachBatch(final)
+        .option("checkpointLocation", checkpoint)
+        .start()
+    )
     try:
-        wait_until(lambda: expected <= set(seen) | set(final.bodies.values())
-                   or q3.exception(), timeout=180, interval=0.2,
-                   message="every message reached the sink")
+        wait_until(
+            lambda: expected <= set(seen) | set(final.bodies.values()) or q3.exception(),
+            timeout=180,
+            interval=0.2,
+            message="every message reached the sink",
+        )
         assert q3.exception() is None
         wait_until(lambda: drained(broker, TOPIC, CHANNEL), timeout=30, interval=0.2)
     finally:
@@ -162,9 +203,13 @@ def test_trigger_available_now_reads_the_backlog_then_ends(
     expected = {f"backlog-{i}".encode() for i in range(3000)}
     publish(broker, sorted(expected), TOPIC)
     sink = Collector()
-    query = (reader(spark, broker, 1000, availableNowIdleTimeout=1.0).writeStream
-             .foreachBatch(sink).option("checkpointLocation", str(tmp_path / "ck"))
-             .trigger(availableNow=True).start())
+    query = (
+        reader(spark, broker, 1000, availableNowIdleTimeout=1.0)
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
     assert query.awaitTermination(120)
     assert query.exception() is None
     assert set(sink.bodies.values()) == expected and len(sink.ids) == len(expected)
@@ -174,7 +219,6 @@ def test_trigger_available_now_reads_the_backlog_then_ends(
 def test_a_bad_source_option_fails_the_query_naming_it(spark: Any, broker: NsqdServer) -> None:
     with pytest.raises(Exception, match=r"(?i)unknown option .maxMesagesPerBatch"):
         reader(spark, broker, 10, maxMesagesPerBatch=5)
-    query = (reader(spark, broker, 0).writeStream.format("memory").queryName("bad_option")
-             .start())
+    query = reader(spark, broker, 0).writeStream.format("memory").queryName("bad_option").start()
     with pytest.raises(Exception, match="maxMessagesPerBatch='0' is out of range"):
         query.awaitTermination(60)

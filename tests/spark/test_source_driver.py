@@ -94,16 +94,23 @@ def test_the_source_consumer_dead_letters_what_it_gives_up(nsqd: NsqdServer) -> 
     consumer.start()
     try:
         # (a message REQ'd with no delay is in neither depth nor in flight for a moment)
-        wait_until(lambda: consumer.stats()["dead_letters"]["published"] == 1
-                   and drained(nsqd, TOPIC, CHANNEL), timeout=20)  # fmt: skip
+        wait_until(
+            lambda: (
+                consumer.stats()["dead_letters"]["published"] == 1 and drained(nsqd, TOPIC, CHANNEL)
+            ),
+            timeout=20,
+        )
         assert consumer.stats()["totals"]["finished"] == 2
     finally:
         consumer.close(5.0)
     [raw] = consume(nsqd, "driver.dead", 1)
     letter = decode_envelope(raw)
     assert (letter.body, letter.topic, letter.channel, letter.attempts) == (
-        b"failing", TOPIC, CHANNEL, 2,
-    )  # fmt: skip
+        b"failing",
+        TOPIC,
+        CHANNEL,
+        2,
+    )
 
 
 def _warnings_from_a_query_start(
@@ -113,8 +120,7 @@ def _warnings_from_a_query_start(
     from gnsqlite.spark.datasource import NSQDataSource
     from gnsqlite.spark.shell import SourceShell
 
-    options = {"nsqdTcpAddresses": server.tcp_address, "topic": TOPIC, "channel": CHANNEL,
-               **extra}
+    options = {"nsqdTcpAddresses": server.tcp_address, "topic": TOPIC, "channel": CHANNEL, **extra}
     reader = NSQDataSource(options).streamReader(None)  # type: ignore[arg-type]
     assert isinstance(reader, SourceShell)  # streamReader is typed as PySpark's base class
     caplog.clear()
@@ -128,8 +134,11 @@ def _warnings_from_a_query_start(
                 start = end
         finally:
             reader.stop()
-    return [r.getMessage() for r in caplog.records
-            if r.levelname == "WARNING" and r.name.startswith("gnsqlite.spark")]
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelname == "WARNING" and r.name.startswith("gnsqlite.spark")
+    ]
 
 
 def test_the_source_without_a_wal_warns_once_at_start_naming_the_mode_and_wal_location(
@@ -151,9 +160,9 @@ def test_the_source_with_a_wal_warns_once_naming_its_mode_and_guarantee(
     assert len(on_driver) == 1, on_driver
     assert "readOn=driver" in on_driver[0] and wal in on_driver[0]
     assert "exactly-once" in on_driver[0] and "readOn=executors" in on_driver[0]
-    on_executors = _warnings_from_a_query_start(nsqd, caplog, walLocation=wal,
-                                                readOn="executors",
-                                                nsqdHttpAddresses=nsqd.http_address)
+    on_executors = _warnings_from_a_query_start(
+        nsqd, caplog, walLocation=wal, readOn="executors", nsqdHttpAddresses=nsqd.http_address
+    )
     assert len(on_executors) == 1, on_executors
     assert "reads on the executors (readOn=executors)" in on_executors[0]
     assert "exactly-once" in on_executors[0] and wal in on_executors[0]
@@ -170,8 +179,11 @@ def test_a_batch_is_not_capped_by_nsqds_default_max_rdy_count(nsqd: NsqdServer) 
     try:
         start = reader.initialOffset()
         stats: Callable[[], dict[str, Any]] = lambda: channel_stats(nsqd, TOPIC, CHANNEL)  # noqa: E731
-        wait_until(lambda: stats().get("in_flight_count") == count, timeout=30,
-                   message=f"the source holds all {count} messages")
+        wait_until(
+            lambda: stats().get("in_flight_count") == count,
+            timeout=30,
+            message=f"the source holds all {count} messages",
+        )
         assert len(stats()["clients"]) == 5
         held: Callable[[], int] = lambda: latest_report(reader)["seq"] - start["seq"]  # noqa: E731
         wait_until(lambda: held() == count, timeout=10, message="the source received them all")
@@ -245,12 +257,24 @@ def test_a_batch_travels_as_arrow_and_reads_back_as_record_batches_of_the_schema
         batches = [batch for part in parts for batch in executor.read(part)]
         assert all(isinstance(batch, pa.RecordBatch) for batch in batches)
         # SCHEMA in Arrow, as Spark converts it (timestamps in UTC microseconds)
-        assert SCHEMA.split(", ") == ["id string", "body binary", "timestamp timestamp",
-                                      "attempts int", "topic string", "nsqd string"]
-        expected = pa.schema([("id", pa.string()), ("body", pa.binary()),
-                              ("timestamp", pa.timestamp("us", tz="UTC")),
-                              ("attempts", pa.int32()), ("topic", pa.string()),
-                              ("nsqd", pa.string())])
+        assert SCHEMA.split(", ") == [
+            "id string",
+            "body binary",
+            "timestamp timestamp",
+            "attempts int",
+            "topic string",
+            "nsqd string",
+        ]
+        expected = pa.schema(
+            [
+                ("id", pa.string()),
+                ("body", pa.binary()),
+                ("timestamp", pa.timestamp("us", tz="UTC")),
+                ("attempts", pa.int32()),
+                ("topic", pa.string()),
+                ("nsqd", pa.string()),
+            ]
+        )
         assert {batch.schema for batch in batches} == {expected}
         rows = [row for batch in batches for row in batch.to_pylist()]
         assert sorted(row["body"] for row in rows) == bodies

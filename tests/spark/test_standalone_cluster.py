@@ -97,16 +97,18 @@ def standalone(tmp_path: Path) -> Iterator[tuple[str, int, dict[str, str]]]:
     bin_dir = spark_bin()
     master_port, master_ui, worker_port, worker_ui = free_ports(4)
     env = dict(os.environ)
-    env.update({
-        "SPARK_LOCAL_IP": "127.0.0.1",
-        "SPARK_WORKER_DIR": str(tmp_path / "worker"),
-        "SPARK_LOG_DIR": str(tmp_path / "logs"),
-        "SPARK_HOME": str(bin_dir.parent),
-        "PYSPARK_PYTHON": sys.executable,
-        "PYSPARK_DRIVER_PYTHON": sys.executable,
-        # Executors import gnsqlite from the same tree as this test.
-        "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p),
-    })
+    env.update(
+        {
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "SPARK_WORKER_DIR": str(tmp_path / "worker"),
+            "SPARK_LOG_DIR": str(tmp_path / "logs"),
+            "SPARK_HOME": str(bin_dir.parent),
+            "PYSPARK_PYTHON": sys.executable,
+            "PYSPARK_DRIVER_PYTHON": sys.executable,
+            # Executors import gnsqlite from the same tree as this test.
+            "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p),
+        }
+    )
     url = f"spark://127.0.0.1:{master_port}"
     logs = tmp_path / "logs"
     logs.mkdir()
@@ -114,22 +116,54 @@ def standalone(tmp_path: Path) -> Iterator[tuple[str, int, dict[str, str]]]:
 
     def launch(name: str, *args: str) -> None:
         log = (logs / f"{name}.log").open("ab")
-        procs.append(subprocess.Popen([str(bin_dir / "spark-class"), *args], env=env,
-                                      stdout=log, stderr=subprocess.STDOUT,
-                                      start_new_session=True))
+        procs.append(
+            subprocess.Popen(
+                [str(bin_dir / "spark-class"), *args],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        )
 
     try:
-        launch("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-               "--port", str(master_port), "--webui-port", str(master_ui))
-        launch("worker", "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
-               "--port", str(worker_port), "--webui-port", str(worker_ui), "--cores", "2",
-               "--memory", "1g", "--work-dir", str(tmp_path / "worker"), url)
-        wait_until(lambda: alive_workers(master_ui) == 1 or any(p.poll() is not None
-                                                                 for p in procs),
-                   timeout=120, interval=0.5, message="the worker registered with the master")
+        launch(
+            "master",
+            "org.apache.spark.deploy.master.Master",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(master_port),
+            "--webui-port",
+            str(master_ui),
+        )
+        launch(
+            "worker",
+            "org.apache.spark.deploy.worker.Worker",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(worker_port),
+            "--webui-port",
+            str(worker_ui),
+            "--cores",
+            "2",
+            "--memory",
+            "1g",
+            "--work-dir",
+            str(tmp_path / "worker"),
+            url,
+        )
+        wait_until(
+            lambda: alive_workers(master_ui) == 1 or any(p.poll() is not None for p in procs),
+            timeout=120,
+            interval=0.5,
+            message="the worker registered with the master",
+        )
         dead = [p.args for p in procs if p.poll() is not None]
         assert not dead, f"{dead} ended: " + "".join(
-            f.read_text()[-2000:] for f in logs.glob("*.log"))
+            f.read_text()[-2000:] for f in logs.glob("*.log")
+        )
         yield url, master_ui, env
     finally:
         for proc in reversed(procs):
@@ -143,12 +177,31 @@ def test_pipeline_example_runs_through_spark_submit_on_a_standalone_cluster(
     out = tmp_path / "out"
     # The command of examples/spark_pipeline/README.md, with test sizes and this nsqd.
     submit = subprocess.Popen(
-        [str(spark_bin() / "spark-submit"), "--master", url,
-         str(EXAMPLE / "__main__.py"), "--master", url,
-         "--pages", "300", "--per-batch", "200", "--out", str(out), "--wal", str(out / "wal"),
-         "--nsqd-tcp-address", nsqd.tcp_address, "--timeout", "240"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-    )  # fmt: skip
+        [
+            str(spark_bin() / "spark-submit"),
+            "--master",
+            url,
+            str(EXAMPLE / "__main__.py"),
+            "--master",
+            url,
+            "--pages",
+            "300",
+            "--per-batch",
+            "200",
+            "--out",
+            str(out),
+            "--wal",
+            str(out / "wal"),
+            "--nsqd-tcp-address",
+            nsqd.tcp_address,
+            "--timeout",
+            "240",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     try:
         stdout, stderr = submit.communicate(timeout=360)
     finally:

@@ -36,15 +36,22 @@ def test_read_on_executors_a_sigkilled_driver_restarted_writes_every_message_onc
     driver_killed_mid_stream(spark, nsqd, tmp_path, executors(nsqd), total=6000)
 
 
-@pytest.mark.parametrize("stage", ["taken", "written"],
-                         ids=["mid-read", "between-segment-write-and-fins"])
+@pytest.mark.parametrize(
+    "stage", ["taken", "written"], ids=["mid-read", "between-segment-write-and-fins"]
+)
 def test_read_on_executors_a_python_worker_sigkilled_loses_and_repeats_nothing(
     spark: Any, nsqd: NsqdServer, tmp_path: Path, stage: str
 ) -> None:
     """``taken``: its share taken, unanswered; ``written``: its segment written, before FINs."""
     fault = tmp_path / "fault-fired"
-    one_run(spark, nsqd, tmp_path, executors(nsqd, RETRYING), lambda driver, log, feeder: None,
-            env={"GNSQLITE_SPARK_FAULT": f"{stage}:{fault}"})
+    one_run(
+        spark,
+        nsqd,
+        tmp_path,
+        executors(nsqd, RETRYING),
+        lambda driver, log, feeder: None,
+        env={"GNSQLITE_SPARK_FAULT": f"{stage}:{fault}"},
+    )
     assert fault.exists()  # a worker reached the stage and was SIGKILLed there
     # It held its messages unanswered: nsqd timed them out and delivered them again
     # (after "written", they were found in the segment and finished, not read twice).

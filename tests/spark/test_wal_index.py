@@ -15,8 +15,7 @@ pytestmark = pytest.mark.no_server
 
 
 def index_of(*rows: int, first: int = 0) -> SegmentIndex:
-    return SegmentIndex(Segment(first + i, f"s{first + i}", n, 10 * n)
-                        for i, n in enumerate(rows))
+    return SegmentIndex(Segment(first + i, f"s{first + i}", n, 10 * n) for i, n in enumerate(rows))
 
 
 def test_batches_advance_across_segments_and_end_normalised() -> None:
@@ -38,8 +37,12 @@ def test_slices_are_the_same_rows_for_the_same_positions() -> None:
     assert index.slices(start, end) == slices
     groups = split_slices(slices, 2)
     assert [sum(s.rows for s in g) for g in groups] == [3, 3]
-    assert [s for g in groups for s in g] == [Slice("s0", 4, 5), Slice("s1", 0, 2),
-                                              Slice("s1", 2, 3), Slice("s2", 0, 2)]
+    assert [s for g in groups for s in g] == [
+        Slice("s0", 4, 5),
+        Slice("s1", 0, 2),
+        Slice("s1", 2, 3),
+        Slice("s2", 0, 2),
+    ]
     assert split_slices([], 4) == []
 
 

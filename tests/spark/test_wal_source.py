@@ -61,13 +61,20 @@ class Rows:
             return len(self.rows)
 
 
-def wal_query(spark: Any, tmp_path: Path, topic: str, sink: Any, available_now: bool = False,
-              **options: Any) -> Any:
+def wal_query(
+    spark: Any, tmp_path: Path, topic: str, sink: Any, available_now: bool = False, **options: Any
+) -> Any:
     """Start ``topic`` (WAL under ``tmp_path``) -> foreachBatch(``sink``); ``options`` as given."""
-    stream = (spark.readStream.format("nsq").option("topic", topic).option("channel", CHANNEL)
-              .option("walLocation", str(tmp_path / "wal")).options(**options).load()
-              .writeStream.foreachBatch(sink)
-              .option("checkpointLocation", str(tmp_path / "ck")))
+    stream = (
+        spark.readStream.format("nsq")
+        .option("topic", topic)
+        .option("channel", CHANNEL)
+        .option("walLocation", str(tmp_path / "wal"))
+        .options(**options)
+        .load()
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(tmp_path / "ck"))
+    )
     return (stream.trigger(availableNow=True) if available_now else stream).start()
 
 
@@ -77,21 +84,32 @@ def test_wal_source_reads_batches_above_nsqds_rdy_cap_exactly_once(
     expected = {f"w-{i}".encode() for i in range(20_000)}
     publish(nsqd, sorted(expected), TOPIC)
     sink = Sizes()
-    query = wal_query(spark, tmp_path, TOPIC, sink, nsqdTcpAddresses=nsqd.tcp_address,
-                      maxMessagesPerBatch=8000)
+    query = wal_query(
+        spark, tmp_path, TOPIC, sink, nsqdTcpAddresses=nsqd.tcp_address, maxMessagesPerBatch=8000
+    )
     try:
-        wait_until(lambda: sink.count() >= len(expected) or query.exception(), timeout=180,
-                   interval=0.2, message="20,000 rows in the sink")
+        wait_until(
+            lambda: sink.count() >= len(expected) or query.exception(),
+            timeout=180,
+            interval=0.2,
+            message="20,000 rows in the sink",
+        )
         assert query.exception() is None
         # FINished once in the WAL: the channel drains without waiting for Spark's commits.
         wait_until(lambda: drained(nsqd, TOPIC, CHANNEL), timeout=30, interval=0.2)
         # The query's progress shows the backlog: the WAL's uncommitted rows and bytes.
-        reported = [json.loads(s["latestOffset"]) for p in query.recentProgress
-                    for s in p["sources"] if s.get("latestOffset")]
+        reported = [
+            json.loads(s["latestOffset"])
+            for p in query.recentProgress
+            for s in p["sources"]
+            if s.get("latestOffset")
+        ]
     finally:
         query.stop()
-    assert reported and all(r["walRows"] <= len(expected) and r["walBytes"] >= 0
-                            and r["buffered"] >= 0 for r in reported)
+    assert reported and all(
+        r["walRows"] <= len(expected) and r["walBytes"] >= 0 and r["buffered"] >= 0
+        for r in reported
+    )
     assert max(r["walRows"] for r in reported) > 0
     assert len(sink.bodies) == len(expected) and set(sink.bodies) == expected
     # nsqd's default --max-rdy-count (2500) no longer bounds a batch.
@@ -108,27 +126,51 @@ def test_wal_source_reads_three_nsqd_found_through_lookupd_exactly_once(
 ) -> None:
     topic = "wal_cluster"
     servers = nsq_cluster.nsqds
-    expected = {f"{i}-{n}".encode(): server.tcp_address
-                for i, server in enumerate(servers) for n in range(3000)}
+    expected = {
+        f"{i}-{n}".encode(): server.tcp_address
+        for i, server in enumerate(servers)
+        for n in range(3000)
+    }
     for i, server in enumerate(servers):  # half before the query starts, half while it runs
         publish(server, [f"{i}-{n}".encode() for n in range(1500)], topic)
     lookupd = nsq_cluster.lookupd.http
-    wait_until(lambda: len(lookupd.producer_addresses(topic)) == len(servers), timeout=10,
-               message="lookupd knows the topic on all three nsqd")
+    wait_until(
+        lambda: len(lookupd.producer_addresses(topic)) == len(servers),
+        timeout=10,
+        message="lookupd knows the topic on all three nsqd",
+    )
     sink = Rows()
-    query = wal_query(spark, tmp_path, topic, sink,
-                      lookupdHttpAddresses=nsq_cluster.lookupd.http_address,
-                      lookupdPollInterval=1.0, maxMessagesPerBatch=2000)
+    query = wal_query(
+        spark,
+        tmp_path,
+        topic,
+        sink,
+        lookupdHttpAddresses=nsq_cluster.lookupd.http_address,
+        lookupdPollInterval=1.0,
+        maxMessagesPerBatch=2000,
+    )
     try:
-        wait_until(lambda: sink.count() >= 1500 or query.exception(), timeout=180, interval=0.2,
-                   message="the first rows in the sink")
+        wait_until(
+            lambda: sink.count() >= 1500 or query.exception(),
+            timeout=180,
+            interval=0.2,
+            message="the first rows in the sink",
+        )
         for i, server in enumerate(servers):
             publish(server, [f"{i}-{n}".encode() for n in range(1500, 3000)], topic)
-        wait_until(lambda: sink.count() >= len(expected) or query.exception(), timeout=180,
-                   interval=0.2, message=f"{len(expected)} rows in the sink")
+        wait_until(
+            lambda: sink.count() >= len(expected) or query.exception(),
+            timeout=180,
+            interval=0.2,
+            message=f"{len(expected)} rows in the sink",
+        )
         assert query.exception() is None
-        wait_until(lambda: all(drained(s, topic, CHANNEL) for s in servers), timeout=30,
-                   interval=0.2, message="every nsqd's channel drained")
+        wait_until(
+            lambda: all(drained(s, topic, CHANNEL) for s in servers),
+            timeout=30,
+            interval=0.2,
+            message="every nsqd's channel drained",
+        )
     finally:
         query.stop()
     counts = collections.Counter(body for body, _ in sink.rows)
@@ -147,9 +189,16 @@ def test_trigger_available_now_with_a_wal_drains_the_backlog_once_and_stops(
     topic = "wal_backlog"
 
     def run(sink: Sizes) -> None:
-        query = wal_query(spark, tmp_path, topic, sink, available_now=True,
-                          nsqdTcpAddresses=nsqd.tcp_address, maxMessagesPerBatch=1500,
-                          availableNowIdleTimeout=1.0)
+        query = wal_query(
+            spark,
+            tmp_path,
+            topic,
+            sink,
+            available_now=True,
+            nsqdTcpAddresses=nsqd.tcp_address,
+            maxMessagesPerBatch=1500,
+            availableNowIdleTimeout=1.0,
+        )
         assert query.awaitTermination(120), "the AvailableNow query did not end by itself"
         assert query.exception() is None
 

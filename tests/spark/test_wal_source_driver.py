@@ -31,9 +31,15 @@ CHANNEL = "spark"
 
 def make_reader(server: NsqdServer, wal: Path, **extra: Any) -> NSQWalStreamReader:
     # walBatchDelay 0: latestOffset plans whatever is durable (the hold has its own tests).
-    options = {"nsqdTcpAddresses": server.tcp_address, "topic": TOPIC, "channel": CHANNEL,
-               "walLocation": str(wal), "maxMessagesPerBatch": "100000", "numPartitions": "3",
-               "walBatchDelay": "0"}
+    options = {
+        "nsqdTcpAddresses": server.tcp_address,
+        "topic": TOPIC,
+        "channel": CHANNEL,
+        "walLocation": str(wal),
+        "maxMessagesPerBatch": "100000",
+        "numPartitions": "3",
+        "walBatchDelay": "0",
+    }
     options.update({k: str(v) for k, v in extra.items()})
     return NSQWalStreamReader(parse_source_options(options))
 
@@ -64,8 +70,11 @@ def test_messages_are_finished_once_in_the_wal_and_a_replan_reads_the_same_rows(
         assert start == {"segment": 0, "row": 0}
         publish(nsqd, expected[3000:], TOPIC)
         # Everything is FINished at nsqd as soon as it is in the WAL, before any commit.
-        wait_until(lambda: drained(nsqd, TOPIC, CHANNEL), timeout=30,
-                   message="the channel drained into the WAL")
+        wait_until(
+            lambda: drained(nsqd, TOPIC, CHANNEL),
+            timeout=30,
+            message="the channel drained into the WAL",
+        )
         assert rows_in(wal) == len(expected)
         # The backlog, as Spark's progress shows it (the source's latestOffset).
         report = reader.reportLatestOffset()
@@ -126,16 +135,18 @@ def test_the_wal_bound_pauses_consumption_until_spark_commits(
     expected = [b"x%05d" % i + b"y" * 200 for i in range(3000)]
     publish(server, expected, TOPIC)
     # Segments of 100 rows are ~22 kB; a bound of 60 kB stops the flow after a few.
-    reader = make_reader(server, wal, maxInFlight=100, walSegmentMessages=100,
-                         walMaxBytes=60_000)
+    reader = make_reader(server, wal, maxInFlight=100, walSegmentMessages=100, walMaxBytes=60_000)
     seen: list[bytes] = []
     try:
         start = reader.initialOffset()
         wait_until(lambda: rows_in(wal) >= 300, timeout=30)
         # Paused (RDY 0) once the WAL is above the bound: what it held went to the WAL,
         # nsqd sends nothing more and keeps the rest queued while nothing is committed.
-        wait_until(lambda: channel_stats(server, TOPIC, CHANNEL)["in_flight_count"] == 0,
-                   timeout=10, message="nothing in flight: paused")
+        wait_until(
+            lambda: channel_stats(server, TOPIC, CHANNEL)["in_flight_count"] == 0,
+            timeout=10,
+            message="nothing in flight: paused",
+        )
         in_wal = rows_in(wal)
         assert 300 <= in_wal <= 600 and in_wal < len(expected)
         assert sum(p.stat().st_size for p in wal.glob("*.arrow")) > 60_000
@@ -143,8 +154,11 @@ def test_the_wal_bound_pauses_consumption_until_spark_commits(
         # Spark catches up batch by batch; the source resumes each time.
         while len(seen) < len(expected):
             begin = start
-            end = wait_until(partial(offset_past, reader, begin),
-                             timeout=30, message=f"more rows after {len(seen)}")
+            end = wait_until(
+                partial(offset_past, reader, begin),
+                timeout=30,
+                message=f"more rows after {len(seen)}",
+            )
             seen.extend(bodies(reader, start, end))
             reader.commit(end)
             start = end
@@ -188,8 +202,9 @@ def test_a_flood_fills_batches_for_up_to_wal_batch_delay_a_trickle_is_planned_at
 ) -> None:
     wal = tmp_path / "wal"
     # Segments are cut by size during the flood (the flush interval is long).
-    reader = make_reader(nsqd, wal, maxInFlight=200, walSegmentMessages=200,
-                         walFlushInterval=0.5, walBatchDelay=1.0)
+    reader = make_reader(
+        nsqd, wal, maxInFlight=200, walSegmentMessages=200, walFlushInterval=0.5, walBatchDelay=1.0
+    )
     stop = gevent.event.Event()
 
     def flood() -> None:  # 400 messages every 20 ms: segments are cut full
@@ -237,8 +252,7 @@ def test_a_flood_fills_batches_for_up_to_wal_batch_delay_a_trickle_is_planned_at
         wait_until(lambda: rows_in(wal) == 3, timeout=10, interval=0.005)
         # (the file is renamed just before the source indexes it: allow for that, not
         # for a hold, which would last walBatchDelay = 1 s)
-        got = wait_until(partial(offset_past, reader, rest), timeout=0.5,
-                         interval=0.005)
+        got = wait_until(partial(offset_past, reader, rest), timeout=0.5, interval=0.005)
         assert sorted(bodies(reader, rest, got)) == [b"t-1", b"t-2", b"t-3"]
     finally:
         stop.set()
@@ -253,8 +267,14 @@ def test_a_new_querys_first_batch_waits_for_the_backlog_instead_of_planning_noth
     wal = tmp_path / "wal"
     count, per_batch = 6000, 4000
     publish(nsqd, [f"b-{i}".encode() for i in range(count)], TOPIC)
-    reader = make_reader(nsqd, wal, maxInFlight=1000, walSegmentMessages=500,
-                         maxMessagesPerBatch=per_batch, walBatchDelay=5.0)
+    reader = make_reader(
+        nsqd,
+        wal,
+        maxInFlight=1000,
+        walSegmentMessages=500,
+        maxMessagesPerBatch=per_batch,
+        walBatchDelay=5.0,
+    )
     try:
         start = reader.initialOffset()
         end = reader.latestOffset(start)
@@ -282,8 +302,14 @@ def test_by_default_nsqd_keeps_sending_while_a_segment_is_written(
     # nsqd caps one connection's RDY at 2500 (--max-rdy-count): the default window is two
     # connections of 2500 and a segment is half of it, so while one segment is written (and
     # its messages not yet FINished) the next one arrives instead of nsqd sending nothing.
-    options = parse_source_options({"nsqdTcpAddresses": nsqd.tcp_address, "topic": TOPIC,
-                                    "channel": CHANNEL, "walLocation": str(tmp_path / "wal")})
+    options = parse_source_options(
+        {
+            "nsqdTcpAddresses": nsqd.tcp_address,
+            "topic": TOPIC,
+            "channel": CHANNEL,
+            "walLocation": str(tmp_path / "wal"),
+        }
+    )
     assert (options.max_in_flight, options.connections_per_nsqd) == (5000, 2)
     assert options.wal_segment_messages == 2500
     store = _HeldStore(str(tmp_path / "wal"))
@@ -294,8 +320,11 @@ def test_by_default_nsqd_keeps_sending_while_a_segment_is_written(
         start = reader.initialOffset()
         assert len(channel_stats(nsqd, TOPIC, CHANNEL)["clients"]) == 2
         # The first segment's write is held: the source still receives the whole window.
-        wait_until(lambda: (reader.reportLatestOffset() or {}).get("buffered") == 5000,
-                   timeout=30, message="5000 messages received while a segment is written")
+        wait_until(
+            lambda: (reader.reportLatestOffset() or {}).get("buffered") == 5000,
+            timeout=30,
+            message="5000 messages received while a segment is written",
+        )
         store.release.set()
         wait_until(lambda: drained(nsqd, TOPIC, CHANNEL), timeout=30)
         end = reader.latestOffset(start)

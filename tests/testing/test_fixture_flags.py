@@ -14,8 +14,14 @@ from gnsqlite.testing.flags import lookupd_argv
 
 @pytest.mark.parametrize(
     ("seconds", "text"),
-    [(2.0, "2000ms"), (0.5, "500ms"), (60, "60000ms"), (0, "0ms"), (0.0015, "1500us"),
-     ("1m0s", "1m0s")],
+    [
+        (2.0, "2000ms"),
+        (0.5, "500ms"),
+        (60, "60000ms"),
+        (0, "0ms"),
+        (0.0015, "1500us"),
+        ("1m0s", "1m0s"),
+    ],
 )
 def test_go_duration(seconds: float | str, text: str) -> None:
     assert go_duration(seconds) == text
@@ -30,18 +36,20 @@ def test_go_duration_rejects(bad: float) -> None:
 def test_flags_use_go_syntax() -> None:
     lookupd = LookupdServer(bin_dir="")
     lookupd.tcp_port = 4160
-    assert nsqd_flags({
-        "msg_timeout": 2.0,
-        "max_rdy_count": 10,
-        "snappy": True,
-        "deflate": False,
-        "tls_cert": Path("/certs/server.pem"),
-        "tls_required": "tcp-https",
-        "auth_http_address": "127.0.0.1:4181",
-        "lookupd": [lookupd, "10.0.0.1:4160"],
-        "max_heartbeat_interval": 1.5,
-        "data_path_unused": None,
-    }) == [
+    assert nsqd_flags(
+        {
+            "msg_timeout": 2.0,
+            "max_rdy_count": 10,
+            "snappy": True,
+            "deflate": False,
+            "tls_cert": Path("/certs/server.pem"),
+            "tls_required": "tcp-https",
+            "auth_http_address": "127.0.0.1:4181",
+            "lookupd": [lookupd, "10.0.0.1:4160"],
+            "max_heartbeat_interval": 1.5,
+            "data_path_unused": None,
+        }
+    ) == [
         "--msg-timeout=2000ms",
         "--max-rdy-count=10",
         "--snappy=true",
@@ -69,7 +77,9 @@ def test_embedded_nsqd_argv() -> None:
         data_path="/tmp/d",
         options={"msg_timeout": 1.0},
     ) == [
-        sys.executable, "-m", "gnsqlite.broker",
+        sys.executable,
+        "-m",
+        "gnsqlite.broker",
         "--tcp-address=127.0.0.1:1",
         "--http-address=127.0.0.1:2",
         "--broadcast-address=127.0.0.1",
@@ -103,14 +113,19 @@ def test_real_nsqd_argv_moves_https_off_its_default_port() -> None:
 
 def test_lookupd_argv() -> None:
     assert lookupd_argv(tcp_address="127.0.0.1:1", http_address="127.0.0.1:2") == [
-        sys.executable, "-m", "gnsqlite.broker.lookupd",
+        sys.executable,
+        "-m",
+        "gnsqlite.broker.lookupd",
         "--tcp-address=127.0.0.1:1",
         "--http-address=127.0.0.1:2",
         "--broadcast-address=127.0.0.1",
     ]
-    assert lookupd_argv(
-        tcp_address="127.0.0.1:1", http_address="127.0.0.1:2", bin_dir="/opt/nsq/bin"
-    )[0] == "/opt/nsq/bin/nsqlookupd"
+    assert (
+        lookupd_argv(tcp_address="127.0.0.1:1", http_address="127.0.0.1:2", bin_dir="/opt/nsq/bin")[
+            0
+        ]
+        == "/opt/nsq/bin/nsqlookupd"
+    )
 
 
 def test_server_argv_uses_the_env_directory(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -52,7 +52,9 @@ def test_auth_server_answers_from_its_policy_while_the_caller_blocks() -> None:
             ],
         }
         assert _get(f"http://{server.address}/auth?remote_ip=1.2.3.4&tls=false&secret=no") == (
-            403, {"message": "NOT_AUTHORIZED"})
+            403,
+            {"message": "NOT_AUTHORIZED"},
+        )
         assert server.requests == [
             {"remote_ip": "1.2.3.4", "tls": "true", "secret": "ok"},
             {"remote_ip": "1.2.3.4", "tls": "false", "secret": "no"},

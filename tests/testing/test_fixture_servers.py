@@ -88,11 +88,14 @@ def test_nsqd_restart_keeps_ports_and_data(tmp_path: Path) -> None:
 
 
 def test_start_failure_shows_the_process_stderr(tmp_path: Path) -> None:
-    script = _script(tmp_path / "broken", """
+    script = _script(
+        tmp_path / "broken",
+        """
         import sys
         sys.stderr.write("FATAL: no such flag --frobnicate\\n")
         sys.exit(2)
-    """)
+    """,
+    )
     process = ServerProcess([str(script)], f"127.0.0.1:{free_port()}", "broken")
     process.launch()
     with pytest.raises(ServerStartError, match=r"(?s)exited with status 2.*no such flag"):
@@ -101,11 +104,14 @@ def test_start_failure_shows_the_process_stderr(tmp_path: Path) -> None:
 
 
 def test_start_times_out_when_ping_never_answers(tmp_path: Path) -> None:
-    script = _script(tmp_path / "silent", """
+    script = _script(
+        tmp_path / "silent",
+        """
         import sys, time
         print("starting", flush=True)
         time.sleep(60)
-    """)
+    """,
+    )
     process = ServerProcess([str(script)], f"127.0.0.1:{free_port()}", "silent")
     process.launch()
     with pytest.raises(ServerStartError, match=r"(?s)did not answer /ping.*starting"):
@@ -115,7 +121,9 @@ def test_start_times_out_when_ping_never_answers(tmp_path: Path) -> None:
 
 def test_stop_kills_a_process_that_ignores_sigterm(tmp_path: Path) -> None:
     port = free_port()
-    script = _script(tmp_path / "stubborn", f"""
+    script = _script(
+        tmp_path / "stubborn",
+        f"""
         import signal
         from http.server import BaseHTTPRequestHandler, HTTPServer
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -127,7 +135,8 @@ def test_stop_kills_a_process_that_ignores_sigterm(tmp_path: Path) -> None:
             def log_message(self, *args):
                 pass
         HTTPServer(("127.0.0.1", {port}), Ping).serve_forever()
-    """)
+    """,
+    )
     process = ServerProcess([str(script)], f"127.0.0.1:{port}", "stubborn")
     process.launch()
     process.wait_ready(timeout=10)
@@ -203,7 +212,9 @@ def test_a_missing_binary_is_reported(tmp_path: Path, monkeypatch: pytest.Monkey
 
 def test_tls_required_nsqd_counts_as_ready(tmp_path: Path) -> None:
     port = free_port()
-    script = _script(tmp_path / "tls_only", f"""
+    script = _script(
+        tmp_path / "tls_only",
+        f"""
         from http.server import BaseHTTPRequestHandler, HTTPServer
         class TLSOnly(BaseHTTPRequestHandler):
             def do_GET(self):  # what nsqd --tls-required=true answers over plain HTTP
@@ -213,7 +224,8 @@ def test_tls_required_nsqd_counts_as_ready(tmp_path: Path) -> None:
             def log_message(self, *args):
                 pass
         HTTPServer(("127.0.0.1", {port}), TLSOnly).serve_forever()
-    """)
+    """,
+    )
     process = ServerProcess([str(script)], f"127.0.0.1:{port}", "tls_only")
     process.launch()
     try:

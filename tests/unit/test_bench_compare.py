@@ -27,8 +27,15 @@ def compare() -> ModuleType:
 
 
 def cell(rate: float, cpu_us: float) -> dict[str, Any]:
-    return {"median": rate, "min": rate, "max": rate, "cpu_us_per_msg": cpu_us,
-            "client_cpu_share": 0.5, "nsqd_cpu_us_per_msg": 1.0, "runs": []}  # fmt: skip
+    return {
+        "median": rate,
+        "min": rate,
+        "max": rate,
+        "cpu_us_per_msg": cpu_us,
+        "client_cpu_share": 0.5,
+        "nsqd_cpu_us_per_msg": 1.0,
+        "runs": [],
+    }
 
 
 def test_cpu_ratios_are_gnsqlite_over_the_best_peer_and_go(compare: ModuleType) -> None:
@@ -61,8 +68,10 @@ def report(compare: ModuleType) -> dict[str, Any]:
         "pynsq": cell(28_139, 22.0),
         "go": cell(534_410, 1.26),
     }
-    return {"clients": ["gnsqlite", "pynsq", "go"],
-            "rows": {"consume_2500": {"cells": cells, "ratios": {}, "met": ""}}}  # fmt: skip
+    return {
+        "clients": ["gnsqlite", "pynsq", "go"],
+        "rows": {"consume_2500": {"cells": cells, "ratios": {}, "met": ""}},
+    }
 
 
 def test_the_table_shows_rate_and_cpu_ratios(compare: ModuleType) -> None:
@@ -74,9 +83,12 @@ def test_the_table_shows_rate_and_cpu_ratios(compare: ModuleType) -> None:
     row = [c.strip() for c in lines[2].split("|")[1:-1]]
     assert row[0] == "consume, max_in_flight 2500"
     assert row[4:9] == [
-        "7.62x (pynsq)", "0.40x", "0.21x (pynsq)", "3.60x",
+        "7.62x (pynsq)",
+        "0.40x",
+        "0.21x (pynsq)",
+        "3.60x",
         "NOT met (>= 0.5x go), NOT met (CPU <= 2.5x go's)",
-    ]  # fmt: skip
+    ]
 
 
 def test_a_cpu_target_is_a_ceiling_on_the_ratio_to_the_named_client(compare: ModuleType) -> None:

@@ -92,8 +92,7 @@ def test_the_broker_imports_nothing_from_the_client_side() -> None:
     files = sorted(BROKER_DIR.glob("*.py"))
     assert len(files) > 10
     wrong = {
-        f"broker/{path.name}": sorted(filter(client_side, gnsqlite_imports(path)))
-        for path in files
+        f"broker/{path.name}": sorted(filter(client_side, gnsqlite_imports(path))) for path in files
     }
     wrong = {name: modules for name, modules in wrong.items() if modules}
     assert not wrong, f"the broker imports client-side modules: {wrong}"

@@ -229,13 +229,13 @@ def fake_connections(monkeypatch: pytest.MonkeyPatch) -> list[FakeConnection]:
 
 
 def link_set(rig: Rig, static: tuple[str, ...], hooks: Hooks) -> LinkSet:
-    dispatcher = Dispatcher(Settler(rig.config, None, None, lambda nsqd: None), rig.flow,
-                            rig.life, 1)  # fmt: skip
-    subscription = Subscription(
-        "clicks", "archive", static, (), rig.config, ConnectionConfig()
+    dispatcher = Dispatcher(
+        Settler(rig.config, None, None, lambda nsqd: None), rig.flow, rig.life, 1
     )
-    return LinkSet(subscription, rig.flow, dispatcher, rig.routes, hooks.hooks(), rig.life,
-                   random.Random(1))  # fmt: skip
+    subscription = Subscription("clicks", "archive", static, (), rig.config, ConnectionConfig())
+    return LinkSet(
+        subscription, rig.flow, dispatcher, rig.routes, hooks.hooks(), rig.life, random.Random(1)
+    )
 
 
 def until(condition: Callable[[], bool]) -> None:
@@ -273,8 +273,11 @@ def test_a_link_set_subscribes_each_nsqd_shares_rdy_and_closes_with_cls(
         assert conn_a.written[4:] == ["RDY 0", "CLS", f"REQ {mid(1)} 0"]
         assert conn_a.closed and links.links == {}
         assert links.by_nsqd()["a:4150"] == {
-            "received": 1, "finished": 0, "requeued": 1, "given_up": 0,
-        }  # fmt: skip
+            "received": 1,
+            "finished": 0,
+            "requeued": 1,
+            "given_up": 0,
+        }
     finally:
         wheel.cancel_owner("transcript")
         gevent.sleep(0)

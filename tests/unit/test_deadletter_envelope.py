@@ -22,11 +22,16 @@ class _Nobody:
 
 
 LETTER = DeadLetter(
-    topic="orders", channel="billing", id="0a1b2c3d4e5f6789", attempts=6,
-    timestamp=1_700_000_000_123_456_789, nsqd="10.0.0.7:4150",
+    topic="orders",
+    channel="billing",
+    id="0a1b2c3d4e5f6789",
+    attempts=6,
+    timestamp=1_700_000_000_123_456_789,
+    nsqd="10.0.0.7:4150",
     dead_lettered_at=1_700_000_100_000_000_000,
-    error=HandlerError("KeyError", "'customer' \u00e9"), body=b"\x00\xff{\"a\": 1}\n",
-)  # fmt: skip
+    error=HandlerError("KeyError", "'customer' \u00e9"),
+    body=b'\x00\xff{"a": 1}\n',
+)
 
 
 def fields(**changes: Any) -> bytes:
@@ -41,8 +46,12 @@ def test_a_message_becomes_an_envelope_and_back() -> None:
     message = Message("0a1b2c3d4e5f6789", b"\xff\x00", 42, 6, "h:4150", _Nobody(), 60.0)
     letter = DeadLetter.of(message, "orders", "billing", HandlerError.of(ValueError("no")))
     assert (letter.id, letter.attempts, letter.timestamp, letter.nsqd, letter.body) == (
-        "0a1b2c3d4e5f6789", 6, 42, "h:4150", b"\xff\x00",
-    )  # fmt: skip
+        "0a1b2c3d4e5f6789",
+        6,
+        42,
+        "h:4150",
+        b"\xff\x00",
+    )
     assert letter.error == HandlerError("ValueError", "no")
     assert letter.dead_lettered_at > 42
     assert decode_envelope(letter.encode()) == letter
@@ -51,12 +60,17 @@ def test_a_message_becomes_an_envelope_and_back() -> None:
 def test_the_encoding_is_the_documented_json() -> None:
     record = json.loads(LETTER.encode())
     assert record == {
-        "format": ENVELOPE_FORMAT, "topic": "orders", "channel": "billing",
-        "id": "0a1b2c3d4e5f6789", "attempts": 6, "timestamp": 1_700_000_000_123_456_789,
-        "nsqd": "10.0.0.7:4150", "dead_lettered_at": 1_700_000_100_000_000_000,
+        "format": ENVELOPE_FORMAT,
+        "topic": "orders",
+        "channel": "billing",
+        "id": "0a1b2c3d4e5f6789",
+        "attempts": 6,
+        "timestamp": 1_700_000_000_123_456_789,
+        "nsqd": "10.0.0.7:4150",
+        "dead_lettered_at": 1_700_000_100_000_000_000,
         "error": {"type": "KeyError", "message": "'customer' \u00e9"},
-        "body": base64.b64encode(b"\x00\xff{\"a\": 1}\n").decode(),
-    }  # fmt: skip
+        "body": base64.b64encode(b'\x00\xff{"a": 1}\n').decode(),
+    }
     assert ENVELOPE_FORMAT == "gnsqlite.dead-letter/1"
     assert decode_envelope(LETTER.encode().decode()) == LETTER  # str is accepted too
 

@@ -291,7 +291,9 @@ def test_a_busy_connection_gives_scarce_rdy_up_after_low_rdy_timeout() -> None:
     for name in "abc":
         p.add(name, 2500, now=0.0)
     assert [(n, f.last_rdy, f.reason) for n, f in p.conns.items()] == [
-        ("a", 1, "rotation"), ("b", 0, "waiting"), ("c", 0, "waiting")
+        ("a", 1, "rotation"),
+        ("b", 0, "waiting"),
+        ("c", 0, "waiting"),
     ]
     # Never tried, b and c get short turns; they find nothing, so c keeps it then.
     p.redistribute(1.0)

@@ -28,9 +28,17 @@ BROKER_DIR = Path(gnsqlite.broker.__file__).parent
 STATE_MODULES = {"options", "queues", "persist", "state", "lookupd_db"}
 #: Front ends and servers (TCP protocol, HTTP APIs, stats documents, listeners).
 FRONT_ENDS = {
-    "client", "client_commands", "client_output", "client_reader", "http_api", "stats", "nsqd",
-    "lookupd_tcp", "lookupd_http", "lookupd",
-}  # fmt: skip
+    "client",
+    "client_commands",
+    "client_output",
+    "client_reader",
+    "http_api",
+    "stats",
+    "nsqd",
+    "lookupd_tcp",
+    "lookupd_http",
+    "lookupd",
+}
 
 
 def package_imports(path: Path, modules: set[str], package: str = PACKAGE) -> set[str]:
@@ -228,8 +236,14 @@ ARCHITECTURE = Path(__file__).resolve().parents[2] / "docs" / "architecture.md"
 #: The layers, bottom first, as docs/architecture.md's table names them (its first cell
 #: starts with the name). A module imports only its own layer and those below, except
 #: that the broker imports nothing of the client side and the client side nothing of it.
-LAYERS = ["pure core", "hub services", "a connection", "clients", "the embedded broker",
-          "front ends"]  # fmt: skip
+LAYERS = [
+    "pure core",
+    "hub services",
+    "a connection",
+    "clients",
+    "the embedded broker",
+    "front ends",
+]
 CLIENT_SIDE = {"a connection", "clients"}
 
 

@@ -67,8 +67,18 @@ def test_a_decoded_and_delivered_message_is_the_message_the_constructor_builds()
     frame = encode_message(WireMessage(b"0000000000000007", b"body", 123, 2))
     fast = decode_message(frame, Message)
     deliver(fast, "h:4150", r, 30.0, conn, now)
-    for field in ("id", "wire_id", "body", "timestamp", "attempts", "nsqd", "msg_timeout",
-                  "connection", "has_responded", "is_async"):  # fmt: skip
+    for field in (
+        "id",
+        "wire_id",
+        "body",
+        "timestamp",
+        "attempts",
+        "nsqd",
+        "msg_timeout",
+        "connection",
+        "has_responded",
+        "is_async",
+    ):
         assert getattr(fast, field) == getattr(built, field), field
     assert 29.0 < fast.time_left() <= 30.0
     assert fast.finish() and not fast.finish()

@@ -29,9 +29,16 @@ pytestmark = pytest.mark.no_server
 @dataclass(frozen=True, kw_only=True)
 class _Sample(Validated):
     interval: float = option(
-        1.0, float, above=0, hi=10, unit="s", flag="interval", key="sampleInterval",
-        keyword="interval_s", doc="how often",
-    )  # fmt: skip
+        1.0,
+        float,
+        above=0,
+        hi=10,
+        unit="s",
+        flag="interval",
+        key="sampleInterval",
+        keyword="interval_s",
+        doc="how often",
+    )
     mode: str = option("a", str, parse=lambda text: text.strip().upper())
     level: int = option(3, int, lo=1, hi=9)
 
@@ -39,8 +46,12 @@ class _Sample(Validated):
 def test_a_declaration_carries_every_spelling_and_its_range() -> None:
     interval, mode, level = options_of(_Sample)
     assert (interval.name, interval.flag, interval.key, interval.keyword, interval.doc) == (
-        "interval", "interval", "sampleInterval", "interval_s", "how often",
-    )  # fmt: skip
+        "interval",
+        "interval",
+        "sampleInterval",
+        "interval_s",
+        "how often",
+    )
     assert interval.describe_range() == "above 0 s and at most 10 s"
     assert level.describe_range() == "from 1 to 9"
     assert mode.flag is None and mode.kinds == (str,)
@@ -58,9 +69,9 @@ def test_the_exclusive_bound_and_the_text_parser() -> None:
 
 
 @pytest.mark.parametrize(
-    "cls", [ConnectionConfig, ConsumerConfig, ProducerConfig, BatchConfig, BrokerOptions,
-            FormatOptions],
-)  # fmt: skip
+    "cls",
+    [ConnectionConfig, ConsumerConfig, ProducerConfig, BatchConfig, BrokerOptions, FormatOptions],
+)
 def test_every_option_set_is_declared_with_the_mechanism_and_its_defaults_are_valid(
     cls: type[Validated],
 ) -> None:
@@ -76,8 +87,9 @@ def test_the_brokers_flags_are_its_declarations() -> None:
     for o in flagged:
         assert o.doc in helps[o.flag or ""] and "(default" in helps[o.flag or ""]
     assert options_from_args(["--max-deflate-level=3", "--tls-required=tcp-https"]) == {
-        "max_deflate_level": 3, "tls_required": "tcp-https",
-    }  # fmt: skip
+        "max_deflate_level": 3,
+        "tls_required": "tcp-https",
+    }
 
 
 def test_the_brokers_values_are_checked_by_the_mechanism() -> None:
@@ -108,12 +120,15 @@ def test_the_mechanism_is_pure() -> None:
 
     tree = ast.parse(Path(gnsqlite.options.__file__).read_text())
     absolute = {
-        alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+        alias.name.split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
         for alias in node.names
     } | {
-        (node.module or "").split(".")[0] for node in ast.walk(tree)
+        (node.module or "").split(".")[0]
+        for node in ast.walk(tree)
         if isinstance(node, ast.ImportFrom) and node.level == 0
-    }  # fmt: skip
+    }
     relative = {
         node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level
     }

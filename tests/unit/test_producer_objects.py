@@ -236,8 +236,11 @@ def test_the_same_option_given_twice_or_a_wrong_config_is_refused_naming_it() ->
         Producer("127.0.0.1:4150", config={"timeout": 1.0})  # type: ignore[arg-type]
     with warnings.catch_warnings(), pytest.raises(ConfigError, match="pass one ConnectionConfig"):
         warnings.simplefilter("ignore")
-        Producer("127.0.0.1:4150", config=ConnectionConfig(),  # type: ignore[arg-type]
-                 connection_config=ConnectionConfig())  # fmt: skip
+        Producer(
+            "127.0.0.1:4150",
+            config=ConnectionConfig(),  # type: ignore[arg-type]
+            connection_config=ConnectionConfig(),
+        )
 
 
 # -- Attempt, through the interface it reports to ---------------------------
