@@ -37,10 +37,12 @@ greenlets. ``GNSQLITE_FAULT_SEED`` or ``--seed`` replays a run's faults.
 from __future__ import annotations
 
 import argparse
+import atexit
 import collections
 import contextlib
 import logging
 import random
+import signal
 import statistics
 import sys
 import time
@@ -132,8 +134,12 @@ def main(argv: list[str] | None = None) -> int:
     # loaded machine) and 3 s would time out what was in flight meanwhile.
     if args.msg_timeout is None:
         args.msg_timeout = 3.0 if args.faults else 60.0
+    # SIGTERM ends a run as Ctrl-C does, and the nsqd and proxies this run
+    # started are stopped at exit however it ends (they outlived a killed run).
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     nsqd = NsqdServer(msg_timeout=args.msg_timeout)
     nsqd.start()
+    atexit.register(nsqd.close)
     print(
         f"soak: seed={seed} nsqd={'real' if nsqd.is_real else 'embedded'} {nsqd.tcp_address}"
         f" minutes={args.minutes} rate={args.rate}/s faults={args.faults}"
@@ -143,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     proxies = []
     if args.faults:
         proxies = [ProxyProcess(nsqd.tcp_address).start() for _ in range(2)]
+        for proxy in proxies:
+            atexit.register(proxy.close)
         pub_address, sub_address = proxies[0].address, proxies[1].address
     else:
         pub_address = sub_address = nsqd.tcp_address
@@ -389,4 +397,8 @@ def grew(
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        print("soak: interrupted; stopping the nsqd and proxies it started", file=sys.stderr)
+        sys.exit(130)
