@@ -88,14 +88,7 @@ class Deadlines:
         Raises the attempt's error, if it ended with one.
         """
         if not attempt.ended:
-            timed = self._timed
-            if timed and not self._closed and attempt.deadline + GRACE >= self._due:
-                # _watch's common case, inlined: the timer is armed early enough.
-                while timed and timed[0].ended:
-                    timed.popleft()
-                timed.append(attempt)
-            else:
-                self._watch(attempt)
+            self._watch(attempt)
         if not attempt.ended:
             wake: Waiter[None] = Waiter()
             attempt.wake = wake
