@@ -92,9 +92,9 @@ def test_bad_magic_or_version_or_header_bytes() -> None:
 
 
 def test_sealing_refuses_what_cannot_be_carried() -> None:
-    with pytest.raises(EnvelopeError, match="traceparent .* not printable ASCII"):
+    with pytest.raises(EnvelopeError, match=r"traceparent .* not printable ASCII"):
         seal_envelope(b"x", "caf\u00e9")
-    with pytest.raises(EnvelopeError, match="tracestate .* not printable ASCII"):
+    with pytest.raises(EnvelopeError, match=r"tracestate .* not printable ASCII"):
         seal_envelope(b"x", PARENT, "a=b\n")
     with pytest.raises(EnvelopeError, match="at most 255"):
         seal_envelope(b"x", "0" * 256)
