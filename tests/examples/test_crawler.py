@@ -6,35 +6,33 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from gnsqlite.testing import NsqdServer
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_crawl_fetches_every_page_within_depth_exactly_once(
-    nsqd: NsqdServer, tmp_path: Path
-) -> None:
+def crawl(
+    nsqd: NsqdServer, tmp_path: Path, *options: str
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    """Run the crawler with ``options`` to the end; its output and its JSON report."""
     report_path = tmp_path / "report.json"
+    address = ["--nsqd-tcp-address", nsqd.tcp_address, "--report", str(report_path)]
     result = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "examples" / "crawler"),
-            "--nsqd-tcp-address",
-            nsqd.tcp_address,
-            "--pages",
-            "300",
-            "--max-depth",
-            "6",
-            "--report",
-            str(report_path),
-        ],
+        [sys.executable, str(ROOT / "examples" / "crawler"), *address, *options],
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    report = json.loads(report_path.read_text())
+    return result, json.loads(report_path.read_text())
+
+
+def test_crawl_fetches_every_page_within_depth_exactly_once(
+    nsqd: NsqdServer, tmp_path: Path
+) -> None:
+    result, report = crawl(nsqd, tmp_path, "--pages", "300", "--max-depth", "6")
     assert report["done"] is True
     depth, fetches = report["depth"], report["fetches"]
     within = {path for path, d in depth.items() if d <= 6}
@@ -53,28 +51,10 @@ def test_a_traced_crawl_carries_each_url_s_trace_from_its_publish_into_its_fetch
 ) -> None:
     # --trace: every fetch's CONSUMER span is the child of the PRODUCER span that
     # published its URL (through nsqd, in the trace envelope); the seed's is the crawl's
-    report_path, trace_path = tmp_path / "report.json", tmp_path / "spans.jsonl"
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "examples" / "crawler"),
-            "--nsqd-tcp-address",
-            nsqd.tcp_address,
-            "--pages",
-            "40",
-            "--max-depth",
-            "3",
-            "--report",
-            str(report_path),
-            "--trace",
-            str(trace_path),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
+    trace_path = tmp_path / "spans.jsonl"
+    _, report = crawl(
+        nsqd, tmp_path, "--pages", "40", "--max-depth", "3", "--trace", str(trace_path)
     )
-    assert result.returncode == 0, result.stdout + result.stderr
-    report = json.loads(report_path.read_text())
     spans = [json.loads(line) for line in trace_path.read_text().splitlines()]
     by_id = {span["span_id"]: span for span in spans}
     [root] = [span for span in spans if span["name"] == "crawl"]
