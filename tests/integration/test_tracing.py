@@ -24,7 +24,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from prometheus_client import CollectorRegistry
 
 from gnsqlite.consumer import Consumer
-from gnsqlite.message import Message
+from gnsqlite.message import Message, RequeueMessage
 from gnsqlite.metrics import instrument
 from gnsqlite.producer import Producer
 from gnsqlite.testing import NsqdServer, wait_until
@@ -121,7 +121,13 @@ def test_one_trace_from_a_publish_through_nsqd_into_handlers_that_publish_again(
     with tracer.start_as_current_span("crawl") as root:
         traced.publish("trace_urls", json.dumps({"url": "/", "depth": 0}))
     assert done.wait(15), f"parsed only {parsed}"
-    wait_until(lambda: len(by_name(exporter.get_finished_spans(), "process trace_results")) >= 2)
+
+    def all_ended() -> bool:  # done is set inside the last handler, before its span ends
+        spans = exporter.get_finished_spans()
+        parsed_links = sum(len(s.links) for s in by_name(spans, "process trace_results"))
+        return len(by_name(spans, "process trace_urls")) == 3 and parsed_links == 3
+
+    wait_until(all_ended)
 
     spans = exporter.get_finished_spans()
     trace_id = root.get_span_context().trace_id
@@ -224,8 +230,8 @@ def test_the_envelope_is_opt_in_and_bad_ones_reach_the_handler_unchanged(
     assert value("gnsqlite_consumer_envelopes_total", {**labels, "outcome": "invalid"}) == 2
     assert value("gnsqlite_consumer_envelopes_total", {**labels, "outcome": "opened"}) == 1
     # every message is processed in a span; those without a context start their own trace
+    wait_until(lambda: len(by_name(exporter.get_finished_spans(), "process trace_opt_in")) == 4)
     processed = by_name(exporter.get_finished_spans(), "process trace_opt_in")
-    assert len(processed) == 4
     assert sum(1 for span in processed if span.parent is not None) == 1
 
 
@@ -319,3 +325,43 @@ def test_without_opentelemetry_the_clients_work_and_tracing_says_what_to_install
         env=os.environ,
     )
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
+
+
+def test_requeue_message_is_an_answer_not_an_error(
+    nsqd: NsqdServer,
+    traced: TracedProducer,
+    provider: TracerProvider,
+    exporter: InMemorySpanExporter,
+    consumers: list[Consumer],
+) -> None:
+    done = gevent.event.Event()
+
+    def later(message: Message) -> None:
+        if message.attempts == 1:
+            raise RequeueMessage(delay=0.0)
+        done.set()
+
+    consumer = consume(consumers, nsqd, "trace_requeue", "ch", handler=later)
+    trace_consumer(consumer, tracer_provider=provider)
+    consumer.start()
+    traced.publish("trace_requeue", b"job")
+    assert done.wait(10)
+    wait_until(lambda: len(by_name(exporter.get_finished_spans(), "process trace_requeue")) == 2)
+    first = min(
+        by_name(exporter.get_finished_spans(), "process trace_requeue"),
+        key=lambda s: s.start_time or 0,
+    )
+    assert first.status.status_code is trace.StatusCode.UNSET
+    assert (first.attributes or {})["messaging.nsq.requeued"] is True
+
+
+def test_without_a_trace_context_to_carry_the_body_goes_out_as_it_is(
+    nsqd: NsqdServer, consumers: list[Consumer]
+) -> None:
+    got: gevent.event.AsyncResult[bytes] = gevent.event.AsyncResult()
+    consumer = consume(consumers, nsqd, "trace_noop", "ch", handler=lambda m: got.set(m.body))
+    consumer.start()
+    noop = TracedProducer(Producer([nsqd.tcp_address]), tracer_provider=trace.NoOpTracerProvider())
+    with noop:
+        noop.publish("trace_noop", b"plain")  # the no-op API, no current span: nothing to carry
+    assert got.get(timeout=10) == b"plain"
