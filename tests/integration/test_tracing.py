@@ -12,7 +12,8 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import gevent.event
@@ -34,33 +35,39 @@ from gnsqlite.tracing import TracedProducer, trace_consumer
 PARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
 
-@pytest.fixture
-def exporter() -> InMemorySpanExporter:
-    return InMemorySpanExporter()
+@dataclass
+class Traced:
+    """An nsqd, a traced producer on it, the SDK's provider and the exporter keeping its spans."""
+
+    nsqd: NsqdServer
+    producer: TracedProducer
+    provider: TracerProvider
+    exporter: InMemorySpanExporter
+    consumers: list[Consumer]
+
+    def consume(self, topic: str, channel: str, traced: bool = True, **options: Any) -> Consumer:
+        """A consumer of the nsqd (closed after the test), traced with the provider."""
+        consumer = Consumer(topic, channel, nsqd_tcp_addresses=[self.nsqd.tcp_address], **options)
+        self.consumers.append(consumer)
+        if traced:
+            trace_consumer(consumer, tracer_provider=self.provider)
+        return consumer
+
+    def spans(self, name: str) -> list[ReadableSpan]:
+        """The finished spans called ``name``."""
+        return by_name(self.exporter.get_finished_spans(), name)
 
 
 @pytest.fixture
-def provider(exporter: InMemorySpanExporter) -> Iterator[TracerProvider]:
+def traced(nsqd: NsqdServer, consumers: list[Consumer]) -> Iterator[Traced]:
+    exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    yield provider
-    provider.shutdown()
-
-
-@pytest.fixture
-def traced(nsqd: NsqdServer, provider: TracerProvider) -> Iterator[TracedProducer]:
     producer = TracedProducer(Producer([nsqd.tcp_address]), tracer_provider=provider)
     producer.start()
-    yield producer
+    yield Traced(nsqd, producer, provider, exporter, consumers)
     producer.close()
-
-
-def consume(
-    consumers: list[Consumer], nsqd: NsqdServer, topic: str, channel: str, **options: Any
-) -> Consumer:
-    consumer = Consumer(topic, channel, nsqd_tcp_addresses=[nsqd.tcp_address], **options)
-    consumers.append(consumer)
-    return consumer
+    provider.shutdown()
 
 
 def ids(context: trace.SpanContext | None) -> tuple[int, int] | None:
@@ -68,16 +75,12 @@ def ids(context: trace.SpanContext | None) -> tuple[int, int] | None:
     return None if context is None else (context.trace_id, context.span_id)
 
 
-def by_name(spans: tuple[ReadableSpan, ...], name: str) -> list[ReadableSpan]:
+def by_name(spans: Sequence[ReadableSpan], name: str) -> list[ReadableSpan]:
     return [span for span in spans if span.name == name]
 
 
 def test_one_trace_from_a_publish_through_nsqd_into_handlers_that_publish_again(
-    nsqd: NsqdServer,
-    traced: TracedProducer,
-    provider: TracerProvider,
-    exporter: InMemorySpanExporter,
-    consumers: list[Consumer],
+    traced: Traced,
 ) -> None:
     # The crawler's shape: a fetch handler publishes each result; a batch
     # handler parses results and MPUBs the new URLs back to the fetchers.
@@ -88,7 +91,7 @@ def test_one_trace_from_a_publish_through_nsqd_into_handlers_that_publish_again(
     def fetch(message: Message) -> None:
         seen_ids[message.id] = message.body
         job = json.loads(message.body)
-        traced.publish("trace_results", json.dumps({**job, "html": f"page {job['url']}"}))
+        traced.producer.publish("trace_results", json.dumps({**job, "html": f"page {job['url']}"}))
 
     def parse(messages: list[Message]) -> None:
         new = []
@@ -99,14 +102,12 @@ def test_one_trace_from_a_publish_through_nsqd_into_handlers_that_publish_again(
             if result["depth"] == 0:
                 new += [json.dumps({"url": f"/{n}", "depth": 1}) for n in (1, 2)]
         if new:
-            traced.multi_publish("trace_urls", new)
+            traced.producer.multi_publish("trace_urls", new)
         if len(parsed) == 3:
             done.set()
 
-    fetcher = consume(consumers, nsqd, "trace_urls", "fetch", handler=fetch, max_in_flight=4)
-    parser = consume(
-        consumers,
-        nsqd,
+    fetcher = traced.consume("trace_urls", "fetch", handler=fetch, max_in_flight=4)
+    parser = traced.consume(
         "trace_results",
         "parse",
         batch_handler=parse,
@@ -115,21 +116,20 @@ def test_one_trace_from_a_publish_through_nsqd_into_handlers_that_publish_again(
         max_in_flight=4,
     )
     for consumer in (fetcher, parser):
-        trace_consumer(consumer, tracer_provider=provider)
         consumer.start()
-    tracer = provider.get_tracer("test")
+    tracer = traced.provider.get_tracer("test")
     with tracer.start_as_current_span("crawl") as root:
-        traced.publish("trace_urls", json.dumps({"url": "/", "depth": 0}))
+        traced.producer.publish("trace_urls", json.dumps({"url": "/", "depth": 0}))
     assert done.wait(15), f"parsed only {parsed}"
 
     def all_ended() -> bool:  # done is set inside the last handler, before its span ends
-        spans = exporter.get_finished_spans()
+        spans = traced.exporter.get_finished_spans()
         parsed_links = sum(len(s.links) for s in by_name(spans, "process trace_results"))
         return len(by_name(spans, "process trace_urls")) == 3 and parsed_links == 3
 
     wait_until(all_ended)
 
-    spans = exporter.get_finished_spans()
+    spans = traced.exporter.get_finished_spans()
     trace_id = root.get_span_context().trace_id
     [seed] = [
         s for s in by_name(spans, "publish trace_urls") if s.parent == root.get_span_context()
@@ -185,13 +185,7 @@ def test_one_trace_from_a_publish_through_nsqd_into_handlers_that_publish_again(
     assert {s.context.trace_id for s in fetches if s is not first} == {first_batch.context.trace_id}
 
 
-def test_the_envelope_is_opt_in_and_bad_ones_reach_the_handler_unchanged(
-    nsqd: NsqdServer,
-    traced: TracedProducer,
-    provider: TracerProvider,
-    exporter: InMemorySpanExporter,
-    consumers: list[Consumer],
-) -> None:
+def test_the_envelope_is_opt_in_and_bad_ones_reach_the_handler_unchanged(traced: Traced) -> None:
     bad = MAGIC + b"\x01 not an envelope"  # the magic, then lengths that do not add up
     foreign = seal_envelope(b"x", PARENT)[:-1] + b"xy"  # a body longer than declared
     plain = b"\xff plain bytes"
@@ -206,17 +200,17 @@ def test_the_envelope_is_opt_in_and_bad_ones_reach_the_handler_unchanged(
 
         return handle
 
-    untraced = consume(consumers, nsqd, "trace_opt_in", "plain", handler=handler_for("plain"))
-    tracing = consume(consumers, nsqd, "trace_opt_in", "traced", handler=handler_for("traced"))
-    counts = trace_consumer(tracing, tracer_provider=provider)
+    untraced = traced.consume("trace_opt_in", "plain", False, handler=handler_for("plain"))
+    tracing = traced.consume("trace_opt_in", "traced", False, handler=handler_for("traced"))
+    counts = trace_consumer(tracing, tracer_provider=traced.provider)
     registry = CollectorRegistry()
     instrument(tracing, registry)
     for consumer in (untraced, tracing):
         consumer.start()
     wait_until(lambda: untraced.connections and tracing.connections)
-    traced.publish("trace_opt_in", b"hello")  # sealed: the span's context
+    traced.producer.publish("trace_opt_in", b"hello")  # sealed: the span's context
     for body in (bad, foreign, plain):
-        traced.producer.publish("trace_opt_in", body)  # as they are
+        traced.producer.producer.publish("trace_opt_in", body)  # as they are
     assert both.wait(10), bodies
 
     sealed = next(body for body in bodies["plain"] if body not in (bad, foreign, plain))
@@ -230,18 +224,12 @@ def test_the_envelope_is_opt_in_and_bad_ones_reach_the_handler_unchanged(
     assert value("gnsqlite_consumer_envelopes_total", {**labels, "outcome": "invalid"}) == 2
     assert value("gnsqlite_consumer_envelopes_total", {**labels, "outcome": "opened"}) == 1
     # every message is processed in a span; those without a context start their own trace
-    wait_until(lambda: len(by_name(exporter.get_finished_spans(), "process trace_opt_in")) == 4)
-    processed = by_name(exporter.get_finished_spans(), "process trace_opt_in")
+    wait_until(lambda: len(traced.spans("process trace_opt_in")) == 4)
+    processed = traced.spans("process trace_opt_in")
     assert sum(1 for span in processed if span.parent is not None) == 1
 
 
-def test_a_failed_handler_marks_its_span_and_the_redelivery_gets_its_own(
-    nsqd: NsqdServer,
-    traced: TracedProducer,
-    provider: TracerProvider,
-    exporter: InMemorySpanExporter,
-    consumers: list[Consumer],
-) -> None:
+def test_a_failed_handler_marks_its_span_and_the_redelivery_gets_its_own(traced: Traced) -> None:
     attempts: list[int] = []
     done = gevent.event.Event()
 
@@ -251,16 +239,13 @@ def test_a_failed_handler_marks_its_span_and_the_redelivery_gets_its_own(
             raise ValueError("the first attempt fails")
         done.set()
 
-    consumer = consume(
-        consumers, nsqd, "trace_flaky", "ch", handler=flaky, requeue_delay=0.0, backoff=None
-    )
-    trace_consumer(consumer, tracer_provider=provider)
+    consumer = traced.consume("trace_flaky", "ch", handler=flaky, requeue_delay=0.0, backoff=None)
     consumer.start()
-    traced.publish("trace_flaky", b"job")
+    traced.producer.publish("trace_flaky", b"job")
     assert done.wait(10), attempts
-    wait_until(lambda: len(by_name(exporter.get_finished_spans(), "process trace_flaky")) == 2)
+    wait_until(lambda: len(traced.spans("process trace_flaky")) == 2)
     failed, retried = sorted(
-        by_name(exporter.get_finished_spans(), "process trace_flaky"),
+        traced.spans("process trace_flaky"),
         key=lambda s: s.start_time or 0,
     )
     assert (failed.attributes or {})["messaging.nsq.message.attempts"] == 1
@@ -268,24 +253,22 @@ def test_a_failed_handler_marks_its_span_and_the_redelivery_gets_its_own(
     assert failed.status.status_code is trace.StatusCode.ERROR
     assert (failed.attributes or {})["error.type"] == "ValueError"
     assert retried.status.status_code is trace.StatusCode.UNSET
-    [publish] = by_name(exporter.get_finished_spans(), "publish trace_flaky")
+    [publish] = traced.spans("publish trace_flaky")
     assert (
         ids(failed.parent) == ids(retried.parent) == ids(publish.context)
     )  # both deliveries, one trace
 
 
-def test_a_failed_publish_ends_its_span_failed(
-    nsqd: NsqdServer, traced: TracedProducer, exporter: InMemorySpanExporter
-) -> None:
+def test_a_failed_publish_ends_its_span_failed(traced: Traced) -> None:
     with pytest.raises(Exception) as raised:
-        traced.publish("bad topic!", b"x")
-    [span] = exporter.get_finished_spans()
+        traced.producer.publish("bad topic!", b"x")
+    [span] = traced.exporter.get_finished_spans()
     assert span.status.status_code is trace.StatusCode.ERROR
     assert (span.attributes or {})["error.type"] == type(raised.value).__qualname__
-    result = traced.publish_async("trace_async", b"x")
+    result = traced.producer.publish_async("trace_async", b"x")
     assert result.get(timeout=5) == b"OK"
-    wait_until(lambda: len(exporter.get_finished_spans()) == 2)
-    assert exporter.get_finished_spans()[1].status.status_code is trace.StatusCode.UNSET
+    wait_until(lambda: len(traced.exporter.get_finished_spans()) == 2)
+    assert traced.exporter.get_finished_spans()[1].status.status_code is trace.StatusCode.UNSET
 
 
 _WITHOUT_OTEL = r"""
@@ -327,13 +310,7 @@ def test_without_opentelemetry_the_clients_work_and_tracing_says_what_to_install
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
 
 
-def test_requeue_message_is_an_answer_not_an_error(
-    nsqd: NsqdServer,
-    traced: TracedProducer,
-    provider: TracerProvider,
-    exporter: InMemorySpanExporter,
-    consumers: list[Consumer],
-) -> None:
+def test_requeue_message_is_an_answer_not_an_error(traced: Traced) -> None:
     done = gevent.event.Event()
 
     def later(message: Message) -> None:
@@ -341,27 +318,25 @@ def test_requeue_message_is_an_answer_not_an_error(
             raise RequeueMessage(delay=0.0)
         done.set()
 
-    consumer = consume(consumers, nsqd, "trace_requeue", "ch", handler=later)
-    trace_consumer(consumer, tracer_provider=provider)
+    consumer = traced.consume("trace_requeue", "ch", handler=later)
     consumer.start()
-    traced.publish("trace_requeue", b"job")
+    traced.producer.publish("trace_requeue", b"job")
     assert done.wait(10)
-    wait_until(lambda: len(by_name(exporter.get_finished_spans(), "process trace_requeue")) == 2)
+    wait_until(lambda: len(traced.spans("process trace_requeue")) == 2)
     first = min(
-        by_name(exporter.get_finished_spans(), "process trace_requeue"),
+        traced.spans("process trace_requeue"),
         key=lambda s: s.start_time or 0,
     )
     assert first.status.status_code is trace.StatusCode.UNSET
     assert (first.attributes or {})["messaging.nsq.requeued"] is True
 
 
-def test_without_a_trace_context_to_carry_the_body_goes_out_as_it_is(
-    nsqd: NsqdServer, consumers: list[Consumer]
-) -> None:
+def test_without_a_trace_context_to_carry_the_body_goes_out_as_it_is(traced: Traced) -> None:
     got: gevent.event.AsyncResult[bytes] = gevent.event.AsyncResult()
-    consumer = consume(consumers, nsqd, "trace_noop", "ch", handler=lambda m: got.set(m.body))
+    consumer = traced.consume("trace_noop", "ch", False, handler=lambda m: got.set(m.body))
     consumer.start()
-    noop = TracedProducer(Producer([nsqd.tcp_address]), tracer_provider=trace.NoOpTracerProvider())
+    plain = Producer([traced.nsqd.tcp_address])
+    noop = TracedProducer(plain, tracer_provider=trace.NoOpTracerProvider())
     with noop:
         noop.publish("trace_noop", b"plain")  # the no-op API, no current span: nothing to carry
     assert got.get(timeout=10) == b"plain"
