@@ -78,7 +78,8 @@ class MessageTooLargeError(NSQError, ValueError):
 
 
 class EnvelopeError(NSQError, ValueError):
-    """Bytes that are not a valid dead-letter envelope (see :mod:`gnsqlite.deadletter`)."""
+    """Bytes that are not a valid envelope: a dead-letter one (:mod:`gnsqlite.deadletter`)
+    or a trace one (:mod:`gnsqlite.trace_envelope`); or what cannot be put in one."""
 
 
 class ProtocolError(NSQError):

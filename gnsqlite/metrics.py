@@ -213,6 +213,10 @@ class Instrumentation:
         if dead is not None:
             for outcome in ("published", "failed"):
                 reading.add(catalog.DEAD_LETTERS, (*channel, dead["topic"], outcome), dead[outcome])
+        for wrapper in consumer.handler_wrappers:  # gnsqlite.tracing's counts its envelopes
+            envelopes = getattr(wrapper, "envelope_counts", None)
+            for outcome, count in envelopes.items() if envelopes is not None else ():
+                reading.add(catalog.ENVELOPES, (*channel, outcome), count)
         reading.add(catalog.BACKOFF_LEVEL, channel, float(stats["backoff"].get("level", 0)))
         reading.add(catalog.STARVED, channel, 1.0 if stats["starved"] else 0.0)
         if self.timing:

@@ -99,6 +99,14 @@ DEAD_LETTERS = MetricSpec(
     " failed (the message was requeued and is dead-lettered on a later delivery).",
     ("topic", "channel", "dead_letter_topic", "outcome"),
 )
+ENVELOPES = MetricSpec(
+    "gnsqlite_consumer_envelopes",
+    "counter",
+    "Bodies a traced consumer (gnsqlite.tracing, envelope on) looked at, by outcome: opened (a"
+    " trace envelope, taken out), plain (none: handed over untouched), invalid (the envelope's"
+    " magic but not parseable: handed over unchanged).",
+    ("topic", "channel", "outcome"),
+)
 IN_FLIGHT = MetricSpec(
     "gnsqlite_consumer_in_flight",
     "gauge",
@@ -178,6 +186,7 @@ METRICS: dict[str, MetricSpec] = {
         REQUEUED,
         GIVEN_UP,
         DEAD_LETTERS,
+        ENVELOPES,
         IN_FLIGHT,
         RDY,
         BACKOFF_LEVEL,

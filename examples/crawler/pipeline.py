@@ -17,6 +17,13 @@ a result parsed twice is recognised and skipped.
 
 A bad option, or no nsqd answering at the address, stops it before it starts
 with one line on stderr (``__main__.py`` prints it) and exit status 1.
+
+With ``--trace FILE`` the crawl is traced with OpenTelemetry
+(:mod:`gnsqlite.tracing`, the ``tracing`` extra, and the SDK): each publish is
+a PRODUCER span whose context travels inside the message (a trace envelope),
+each handler call a CONSUMER span, and the spans are written to FILE as JSON
+lines when the crawl ends (the SDK's in-memory exporter; a real program hands
+them to an exporter for Jaeger, Tempo ...).
 """
 
 from __future__ import annotations
@@ -54,11 +61,14 @@ class LinkParser(HTMLParser):
 class Crawler:
     """The pipeline: see the module docstring."""
 
-    def __init__(self, nsqd: str, max_depth: int, fetchers: int) -> None:
+    def __init__(
+        self, nsqd: str, max_depth: int, fetchers: int, tracer_provider: Any = None
+    ) -> None:
         self.nsqd = nsqd
         self.max_depth = max_depth
         self.fetchers = fetchers
-        self.producer = Producer([nsqd])
+        self.tracer_provider = tracer_provider
+        self.producer: Any = Producer([nsqd])
         self.seen: set[str] = set()
         self.parsed: set[str] = set()
         self.outstanding = 0
@@ -87,6 +97,13 @@ class Crawler:
             ),
         ]
 
+        if tracer_provider is not None:  # --trace: every publish and handler call is a span
+            from gnsqlite.tracing import TracedProducer, trace_consumer
+
+            self.producer = TracedProducer(self.producer, tracer_provider=tracer_provider)
+            for consumer in self.consumers:
+                trace_consumer(consumer, tracer_provider=tracer_provider)
+
     def crawl(self, seed: str, timeout: float) -> bool:
         """Crawl from ``seed``; blocks until done or ``timeout`` seconds. ``True`` if done."""
         self.site_host = urlsplit(seed).netloc
@@ -95,7 +112,12 @@ class Crawler:
             consumer.start()
         self.seen.add(seed)
         self.outstanding = 1
-        self.producer.publish("urls", json.dumps({"url": seed, "depth": 0}))
+        first = json.dumps({"url": seed, "depth": 0})
+        if self.tracer_provider is None:
+            self.producer.publish("urls", first)
+        else:  # the crawl's root span: the seed's publish is its child
+            with self.tracer_provider.get_tracer("crawler").start_as_current_span("crawl"):
+                self.producer.publish("urls", first)
         try:
             return bool(self.done.wait(timeout))
         finally:
@@ -186,7 +208,40 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--report", metavar="FILE", help="write a JSON report to FILE (default: none)"
     )
+    parser.add_argument(
+        "--trace",
+        metavar="FILE",
+        help="trace the crawl with OpenTelemetry and write its spans to FILE, one JSON"
+        " object a line (needs gnsqlite[tracing] and opentelemetry-sdk; default: no tracing)",
+    )
     return parser
+
+
+def in_memory_tracing() -> tuple[Any, Any]:
+    """A tracer provider whose spans are kept in memory, and the exporter that keeps them."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return provider, exporter
+
+
+def span_record(span: Any) -> dict[str, Any]:
+    """One finished span as a JSON-ready dict: ids in hex, parent and links by span id."""
+    parent = span.parent
+    return {
+        "name": span.name,
+        "kind": span.kind.name,
+        "trace_id": f"{span.context.trace_id:032x}",
+        "span_id": f"{span.context.span_id:016x}",
+        "parent_id": None if parent is None else f"{parent.span_id:016x}",
+        "links": [f"{link.context.span_id:016x}" for link in span.links],
+        "status": span.status.status_code.name,
+        "attributes": dict(span.attributes or {}),
+    }
 
 
 def main() -> None:
@@ -200,7 +255,10 @@ def main() -> None:
         if value < least:
             parser.error(f"--{name} must be {least} or more")
 
-    crawler = Crawler(args.nsqd_tcp_address, args.max_depth, args.fetchers)  # checks the address
+    provider, exporter = in_memory_tracing() if args.trace else (None, None)
+    crawler = Crawler(
+        args.nsqd_tcp_address, args.max_depth, args.fetchers, provider
+    )  # checks the address
     probe = Connection(args.nsqd_tcp_address)
     probe.connect()  # raises NSQConnectionError when no nsqd answers there
     probe.close()
@@ -227,6 +285,10 @@ def main() -> None:
     if args.report:
         with open(args.report, "w") as f:
             json.dump(report, f)
+    if args.trace:
+        with open(args.trace, "w") as f:
+            for span in exporter.get_finished_spans():
+                f.write(json.dumps(span_record(span)) + "\n")
     fetched_once = sum(1 for p in reachable if site.fetches[p] == 1)
     print(
         f"crawl {'complete' if done else 'TIMED OUT'} in {elapsed:.2f} s: "

@@ -69,11 +69,13 @@ from .links import COUNTERS, ConnectionHooks, LinkSet, Subscription
 from .settle import GiveUpHook, Settler, log_giving_up
 from .views import health_of, stats_of
 
-__all__ = ["COUNTERS", "Consumer", "GiveUpHook", "Handler", "log_giving_up"]
+__all__ = ["COUNTERS", "Consumer", "GiveUpHook", "Handler", "HandlerWrapper", "log_giving_up"]
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[[Message], Any]
+#: ``wrapper(handler)`` -> what runs instead of ``handler`` (see :meth:`Consumer.wrap_handler`).
+HandlerWrapper = Callable[[Callable[[Any], Any]], Callable[[Any], Any]]
 
 
 class Consumer:
@@ -158,6 +160,8 @@ class Consumer:
             handler, batch_handler, batch_size, batch_timeout, config.max_in_flight
         )
         self._handler = handler
+        #: What :meth:`wrap_handler` added, innermost first.
+        self.handler_wrappers: tuple[HandlerWrapper, ...] = ()
         rng = random.Random()
         self._dead_letters = DeadLetterPublisher.for_consumer(
             self.topic, self.channel, config, self.connection_config
@@ -231,7 +235,28 @@ class Consumer:
     def _set_dispatch_handler(self) -> None:
         # Consumer.handle not overridden: the worker calls the handler directly.
         plain = type(self).handle is Consumer.handle
-        self._dispatcher.handler = self._handler if plain else self.handle
+        handler = self._handler if plain else self.handle
+        if handler is not None:
+            for wrap in self.handler_wrappers:
+                handler = wrap(handler)
+        self._dispatcher.handler = handler
+
+    def wrap_handler(self, wrapper: HandlerWrapper) -> None:
+        """Run every handler call through ``wrapper`` from the next message on.
+
+        ``wrapper(handler)`` returns what the worker calls instead of
+        ``handler``: with one :class:`~gnsqlite.message.Message` for a
+        ``handler`` (or :meth:`handle`), with the list of messages for a
+        ``batch_handler``. It runs in the worker greenlet, must call
+        ``handler`` and let its exceptions through (they decide the answer).
+        A later :meth:`set_handler` is wrapped too; a wrapper added later
+        runs outside those added before. :mod:`gnsqlite.tracing` uses it.
+        Does not block.
+        """
+        self.handler_wrappers += (wrapper,)
+        self._set_dispatch_handler()
+        if self._batcher is not None:
+            self._batcher.handler = wrapper(self._batcher.handler)
 
     def set_handler(self, handler: Handler) -> None:
         """Replace the handler (takes effect for the next message)."""

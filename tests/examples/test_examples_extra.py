@@ -22,6 +22,8 @@ MODULES = {
     "gunicorn": ("gunicorn",),
     "flask": ("flask", "werkzeug"),
     "pynsq": ("nsq", "tornado"),
+    "opentelemetry-api": ("opentelemetry",),
+    "opentelemetry-sdk": ("opentelemetry",),
 }
 #: modules of the core dependencies, of the project itself, and the examples' own
 PROVIDED = {"gevent", "snappy", "gnsqlite", "pipeline", "testsite", "app"}
