@@ -290,11 +290,15 @@ class RdyPlanner:
                     # Messages in this turn, and not idle since: it is known to have some.
                     received = f.last_message_at is not None and f.last_message_at >= turn
                     f.eager = received and not idle
-        keep = [f for f in holders if f not in released]
+        # Membership by identity, in sets: O(n) a pass (a list's ``in`` compares
+        # the records field by field, O(n * max_in_flight)).
+        gone = set(map(id, released))
+        keep = [f for f in holders if id(f) not in gone]
         # Fewer slots than holders (max_in_flight lowered): the latest hand-overs keep theirs.
         keep.sort(key=lambda f: (-f.turn_start, f.name))
         keep = keep[: self.max_in_flight]
-        waiting = [f for f in flows if f not in keep and f not in released]
+        kept = set(map(id, keep))
+        waiting = [f for f in flows if id(f) not in kept and id(f) not in gone]
         waiting.sort(key=lambda f: (f.waiting_since, f.name))
         released.sort(key=lambda f: (f.turn_start, f.name))
         handed = (waiting + released)[: self.max_in_flight - len(keep)]
@@ -304,7 +308,7 @@ class RdyPlanner:
                 if id(f) not in chosen:
                     f.waiting_since = now  # to the back of the line
             for f in handed:
-                if f.target == 0 or f in released:
+                if f.target == 0 or id(f) in gone:
                     f.rdy_handed_at = now  # its turn starts now (again, if no one else waits)
         return {f.name: (1, "rotation") if id(f) in chosen else (0, "waiting") for f in flows}
 
