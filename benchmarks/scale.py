@@ -49,11 +49,11 @@ from typing import Any
 BODY = b"m" * 100
 #: The bound on RSS per idle connection stated and checked (bytes): the socket's
 #: Python objects, its protocol state, reader and writer, their greenlets' frames.
-RSS_PER_IDLE_CONNECTION = 64 * 1024
+RSS_PER_IDLE_CONNECTION = 32 * 1024
 #: The bound on the timer wheel's CPU per idle connection per second (seconds of
-#: CPU per connection per second at a 1 s heartbeat): 5 µs, so 1,000 idle
-#: connections cost the wheel at most half a percent of a core.
-WHEEL_CPU_PER_IDLE_CONNECTION = 5e-6
+#: CPU per connection per second at a 1 s heartbeat): 2 µs, so 1,000 idle
+#: connections cost the wheel at most 0.2% of a core.
+WHEEL_CPU_PER_IDLE_CONNECTION = 2e-6
 #: CPU per message at the most connections over that at one, at most (the issue's target).
 CONNECTIONS_CPU_RATIO = 1.2
 #: The link counts of the RDY evaluation alone: shares by demand (max_in_flight
