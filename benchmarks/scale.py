@@ -25,6 +25,12 @@ cell's CPU and memory are its own. The cells:
   alone (no I/O) over 1 to 1,000 busy links, µs per pass: shares by demand
   (``max_in_flight`` 2,500) and rotation (``max_in_flight`` half the links).
 
+``--callgrind M`` counts instead the client's user-space instructions per
+message of the connections cells under ``valgrind --tool=callgrind`` (not
+swayed by the machine's load or by 50 nsqd sharing its caches): the
+difference between a run of ``M`` messages and one of ``3 M``, over ``2 M``,
+so start-up is not counted.
+
 Each figure is the median of ``--repeat`` runs. The bounds checked (printed
 met / NOT met): CPU per message at the most connections at most 1.2x that at
 one (steady part); RSS per idle connection at most ``RSS_PER_IDLE_CONNECTION``;
@@ -38,10 +44,12 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -321,6 +329,25 @@ def _child(spec: dict[str, Any], timeout: float) -> dict[str, Any]:
     return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
 
 
+def _callgrind(spec: dict[str, Any]) -> int:
+    """The instructions callgrind counted in a child running ``spec``'s cell."""
+    with tempfile.TemporaryDirectory(prefix="gnsqlite-scale-") as tmp:
+        cmd = [
+            "valgrind",
+            "--tool=callgrind",
+            f"--callgrind-out-file={os.path.join(tmp, 'out')}",
+            sys.executable,
+            os.path.abspath(__file__),
+            "--cell",
+            json.dumps(spec),
+        ]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+    found = re.search(r"Collected : (\d+)", proc.stderr)
+    if proc.returncode != 0 or not found:
+        raise RuntimeError(f"callgrind failed: {proc.stderr[-300:]}")
+    return int(found.group(1))
+
+
 def _queue_spread(servers: list[Any], topics: list[str], count: int) -> None:
     """``count`` messages over every (nsqd, topic), as evenly as they divide."""
     from gnsqlite.cli.bench import queue_messages
@@ -376,6 +403,26 @@ class Scale:
         finally:
             _delete(servers, topics)
 
+    def instructions(self, servers: list[Any], messages: int) -> float:
+        """Callgrind's instructions per message of one Consumer over ``servers`` (marginal)."""
+        counted = []
+        for count in (messages, 3 * messages):
+            topics = self._topics(1)
+            try:
+                _queue_spread(servers, topics, count)
+                spec = {
+                    "cell": "consume",
+                    "addresses": [s.tcp_address for s in servers],
+                    "topics": topics,
+                    "count": count,
+                    "max_in_flight": self.args.max_in_flight,
+                    "timeout": 3600,
+                }
+                counted.append(_callgrind(spec))
+            finally:
+                _delete(servers, topics)
+        return (counted[1] - counted[0]) / (2 * messages)
+
     def run(self) -> dict[str, Any]:
         args = self.args
         bin_dir = args.nsqd_bin
@@ -386,6 +433,18 @@ class Scale:
         counts = [int(n) for n in args.connections.split(",") if n]
         mem_queue = args.messages + 10_000
         with _servers(max([*counts, 1]), bin_dir, mem_queue) as servers:
+            if args.callgrind:
+                self.report = {"broker": self.report["broker"], "instructions": {}}
+                for rep in range(args.repeat):
+                    for n in counts:
+                        per = self.instructions(servers[:n], args.callgrind)
+                        self.report["instructions"].setdefault(n, []).append(per)
+                        print(
+                            f"  [{rep + 1}] 1 consumer, {n} connections: {per:,.0f}"
+                            " instructions per message",
+                            flush=True,
+                        )
+                return self.report
             for rep in range(args.repeat):
                 for n in counts:
                     result = self.consume(servers[:n], 1, args.max_in_flight)
@@ -436,6 +495,8 @@ def _show(rep: int, what: str, result: dict[str, Any]) -> None:
 
 def summarise(report: dict[str, Any]) -> list[str]:
     """The report's tables as markdown lines, medians of the runs, with the bounds' verdicts."""
+    if "instructions" in report:
+        return instructions_table(report)
     lines = [
         f"{report['broker']}, medians of the runs\n",
         "| workload | runs | msg/s | CPU µs/msg (steady) | CPU µs/msg (whole run)"
@@ -512,6 +573,21 @@ def summarise(report: dict[str, Any]) -> list[str]:
     return [*lines, "", *verdicts]
 
 
+def instructions_table(report: dict[str, Any]) -> list[str]:
+    """Callgrind's instructions per message by connections, medians, and the ratio to one."""
+    medians = {int(n): statistics.median(runs) for n, runs in report["instructions"].items()}
+    lines = [
+        f"{report['broker']}, client user-space instructions per message (callgrind), medians\n",
+        "| workload | runs | instructions per message | over 1 connection |",
+        "|---|---|---|---|",
+    ]
+    for n, per in sorted(medians.items()):
+        ratio = f"{per / medians[1]:.2f}x" if 1 in medians else "-"
+        runs = len(report["instructions"].get(n, report["instructions"].get(str(n), [])))
+        lines.append(f"| 1 consumer, {n} connections | {runs} | {per:,.0f} | {ratio} |")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--repeat", type=int, default=5, help="runs of each cell (default 5)")
@@ -525,6 +601,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--idle-seconds", type=float, default=10.0)
     parser.add_argument("--cell-timeout", type=float, default=120.0)
     parser.add_argument("--nsqd-bin", default=os.environ.get("GNSQLITE_NSQD"))
+    parser.add_argument(
+        "--callgrind",
+        type=int,
+        default=0,
+        metavar="M",
+        help="count instructions per message under callgrind (runs of M and 3 M messages)",
+    )
     parser.add_argument("--json", metavar="PATH")
     parser.add_argument("--tables-from", metavar="PATH", help="print an earlier --json report")
     parser.add_argument("--cell", help=argparse.SUPPRESS)
