@@ -311,6 +311,22 @@ def wait_idle(
     return True
 
 
+def run_child(script: str, argv: list[str], timeout: float) -> dict[str, Any]:
+    """Run ``script`` with ``argv`` in a fresh Python; the JSON of its last line of output.
+
+    Blocks up to ``timeout`` seconds; a failure raises ``RuntimeError`` with its last words.
+    """
+    cmd = [sys.executable, os.path.abspath(script), *argv]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"no result within {timeout:.0f} s") from None
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["?"])[-1]
+        raise RuntimeError(f"exit {proc.returncode}: {last}")
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
 def _loadavg() -> str:
     with open("/proc/loadavg") as f:
         return " ".join(f.read().split()[:3])
@@ -461,15 +477,7 @@ class Bench:
             self._delete(topic)
 
     def _child(self, argv: list[str], timeout: float) -> dict[str, Any]:
-        cmd = [sys.executable, os.path.abspath(__file__), *argv]
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise RuntimeError(f"no result within {timeout:.0f} s") from None
-        if proc.returncode != 0:
-            last = (proc.stderr.strip().splitlines() or ["?"])[-1]
-            raise RuntimeError(f"exit {proc.returncode}: {last}")
-        return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+        return run_child(__file__, argv, timeout)
 
     def _go_cell(self, row: Row, topic: str) -> dict[str, Any]:
         assert self.go_dir is not None

@@ -12,6 +12,9 @@ cell's CPU and memory are its own. The cells:
   ``N`` nsqd), ``--messages`` queued on them evenly, ``--max-in-flight`` 2500.
   Client CPU per message, over the whole run and in the steady part (from the
   tenth message handled to the last); the RDY evaluation's time per pass.
+  At 50 connections each holds RDY 50, so nsqd writes (and the client reads)
+  batches a fiftieth the size: ``--rdy-per-connection 100`` keeps every
+  connection's RDY at 100 instead (``max_in_flight`` 100 per connection).
 * **consumers** ``K`` (200): ``K`` Consumers in one process, each on its own
   topic of one nsqd (a crawler), the same messages spread over the topics,
   ``max_in_flight`` 10 each; CPU per message and RSS per consumer, beside one
@@ -318,15 +321,23 @@ def _servers(count: int, bin_dir: str | None, mem_queue_size: int) -> Iterator[l
 
 
 def _child(spec: dict[str, Any], timeout: float) -> dict[str, Any]:
-    cmd = [sys.executable, os.path.abspath(__file__), "--cell", json.dumps(spec)]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise RuntimeError(f"no result within {timeout:.0f} s") from None
-    if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["?"])[-1]
-        raise RuntimeError(f"exit {proc.returncode}: {last}")
-    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+    from compare import run_child  # beside this script
+
+    return run_child(__file__, ["--cell", json.dumps(spec)], timeout)
+
+
+def _consume_spec(
+    servers: list[Any], topics: list[str], count: int, max_in_flight: int, timeout: float
+) -> dict[str, Any]:
+    """A consume cell: one Consumer per topic over ``servers``, ``count`` messages in all."""
+    return {
+        "cell": "consume",
+        "addresses": [s.tcp_address for s in servers],
+        "topics": topics,
+        "count": count,
+        "max_in_flight": max_in_flight,
+        "timeout": timeout,
+    }
 
 
 def _callgrind(spec: dict[str, Any]) -> int:
@@ -389,19 +400,18 @@ class Scale:
         count = self.args.messages
         try:
             _queue_spread(servers, topics, count)
-            spec = {
-                "cell": "consume",
-                "addresses": [s.tcp_address for s in servers],
-                "topics": topics,
-                "count": count,
-                "max_in_flight": max_in_flight,
-                "timeout": self.args.cell_timeout,
-            }
+            spec = _consume_spec(servers, topics, count, max_in_flight, self.args.cell_timeout)
             return _child(spec, self.args.cell_timeout + 30)
         except Exception as exc:
             return {"error": f"{type(exc).__name__}: {exc}"[:300]}
         finally:
             _delete(servers, topics)
+
+    def max_in_flight(self, connections: int) -> int:
+        """The connections cells' ``max_in_flight``: ``--max-in-flight``, or with
+        ``--rdy-per-connection K``, ``K`` per connection (each one's batches alike)."""
+        per = self.args.rdy_per_connection
+        return per * connections if per else int(self.args.max_in_flight)
 
     def instructions(self, servers: list[Any], messages: int) -> float:
         """Callgrind's instructions per message of one Consumer over ``servers`` (marginal)."""
@@ -410,15 +420,8 @@ class Scale:
             topics = self._topics(1)
             try:
                 _queue_spread(servers, topics, count)
-                spec = {
-                    "cell": "consume",
-                    "addresses": [s.tcp_address for s in servers],
-                    "topics": topics,
-                    "count": count,
-                    "max_in_flight": self.args.max_in_flight,
-                    "timeout": 3600,
-                }
-                counted.append(_callgrind(spec))
+                mif = self.max_in_flight(len(servers))
+                counted.append(_callgrind(_consume_spec(servers, topics, count, mif, 3600)))
             finally:
                 _delete(servers, topics)
         return (counted[1] - counted[0]) / (2 * messages)
@@ -447,7 +450,7 @@ class Scale:
                 return self.report
             for rep in range(args.repeat):
                 for n in counts:
-                    result = self.consume(servers[:n], 1, args.max_in_flight)
+                    result = self.consume(servers[:n], 1, self.max_in_flight(n))
                     self.report["connections"].setdefault(n, []).append(result)
                     _show(rep, f"1 consumer, {n} connections", result)
                 if args.consumers:
@@ -594,6 +597,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--messages", type=int, default=200_000, help="messages per consume run")
     parser.add_argument("--connections", default="1,10,50", help="nsqd counts (default 1,10,50)")
     parser.add_argument("--max-in-flight", type=int, default=2500)
+    parser.add_argument(
+        "--rdy-per-connection",
+        type=int,
+        default=0,
+        metavar="K",
+        help="connections cells: max_in_flight K per connection instead of --max-in-flight",
+    )
     parser.add_argument("--consumers", type=int, default=200, help="0 skips the crawler cell")
     parser.add_argument("--consumer-max-in-flight", type=int, default=10)
     parser.add_argument("--idle", type=int, default=1000, help="idle connections (0 skips)")

@@ -206,6 +206,16 @@ def water_fill(asks: dict[str, int], caps: dict[str, int], budget: int) -> dict[
     go by name. O(n log n) for n names: the leftover is poured as a
     level (:func:`_raise_lowest`), not one unit a step.
     """
+    alloc, remaining = smallest_first(asks, budget)
+    names = sorted(asks)
+    remaining = _raise_lowest(alloc, {n: min(caps[n], asks[n]) for n in names}, names, remaining)
+    _raise_lowest(alloc, {n: caps[n] for n in names}, names, remaining)
+    return alloc
+
+
+def smallest_first(asks: dict[str, int], budget: int) -> tuple[dict[str, int], int]:
+    """Water filling's first step: asks smallest first, each given at most an even
+    share of what is left (ties by name); the allocations, and the budget left."""
     alloc = dict.fromkeys(asks, 0)
     remaining, left = budget, len(asks)
     for name in sorted(asks, key=lambda name: (asks[name], name)):
@@ -213,10 +223,7 @@ def water_fill(asks: dict[str, int], caps: dict[str, int], budget: int) -> dict[
         alloc[name] = give
         remaining -= give
         left -= 1
-    names = sorted(asks)
-    remaining = _raise_lowest(alloc, {n: min(caps[n], asks[n]) for n in names}, names, remaining)
-    _raise_lowest(alloc, {n: caps[n] for n in names}, names, remaining)
-    return alloc
+    return alloc, remaining
 
 
 def _raise_lowest(

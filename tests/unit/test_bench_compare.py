@@ -14,17 +14,22 @@ import pytest
 
 pytestmark = pytest.mark.no_server
 
-_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "compare.py"
+_BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
-@pytest.fixture(scope="module")
-def compare() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_compare", _PATH)
+def load_benchmark(name: str) -> ModuleType:
+    """``benchmarks/<name>.py`` as a module (a script beside the others, in no package)."""
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", _BENCHMARKS / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.fixture(scope="module")
+def compare() -> ModuleType:
+    return load_benchmark("compare")
 
 
 def cell(rate: float, cpu_us: float, runs: int = 5) -> dict[str, Any]:

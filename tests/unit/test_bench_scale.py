@@ -2,27 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
+from test_bench_compare import load_benchmark
 
 pytestmark = pytest.mark.no_server
-
-_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "scale.py"
 
 
 @pytest.fixture(scope="module")
 def scale() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_scale", _PATH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("scale")
 
 
 def consume(steady_us: float) -> dict[str, Any]:

@@ -13,20 +13,14 @@ import random
 
 import pytest
 
-from gnsqlite.flow.link_plan import water_fill
+from gnsqlite.flow.link_plan import smallest_first, water_fill
 
 pytestmark = pytest.mark.no_server
 
 
 def unit_by_unit(asks: dict[str, int], caps: dict[str, int], budget: int) -> dict[str, int]:
-    """The rule as the docstring states it, one unit at a time (the definition, slow)."""
-    alloc = dict.fromkeys(asks, 0)
-    remaining, left = budget, len(asks)
-    for name in sorted(asks, key=lambda name: (asks[name], name)):
-        give = min(asks[name], remaining // left)
-        alloc[name] = give
-        remaining -= give
-        left -= 1
+    """The rule as the docstring states it, the leftover one unit at a time (slow)."""
+    alloc, remaining = smallest_first(asks, budget)
     names = sorted(asks)
     for wanting in (True, False):
         while remaining > 0:
