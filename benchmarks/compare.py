@@ -54,6 +54,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -71,6 +72,14 @@ TRANSPORTS = ("plain", "snappy", "deflate", "tls")
 #: 14 µs of CPU per message of PUB from 50 greenlets instead of 6.5, and the fastest
 #: clients lost most. :func:`_mem_queue_size` raises it for larger runs.
 MEM_QUEUE_SIZE = 1_000_000
+#: Settling (:meth:`Bench.settle`): nsqd's CPU is sampled over windows of this
+#: many seconds; it is idle in a window where it used at most one clock tick
+#: (``/proc`` counts CPU in ticks of 10 ms: "nothing" cannot be told from less
+#: than a tick), settled after :data:`SETTLE_IDLE_WINDOWS` idle windows in a row.
+SETTLE_WINDOW = 0.1
+SETTLE_IDLE_WINDOWS = 2
+#: Each target is stated on the medians of at least this many runs (else "n/a").
+MIN_RUNS = 5
 
 
 @dataclass(frozen=True)
@@ -281,6 +290,43 @@ def _proc_cpu(pid: int | None) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def wait_idle(
+    cpu: Callable[[], float],
+    deadline: float,
+    window: float = SETTLE_WINDOW,
+    windows: int = SETTLE_IDLE_WINDOWS,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> bool:
+    """Block until ``cpu()`` (CPU seconds so far) grew by at most one clock tick per
+    ``window`` seconds, ``windows`` windows in a row; ``False`` if ``deadline`` came first."""
+    tick = 1.0 / os.sysconf("SC_CLK_TCK")
+    quiet = 0
+    while quiet < windows:
+        if clock() >= deadline:
+            return False
+        before = cpu()
+        sleep(window)  # a sampling window: what is measured, not a guess at a delay
+        quiet = quiet + 1 if cpu() - before <= tick + 1e-9 else 0
+    return True
+
+
+def run_child(script: str, argv: list[str], timeout: float) -> dict[str, Any]:
+    """Run ``script`` with ``argv`` in a fresh Python; the JSON of its last line of output.
+
+    Blocks up to ``timeout`` seconds; a failure raises ``RuntimeError`` with its last words.
+    """
+    cmd = [sys.executable, os.path.abspath(script), *argv]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"no result within {timeout:.0f} s") from None
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["?"])[-1]
+        raise RuntimeError(f"exit {proc.returncode}: {last}")
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
 def _loadavg() -> str:
     with open("/proc/loadavg") as f:
         return " ".join(f.read().split()[:3])
@@ -298,6 +344,7 @@ class Bench:
         self.go_dir = server.bin_dir if server.is_real else os.environ.get("GNSQLITE_NSQD")
         self.run_id = f"{os.getpid()}"
         self.serial = 0
+        self._deleted: list[str] = []  # topics deleted and not yet seen gone from /stats
 
     def _topic(self, row: Row, client: str) -> str:
         self.serial += 1
@@ -334,16 +381,81 @@ class Bench:
     def _delete(self, topic: str) -> None:
         with contextlib.suppress(Exception):
             self.server.http.delete_topic(topic)
+        self._deleted.append(topic)
+
+    # -- settling ------------------------------------------------------------------------
+
+    def settle(self) -> dict[str, Any]:
+        """Block until nsqd is settled (see :data:`SETTLE_WINDOW`); returns how it went.
+
+        Settled: the topics of earlier cells are gone from nsqd's ``/stats``;
+        the real nsqd has run a garbage collection since (forced:
+        ``/debug/pprof/heap?gc=1``), so a deleted topic's queues are not
+        collected during the next cell; and nsqd's CPU was idle for
+        :data:`SETTLE_IDLE_WINDOWS` windows in a row. Waits up to
+        ``--settle-timeout`` seconds in all; ``settled`` says whether it got there.
+        """
+        start = time.monotonic()
+        deadline = start + self.args.settle_timeout
+        gone = self._wait_gone(deadline)
+        heap = self._collect_garbage() if self.server.is_real else None
+        idle = wait_idle(lambda: _proc_cpu(self.pid), deadline)
+        return {
+            "seconds": time.monotonic() - start,
+            "settled": gone and idle,
+            "heap_in_use": heap,
+        }
+
+    def _wait_gone(self, deadline: float) -> bool:
+        """Block until no topic this bench deleted is in nsqd's ``/stats`` (or ``deadline``)."""
+        while self._deleted:
+            try:
+                listed = {t["topic_name"] for t in self.server.http.stats().get("topics") or []}
+            except Exception:
+                listed = set(self._deleted)
+            self._deleted = [t for t in self._deleted if t in listed]
+            if not self._deleted:
+                break
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(SETTLE_WINDOW)
+        return True
+
+    def _collect_garbage(self) -> int | None:
+        """Have the real nsqd run Go's garbage collector now; its heap in use after, in bytes."""
+        base = f"http://{self.server.http_address}"
+        try:
+            with urllib.request.urlopen(f"{base}/debug/pprof/heap?gc=1&debug=1", timeout=30) as r:
+                r.read()
+            with urllib.request.urlopen(f"{base}/stats?format=json&include_mem=true") as r:
+                memory = json.loads(r.read()).get("memory") or {}
+        except OSError:
+            return None
+        heap = memory.get("heap_in_use_bytes")
+        return int(heap) if heap is not None else None
 
     def cell(self, row: Row, client: str, profile: str | None = None) -> dict[str, Any]:
-        """One run of ``client`` on ``row``; a failure is recorded, not raised."""
+        """One run of ``client`` on ``row`` once nsqd settled; a failure is recorded, not raised."""
         topic = self._topic(row, client)
+        if row.kind == "consume":  # queued first: settling waits for nsqd to be done with it
+            go = client == "go"
+            try:
+                self._queue(
+                    topic, self.args.go_messages if go else consume_backlog(self.count(row))
+                )
+            except Exception as exc:
+                self._delete(topic)
+                return {"error": f"queueing: {type(exc).__name__}: {exc}"[:300]}
+        settle = self.settle()
+        result = self._cell(row, client, topic, profile)
+        result["settle"] = settle
+        return result
+
+    def _cell(self, row: Row, client: str, topic: str, profile: str | None) -> dict[str, Any]:
         try:
             if client == "go":
                 return self._go_cell(row, topic)
             count = self.count(row)
-            if row.kind == "consume":
-                self._queue(topic, consume_backlog(count))
             spec = {
                 "client": client,
                 "kind": row.kind,
@@ -365,21 +477,12 @@ class Bench:
             self._delete(topic)
 
     def _child(self, argv: list[str], timeout: float) -> dict[str, Any]:
-        cmd = [sys.executable, os.path.abspath(__file__), *argv]
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise RuntimeError(f"no result within {timeout:.0f} s") from None
-        if proc.returncode != 0:
-            last = (proc.stderr.strip().splitlines() or ["?"])[-1]
-            raise RuntimeError(f"exit {proc.returncode}: {last}")
-        return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+        return run_child(__file__, argv, timeout)
 
     def _go_cell(self, row: Row, topic: str) -> dict[str, Any]:
         assert self.go_dir is not None
         runfor = self.args.go_runfor
         if row.kind == "consume":
-            self._queue(topic, self.args.go_messages)
             tool = [
                 os.path.join(self.go_dir, "bench_reader"),
                 f"--rdy={row.param}",
@@ -490,6 +593,7 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
     nsqd = [r.get("nsqd_cpu", 0.0) / r["messages"] * 1e6 for r in good]
     share = [r["cpu"] / r["seconds"] for r in good]
     out = {
+        "good_runs": len(good),
         "median": statistics.median(rates),
         "min": min(rates),
         "max": max(rates),
@@ -544,31 +648,71 @@ def ratios(cells: dict[str, dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _runs(cell: dict[str, Any]) -> int:
+    """How many runs a cell's medians are of (a report before ``good_runs``: its runs)."""
+    return int(cell.get("good_runs", len(cell.get("runs") or [])))
+
+
 def _met(row: Row, ratio: dict[str, Any], cells: dict[str, dict[str, Any]]) -> str:
-    """The row's verdicts: each rate target (at least) and CPU target (at most)."""
+    """The row's verdicts: each rate target (at least) and CPU target (at most).
+
+    Each target is stated on the medians of :data:`MIN_RUNS` runs at least
+    (``n/a`` below that), and on client CPU per message too, the steadier
+    figure: a rate target of ``x`` times a client also reads "client CPU per
+    message at most ``1/x`` times its", unless the row sets a CPU target
+    against that client itself.
+    """
     verdicts = []
-    for want, got, what in zip(
-        row.targets, (ratio["vs_best_peer"], ratio["vs_go"]), ("peer", "go"), strict=True
+    peer = ratio["best_peer"]
+    named = {client for client, _ in row.cpu_targets}
+    cpu_targets = list(row.cpu_targets)
+    for want, got, what, client in zip(
+        row.targets,
+        (ratio["vs_best_peer"], ratio["vs_go"]),
+        ("peer", "go"),
+        (peer, "go"),
+        strict=True,
     ):
         if want is None:
             continue
+        short = _short_of_runs(cells, client)
         if got is None:
             verdicts.append(f"{what} n/a")
+        elif short:
+            verdicts.append(f"{what} n/a ({short})")
         else:
             verdicts.append(f"{'met' if got >= want else 'NOT met'} (>= {want}x {what})")
-    for client, most in row.cpu_targets:
+        if client is not None and client not in named:
+            cpu_targets.append((client, round(1 / want, 2)))
+    for client, most in cpu_targets:
         cpu = _cpu_ratio(cells, client)
+        short = _short_of_runs(cells, client)
         if cpu is None:
             verdicts.append(f"CPU vs {client} n/a")
+        elif short:
+            verdicts.append(f"CPU vs {client} n/a ({short})")
         else:
             verdicts.append(f"{'met' if cpu <= most else 'NOT met'} (CPU <= {most}x {client}'s)")
     return ", ".join(verdicts)
+
+
+def _short_of_runs(cells: dict[str, dict[str, Any]], client: str | None) -> str:
+    """Why gnsqlite's and ``client``'s medians are too few runs to judge on, or ``""``."""
+    runs = min(_runs(cells.get("gnsqlite", {})), _runs(cells.get(client or "", {})))
+    return f"{runs} runs < {MIN_RUNS}" if runs < MIN_RUNS else ""
 
 
 def _fmt_rate(cell: dict[str, Any]) -> str:
     if "median" not in cell:
         return "failed" if cell.get("error") else "-"
     return f"{cell['median']:,.0f} ({cell['min'] / 1000:,.0f}k-{cell['max'] / 1000:,.0f}k)"
+
+
+def _fmt_cell(cell: dict[str, Any]) -> str:
+    """A client's cell of the main table: its rate, then its CPU per message beside nsqd's."""
+    if "median" not in cell:
+        return _fmt_rate(cell)
+    return f"{_fmt_rate(cell)}, {cell['cpu_us_per_msg']:.2f} / {cell['nsqd_cpu_us_per_msg']:.2f} µs"
 
 
 def _fmt_ratio(value: float | None) -> str:
@@ -587,7 +731,7 @@ def rate_table(report: dict[str, Any]) -> list[str]:
         entry = report["rows"].get(row.key)
         if entry is None:
             continue
-        cells = [_fmt_rate(entry["cells"].get(c, {})) for c in clients]
+        cells = [_fmt_cell(entry["cells"].get(c, {})) for c in clients]
         r = entry["ratios"]
         peer = f"{_fmt_ratio(r['vs_best_peer'])} ({r['best_peer']})" if r["vs_best_peer"] else "-"
         cpu = _fmt_ratio(r.get("cpu_vs_best_peer"))
@@ -597,6 +741,33 @@ def rate_table(report: dict[str, Any]) -> list[str]:
             f" | {cpu_peer} | {_fmt_ratio(r.get('cpu_vs_go'))} | {entry['met']} |"
         )
     return lines
+
+
+def settle_summary(cells: list[dict[str, Any]]) -> dict[str, Any]:
+    """What settling nsqd before each run took (the ``settle`` of every run's result)."""
+    runs = [c["settle"] for c in cells if "settle" in c]
+    if not runs:
+        return {}
+    heaps = [r["heap_in_use"] for r in runs if r.get("heap_in_use") is not None]
+    return {
+        "runs": len(runs),
+        "unsettled": sum(1 for r in runs if not r["settled"]),
+        "median_seconds": statistics.median(r["seconds"] for r in runs),
+        "max_seconds": max(r["seconds"] for r in runs),
+        "median_heap_in_use": statistics.median(heaps) if heaps else None,
+    }
+
+
+def settle_line(summary: dict[str, Any]) -> str:
+    """One line saying how settling went."""
+    heap = summary.get("median_heap_in_use")
+    garbage = f"; nsqd's heap after its GC {heap / 2**20:.1f} MiB (median)" if heap else ""
+    return (
+        f"nsqd settled before each of {summary['runs']} runs: median"
+        f" {summary['median_seconds']:.2f} s, at most {summary['max_seconds']:.2f} s;"
+        " not settled within --settle-timeout:"
+        f" {summary['unsettled']}{garbage}"
+    )
 
 
 def rederive(report: dict[str, Any]) -> dict[str, Any]:
@@ -618,10 +789,14 @@ def print_table(report: dict[str, Any]) -> None:
     print()
     print("\n".join(rate_table(report)))
     print(
-        "\nmsg/s: median (range) of the repetitions; higher is better. CPU/msg: gnsqlite's"
-        " client CPU per message\nover the best peer's and go-nsq's in the same run"
-        " (medians); lower is better.\n"
+        f"\nmsg/s: median (range) of the repetitions (at least {MIN_RUNS} for a verdict);"
+        " higher is better;\nthen client / nsqd CPU µs per message (medians; nsqd's from"
+        " /proc/<pid>/stat). CPU/msg: gnsqlite's\nclient CPU per message over the best peer's"
+        " and go-nsq's in the same run (medians); lower is better.\n"
     )
+    settle = report.get("settle")
+    if settle:
+        print(settle_line(settle) + "\n")
     print("| workload (CPU µs per message: client / nsqd) | " + " | ".join(clients) + " |")
     print("|---" * (len(clients) + 1) + "|")
     for row in ROWS:
@@ -760,7 +935,18 @@ def _server(args: argparse.Namespace) -> Iterator[tuple[Any, str | None]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--repeat", type=int, default=3, help="repetitions (default 3)")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=MIN_RUNS,
+        help=f"repetitions (default {MIN_RUNS}: targets are judged on {MIN_RUNS} at least)",
+    )
+    parser.add_argument(
+        "--settle-timeout",
+        type=float,
+        default=30.0,
+        help="seconds to wait for nsqd to settle before each run (default 30)",
+    )
     parser.add_argument(
         "--messages",
         type=int,
@@ -901,6 +1087,9 @@ def _compare(bench: Bench, rows: list[Row], clients: list[str]) -> dict[str, Any
         for kind in ("consume", "publish"):
             report["memory"][kind] = bench.memory(kind, args.memory_messages)
             print(f"  memory, {kind}: {report['memory'][kind]}", flush=True)
+    report["settle"] = settle_summary(
+        [result for row in runs.values() for cell in row.values() for result in cell]
+    )
     report["load_after"] = _loadavg()
     print(f"load average before {uptime_before}, after {report['load_after']}")
     return report

@@ -25,16 +25,21 @@ is the only one reading the socket, and while the reader routes what it
 was handed the hub does not read at all.
 
 Liveness has one rule: a connection that hears nothing for
-:data:`DEAD_AFTER_HEARTBEATS` heartbeat intervals is dead. One timer of the
-hub's :class:`~gnsqlite.timers.TimerWheel` per connection (owned by the
-reader, re-armed lazily, not per receive) enforces it by ending the
-reader's receive with :class:`~gnsqlite.errors.BrokenConnectionError`.
+:data:`DEAD_AFTER_HEARTBEATS` heartbeat intervals is dead. A
+:class:`LivenessWatch` enforces it for every reader of the hub with the same
+limit, on one timer of the hub's :class:`~gnsqlite.timers.TimerWheel` (owned
+by the watch, cancelled when its last reader leaves): each sweep compares
+every reader's time of last bytes with the limit, and ends a silent one's
+receive with :class:`~gnsqlite.errors.BrokenConnectionError`. One timer, not
+one per connection: a thousand idle connections cost the wheel one entry
+(``benchmarks/scale.py`` measures the wheel's CPU per idle connection).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -59,12 +64,22 @@ from ..protocol.frames import OK
 from ..timers import Timer, TimerWheel
 from .stream import Stream
 
-__all__ = ["DEAD_AFTER_HEARTBEATS", "ConnectionReader", "feed_protocol"]
+__all__ = [
+    "DEAD_AFTER_HEARTBEATS",
+    "SWEEPS_PER_LIMIT",
+    "ConnectionReader",
+    "LivenessWatch",
+    "feed_protocol",
+]
 
 log = logging.getLogger(__name__)
 
 #: Heartbeat intervals of silence after which a connection is dead.
 DEAD_AFTER_HEARTBEATS = 2
+#: Sweeps of a :class:`LivenessWatch` per silence limit: a silent connection
+#: ends between ``limit`` and ``limit * (1 + 1 / SWEEPS_PER_LIMIT)`` seconds
+#: after its last bytes.
+SWEEPS_PER_LIMIT = 4
 #: Bytes asked of one ``recv``. Below glibc's mmap threshold (128 KiB): a larger
 #: buffer is mmapped for every read (see docs/benchmarks.md). nsqd writes at most
 #: its 16 KiB output buffer at a time.
@@ -150,7 +165,7 @@ class ConnectionReader:
         self.codec: Codec | None = None
         self.stopped = False
         self._in_recv = False  # waiting in its receive (where silence may end it)
-        self._silence: Timer | None = None  # the liveness timer, on the wheel
+        self._liveness: LivenessWatch | None = None  # the watch it joined while reading
         self.watch: Any = None  # the io watcher of the hub's reads (see _park)
         self._parked: Waiter[Any] | None = None  # the parked reader's gevent Waiter
         self._loop: Any = None
@@ -272,36 +287,25 @@ class ConnectionReader:
 
     # -- liveness: the one rule, on the hub's timer wheel -----------------------
 
-    def _start_silence_timer(self, limit: float, at_least: float = 0.0) -> None:
-        """Arm the liveness check: one wheel timer, not one per receive.
-
-        It fires ``limit`` seconds after the last bytes were read (re-armed
-        lazily: when it fires early it sets itself for the rest, but not
-        sooner than ``at_least`` seconds), and ends a silent connection by
-        raising in the reader's receive. The timer's owner is this reader.
-        """
-        silent = time.monotonic() - self.owner.last_received
-        self._silence = _hub_wheel().call_later(
-            max(at_least, limit - silent), self._silence_check, limit, owner=self
-        )
+    def _start_silence_timer(self, limit: float) -> None:
+        """Join the hub's :class:`LivenessWatch` of ``limit`` seconds (its one wheel timer)."""
+        self._liveness = LivenessWatch.of(limit)
+        self._liveness.add(self)
 
     def _stop_silence_timer(self) -> None:
-        timer, self._silence = self._silence, None
-        if timer is not None:
-            timer.cancel()
+        watch, self._liveness = self._liveness, None
+        if watch is not None:
+            watch.discard(self)
 
-    def _silence_check(self, limit: float) -> None:
-        """Runs in a timer greenlet of the wheel when the silence timer fires."""
-        self._silence = None
+    def silent(self, limit: float) -> bool:
+        """The watch found nothing heard for ``limit`` s: end the reader; ``True`` if it did.
+
+        A reader busy outside its receive (a slow callback) is looked at again
+        at the next sweep. Runs in a timer greenlet of the wheel.
+        """
         reader = self.greenlet
-        if self.stopped or reader is None or reader.dead:
-            return
-        if time.monotonic() - self.owner.last_received < limit:
-            self._start_silence_timer(limit)  # bytes came since it was armed
-            return
-        if not self._in_recv:  # silent, but the reader is busy (a slow callback): look again
-            self._start_silence_timer(limit, at_least=limit / 8)
-            return
+        if self.stopped or reader is None or reader.dead or not self._in_recv:
+            return False
         reader.kill(
             BrokenConnectionError(
                 self.name,
@@ -310,6 +314,7 @@ class ConnectionReader:
             ),
             block=False,
         )
+        return True
 
     # -- the reader greenlet ---------------------------------------------------------
 
@@ -436,3 +441,65 @@ class ConnectionReader:
         watch = self.watch
         if watch is not None:
             watch.stop()
+
+
+class LivenessWatch:
+    """The liveness rule for every reader of one hub with the same silence limit.
+
+    One repeating timer on the hub's wheel (owned by the watch: added with
+    the first reader, cancelled when the last one leaves) sweeps every
+    ``limit / SWEEPS_PER_LIMIT`` seconds: a reader whose owner heard nothing
+    for ``limit`` seconds (``owner.last_received``) is ended
+    (:meth:`ConnectionReader.silent`). A sweep is one comparison per reader;
+    readers join and leave in O(1). Get a hub's watch with :meth:`of`.
+    """
+
+    def __init__(self, wheel: TimerWheel, limit: float) -> None:
+        self.wheel = wheel
+        self.limit = limit
+        #: The readers watched, in the order they joined (a dict as an ordered set).
+        self.readers: dict[ConnectionReader, None] = {}
+        self._timer: Timer | None = None
+
+    @classmethod
+    def of(cls, limit: float) -> LivenessWatch:
+        """The current hub's watch of ``limit`` seconds, made on first use."""
+        wheel = _hub_wheel()
+        watches = _WATCHES.get(wheel)
+        if watches is None:
+            watches = _WATCHES[wheel] = {}
+        watch = watches.get(limit)
+        if watch is None:
+            watch = watches[limit] = cls(wheel, limit)
+        return watch
+
+    def add(self, reader: ConnectionReader) -> None:
+        """Watch ``reader`` from now on; starts the sweeps if it is the first. Does not block."""
+        self.readers[reader] = None
+        if self._timer is None:
+            self._timer = self.wheel.call_every(
+                self.limit / SWEEPS_PER_LIMIT, self.sweep, owner=self
+            )
+
+    def discard(self, reader: ConnectionReader) -> None:
+        """Stop watching ``reader``; the last one out cancels the sweeps. Safe to call twice."""
+        self.readers.pop(reader, None)
+        if not self.readers and self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def sweep(self, now: float | None = None) -> int:
+        """End every reader silent for the limit (``now``: ``time.monotonic()``); how many."""
+        now = time.monotonic() if now is None else now
+        limit = self.limit
+        ended = 0
+        for reader in [r for r in self.readers if now - r.owner.last_received >= limit]:
+            if reader.silent(limit):
+                ended += 1
+        return ended
+
+
+#: Each wheel's liveness watches by silence limit (seconds).
+_WATCHES: weakref.WeakKeyDictionary[TimerWheel, dict[float, LivenessWatch]] = (
+    weakref.WeakKeyDictionary()
+)

@@ -203,8 +203,19 @@ def water_fill(asks: dict[str, int], caps: dict[str, int], budget: int) -> dict[
     is left; what the floor division leaves goes one at a time to the lowest
     allocations, first of those still below their ask, then of all below
     their cap (``caps``: each name's ``max_rdy_count``). Deterministic: ties
-    go by name.
+    go by name. O(n log n) for n names: the leftover is poured as a
+    level (:func:`_raise_lowest`), not one unit a step.
     """
+    alloc, remaining = smallest_first(asks, budget)
+    names = sorted(asks)
+    remaining = _raise_lowest(alloc, {n: min(caps[n], asks[n]) for n in names}, names, remaining)
+    _raise_lowest(alloc, {n: caps[n] for n in names}, names, remaining)
+    return alloc
+
+
+def smallest_first(asks: dict[str, int], budget: int) -> tuple[dict[str, int], int]:
+    """Water filling's first step: asks smallest first, each given at most an even
+    share of what is left (ties by name); the allocations, and the budget left."""
     alloc = dict.fromkeys(asks, 0)
     remaining, left = budget, len(asks)
     for name in sorted(asks, key=lambda name: (asks[name], name)):
@@ -212,19 +223,44 @@ def water_fill(asks: dict[str, int], caps: dict[str, int], budget: int) -> dict[
         alloc[name] = give
         remaining -= give
         left -= 1
-    names = sorted(asks)
-    for wanting in (True, False):
-        while remaining > 0:
-            takers = [
-                name
-                for name in names
-                if alloc[name] < caps[name] and (not wanting or alloc[name] < asks[name])
-            ]
-            if not takers:
-                break
-            level = min(alloc[name] for name in takers)
-            for name in takers:
-                if remaining > 0 and alloc[name] == level:
-                    alloc[name] += 1
-                    remaining -= 1
-    return alloc
+    return alloc, remaining
+
+
+def _raise_lowest(
+    alloc: dict[str, int], limits: dict[str, int], names: list[str], remaining: int
+) -> int:
+    """Give ``remaining`` units to the lowest allocations below their limits; returns the rest.
+
+    The result is that of giving one unit to each of the lowest allocations
+    below their limit, in ``names`` order, again and again until
+    ``remaining`` runs out or every allocation reaches its limit. Computed
+    in O(n log n): the highest water level the units fill (walking the
+    sorted allocations and limits, where the level's cost changes slope),
+    then one unit each, in ``names`` order, to those left at that level
+    while units remain.
+    """
+    below = [n for n in names if alloc[n] < limits[n]]
+    if remaining <= 0 or not below:
+        return remaining
+    # Raising every allocation under ``level`` to it (within its limit) costs
+    # ``used`` units; ``slope`` allocations rise with each unit of level.
+    points = sorted([(alloc[n], 1) for n in below] + [(limits[n], -1) for n in below])
+    level, slope, used = points[0][0], 0, 0
+    for point, change in points:
+        if slope and used + slope * (point - level) > remaining:
+            step = (remaining - used) // slope  # the level runs out before ``point``
+            level, used = level + step, used + slope * step
+            break
+        used += slope * (point - level)
+        level = point
+        slope += change
+    remaining -= used
+    for n in below:
+        alloc[n] = max(alloc[n], min(limits[n], level))
+    for n in below:
+        if remaining <= 0:
+            break
+        if alloc[n] == level < limits[n]:
+            alloc[n] += 1
+            remaining -= 1
+    return remaining

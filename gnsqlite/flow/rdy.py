@@ -149,6 +149,11 @@ class RdyPlanner:
         self.overdraft = 0
         #: Connections being set up (set_connecting): their even shares are held back.
         self.connecting = 0
+        #: Budget answers freed since the last :meth:`_fill`, and the least that
+        #: any connection it left short waits for: an answer calls ``_fill`` (an
+        #: O(n) pass) only once that much was freed, not once per answer.
+        self._freed = 0
+        self._fill_after = 1
 
     # -- queries -----------------------------------------------------------
 
@@ -217,7 +222,11 @@ class RdyPlanner:
         still be on the wire to another: only its share above 1 waits for them.
         Unless ``eager``, a grant waits until it can add a quarter of the
         target at least (or meet it), so answers do not trickle RDY one by one.
+        Notes the least budget a connection left short waits for
+        (``_fill_after``), so that answers call this again only when it may grant.
         """
+        self._freed = 0
+        self._fill_after = 1
         if not self._short:
             return
         free, loose = self._free()
@@ -225,6 +234,7 @@ class RdyPlanner:
             (self.conns[n] for n in self._short), key=lambda f: (f.waiting_since, f.name)
         )
         full = self.mode == self.FULL
+        waits: int | None = None  # the least more budget a connection left short needs
         for f in short:
             if loose <= 0:
                 return
@@ -239,6 +249,15 @@ class RdyPlanner:
                 free -= max(0, grant - held)
                 loose -= max(0, grant - may_hold(f.last_rdy, f.in_flight))
                 self._send(f, grant, now, out)
+                if f.last_rdy >= f.target:
+                    continue
+                held = f.committed if full else f.last_rdy
+                grant = min(f.target, held + max(0, free))
+            # Still short: its grant grows with the budget answers free, one for
+            # one at most; it needs this much more to reach its step (or target).
+            needs = f.last_rdy + min(step, f.target - f.last_rdy) - grant
+            waits = needs if waits is None else min(waits, needs)
+        self._fill_after = max(1, waits or 1)
 
     def _apply(self, targets: dict[str, tuple[int, str]], now: float | None) -> list[Command]:
         """Set every target and reason; send decreases first, then grant what the budget allows."""
@@ -290,11 +309,15 @@ class RdyPlanner:
                     # Messages in this turn, and not idle since: it is known to have some.
                     received = f.last_message_at is not None and f.last_message_at >= turn
                     f.eager = received and not idle
-        keep = [f for f in holders if f not in released]
+        # Membership by identity, in sets: O(n) a pass (a list's ``in`` compares
+        # the records field by field, O(n * max_in_flight)).
+        gone = set(map(id, released))
+        keep = [f for f in holders if id(f) not in gone]
         # Fewer slots than holders (max_in_flight lowered): the latest hand-overs keep theirs.
         keep.sort(key=lambda f: (-f.turn_start, f.name))
         keep = keep[: self.max_in_flight]
-        waiting = [f for f in flows if f not in keep and f not in released]
+        kept = set(map(id, keep))
+        waiting = [f for f in flows if id(f) not in kept and id(f) not in gone]
         waiting.sort(key=lambda f: (f.waiting_since, f.name))
         released.sort(key=lambda f: (f.turn_start, f.name))
         handed = (waiting + released)[: self.max_in_flight - len(keep)]
@@ -304,7 +327,7 @@ class RdyPlanner:
                 if id(f) not in chosen:
                     f.waiting_since = now  # to the back of the line
             for f in handed:
-                if f.target == 0 or f in released:
+                if f.target == 0 or id(f) in gone:
                     f.rdy_handed_at = now  # its turn starts now (again, if no one else waits)
         return {f.name: (1, "rotation") if id(f) in chosen else (0, "waiting") for f in flows}
 
@@ -443,9 +466,19 @@ class RdyPlanner:
             self._starved.discard(name)
         if not holding_more or self.mode != self.FULL:
             return _NO_COMMANDS
+        if not self._short:
+            return _NO_COMMANDS
+        freed = before - flow.committed
+        if freed <= 0:
+            return _NO_COMMANDS
+        # Budget reaches a short connection only through answers like this one
+        # (everything else that changes it fills at once): until the answers
+        # since the last fill freed what it waits for, no pass can grant it.
+        self._freed += freed
+        if self._freed < self._fill_after:
+            return _NO_COMMANDS
         out: list[Command] = []
-        if self._short and flow.committed < before:
-            self._fill(now, out, eager=False)
+        self._fill(now, out, eager=False)
         return out
 
     def set_max_in_flight(self, max_in_flight: int, now: float | None = None) -> list[Command]:

@@ -4,21 +4,22 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import sys
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import pytest
 
 pytestmark = pytest.mark.no_server
 
-_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "compare.py"
+_BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
-@pytest.fixture(scope="module")
-def compare() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_compare", _PATH)
+def load_benchmark(name: str) -> ModuleType:
+    """``benchmarks/<name>.py`` as a module (a script beside the others, in no package)."""
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", _BENCHMARKS / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up
@@ -26,8 +27,15 @@ def compare() -> ModuleType:
     return module
 
 
-def cell(rate: float, cpu_us: float) -> dict[str, Any]:
+@pytest.fixture(scope="module")
+def compare() -> ModuleType:
+    return load_benchmark("compare")
+
+
+def cell(rate: float, cpu_us: float, runs: int = 5) -> dict[str, Any]:
+    """A summarised cell: medians of ``runs`` runs (five: enough to judge a target on)."""
     return {
+        "good_runs": runs,
         "median": rate,
         "min": rate,
         "max": rate,
@@ -114,3 +122,92 @@ def test_tables_from_an_older_report_get_the_cpu_ratios(
     path.write_text(json.dumps(old))  # ratios written without the CPU keys
     assert compare.main(["--tables-from", str(path)]) == 0
     assert "| 0.21x (pynsq) | 3.60x |" in capsys.readouterr().out
+
+
+def test_a_target_is_judged_on_five_runs_at_least(compare: ModuleType) -> None:
+    consume_1 = next(r for r in compare.ROWS if r.key == "consume_1")
+    cells = {"gnsqlite": cell(11_000, 40.0, runs=3), "gnsq": cell(8_300, 87.5)}
+    assert compare._met(consume_1, compare.ratios(cells), cells) == (
+        "peer n/a (3 runs < 5), CPU vs gnsq n/a (3 runs < 5)"
+    )
+
+
+def test_a_rate_target_is_stated_on_client_cpu_per_message_too(compare: ModuleType) -> None:
+    # consume_1 wants 1.3x the best peer's rate: on CPU, at most 1/1.3 of its CPU
+    # per message. Its own CPU target names gnsq; pynsq is the best peer here.
+    consume_1 = next(r for r in compare.ROWS if r.key == "consume_1")
+    cells = {
+        "gnsqlite": cell(11_000, 40.0),
+        "pynsq": cell(8_400, 50.0),  # 0.80x its CPU: above 0.77x
+        "gnsq": cell(8_300, 87.5),
+    }
+    assert compare._met(consume_1, compare.ratios(cells), cells) == (
+        "met (>= 1.3x peer), met (CPU <= 0.5x gnsq's), NOT met (CPU <= 0.77x pynsq's)"
+    )
+
+
+def test_the_table_puts_nsqds_cpu_per_message_beside_each_clients(compare: ModuleType) -> None:
+    lines = compare.rate_table(compare.rederive(report(compare)))
+    row = [c.strip() for c in lines[2].split("|")[1:-1]]
+    assert row[1] == "214,352 (214k-214k), 4.54 / 1.00 µs"
+
+
+class FakeCpu:
+    """A process's CPU seconds and a clock, advanced by the waits."""
+
+    def __init__(self, busy_windows: int, tick: float) -> None:
+        self.busy_windows = busy_windows
+        self.tick = tick
+        self.seconds = 0.0
+        self.now = 0.0
+
+    def sleep(self, window: float) -> None:
+        self.now += window
+        if self.busy_windows > 0:
+            self.busy_windows -= 1
+            self.seconds += 3 * self.tick  # busy: three ticks in the window
+
+
+def test_nsqd_is_idle_after_two_quiet_windows_in_a_row(compare: ModuleType) -> None:
+    tick = 1.0 / os.sysconf("SC_CLK_TCK")
+    fake = FakeCpu(busy_windows=3, tick=tick)
+    assert compare.wait_idle(
+        lambda: fake.seconds, deadline=10.0, clock=lambda: fake.now, sleep=fake.sleep
+    )
+    assert fake.now == pytest.approx(5 * compare.SETTLE_WINDOW)  # three busy, two quiet
+    busy = FakeCpu(busy_windows=1000, tick=tick)
+    assert not compare.wait_idle(
+        lambda: busy.seconds, deadline=1.0, clock=lambda: busy.now, sleep=busy.sleep
+    )
+
+
+class FakeHttp:
+    """nsqd's HTTP API as settle() reads it: a deleted topic is listed a few reads more."""
+
+    def __init__(self, listed_for: int) -> None:
+        self.listed_for = listed_for
+        self.reads = 0
+
+    def delete_topic(self, topic: str) -> None:
+        self.topic = topic
+
+    def stats(self) -> dict[str, Any]:
+        self.reads += 1
+        listed = self.reads <= self.listed_for
+        return {"topics": [{"topic_name": self.topic}] if listed else None}
+
+
+def test_settling_waits_until_the_deleted_topic_is_gone(
+    compare: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    http = FakeHttp(listed_for=2)
+    server = SimpleNamespace(
+        tcp_address="127.0.0.1:1", http=http, is_real=False, process=None, bin_dir=None
+    )
+    args = SimpleNamespace(settle_timeout=5.0)
+    bench = compare.Bench(args, server, None)
+    monkeypatch.setattr(compare, "wait_idle", lambda cpu, deadline: True)
+    bench._delete("cmp_topic")
+    settled = bench.settle()
+    assert settled["settled"] and http.reads == 3
+    assert compare.settle_summary([{"settle": settled}, {"error": "x"}])["runs"] == 1

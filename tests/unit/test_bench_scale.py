@@ -1,0 +1,76 @@
+"""benchmarks/scale.py's summary and verdicts, from hand-made runs (no run, no server)."""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any
+
+import pytest
+from test_bench_compare import load_benchmark
+
+pytestmark = pytest.mark.no_server
+
+
+@pytest.fixture(scope="module")
+def scale() -> ModuleType:
+    return load_benchmark("scale")
+
+
+def consume(steady_us: float) -> dict[str, Any]:
+    """One consume run of 200,000 messages whose steady part cost ``steady_us`` per message."""
+    return {
+        "messages": 200_000,
+        "seconds": 1.0,
+        "cpu": 200_000 * steady_us * 1e-6,
+        "steady_messages": 180_000,
+        "steady_cpu": 180_000 * steady_us * 1e-6,
+        "steady_seconds": 0.9,
+        "rss_growth": 2**20,
+        "rdy_passes": 0,
+        "rdy_pass_us": None,
+    }
+
+
+def idle(rss: float, wheel_us: float) -> dict[str, Any]:
+    return {
+        "rss_per_connection": rss,
+        "cpu_per_connection_second": 25e-6,
+        "wheel_cpu_per_connection_second": wheel_us * 1e-6,
+        "heartbeats_per_connection_second": 1.0,
+        "timers_fired_per_connection_second": 0.0,
+    }
+
+
+def report(at_50: list[float], wheel_us: float) -> dict[str, Any]:
+    return {
+        "broker": "real nsqd",
+        "connections": {
+            1: [consume(2.0)] * 5,
+            50: [consume(us) for us in at_50],
+        },
+        "consumers": {},
+        "idle": {1000: [idle(24 * 1024, wheel_us)] * 5},
+        "rdy": {"50": [{"links": 50, "rdy_pass_us": 80.0}]},
+    }
+
+
+def test_the_connections_target_is_judged_on_the_medians(scale: ModuleType) -> None:
+    lines = scale.summarise(report([2.3, 2.4, 9.0, 2.2, 2.1], wheel_us=1.3))
+    assert "CPU per message at 50 connections / at 1: 1.15x (met: <= 1.2x)" in lines
+    lines = scale.summarise(report([2.5, 2.5, 2.5, 2.2, 2.1], wheel_us=1.3))
+    assert "CPU per message at 50 connections / at 1: 1.25x (NOT met: <= 1.2x)" in lines
+
+
+def test_the_idle_bounds_are_printed_with_their_verdicts(scale: ModuleType) -> None:
+    met = next(line for line in scale.summarise(report([2.0], 1.3)) if "idle" in line)
+    assert "RSS 24.0 KiB per connection (met: <= 32 KiB)" in met
+    assert "of which the timer wheel 1.30 µs (met: <= 2 µs)" in met
+    late = next(line for line in scale.summarise(report([2.0], 7.6)) if "idle" in line)
+    assert "timer wheel 7.60 µs (NOT met: <= 2 µs)" in late
+
+
+def test_the_instructions_table_gives_the_ratio_to_one_connection(scale: ModuleType) -> None:
+    lines = scale.summarise(
+        {"broker": "real nsqd", "instructions": {"1": [24_000.0] * 3, "50": [26_400.0] * 3}}
+    )
+    assert lines[-1] == "| 1 consumer, 50 connections | 3 | 26,400 | 1.10x |"
