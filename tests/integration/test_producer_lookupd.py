@@ -137,6 +137,23 @@ def test_a_producer_given_only_lookupd_publishes_to_every_nsqd(nsq_cluster: NsqC
     assert sorted(discovery["nsqd"]) == nsqds
 
 
+def test_the_discovery_counts_are_in_stats_and_metrics(nsq_cluster: NsqCluster) -> None:
+    prometheus_client = pytest.importorskip("prometheus_client")
+    from gnsqlite.metrics import instrument
+
+    registry = prometheus_client.CollectorRegistry()
+    with producer_of(nsq_cluster.lookupd) as producer:
+        instrument(producer, registry)
+        wait_until(lambda: producer.stats()["discovery"]["polls"] >= 2, timeout=10)
+        polls = producer.stats()["discovery"]["polls"]
+        value = registry.get_sample_value
+        assert value("gnsqlite_producer_lookupd_polls_total", {"outcome": "answered"}) >= polls
+        assert value("gnsqlite_producer_lookupd_polls_total", {"outcome": "failed"}) == 0
+        assert value("gnsqlite_producer_nsqd_changes_total", {"change": "added"}) == 3
+        assert value("gnsqlite_producer_nsqd_changes_total", {"change": "removed"}) == 0
+        assert value("gnsqlite_producer_nsqd_discovered") == 3
+
+
 def test_lookupd_topic_publishes_where_the_topic_is_else_everywhere(
     nsq_cluster: NsqCluster,
 ) -> None:
