@@ -11,14 +11,16 @@ Its addresses are the static ones, kept for the pool's life, and the
 discovered ones lookupd lists (:meth:`Pool.discover`): a newly listed nsqd is
 connected; one no longer listed leaves the pool. A connection that leaves
 takes no new publish and is closed once every publish sent on it has its
-answer (:meth:`Pool.answered`), or when ``drain_timeout`` ends: what it still
-waits for then fails with a connection error, which the router sends again
-elsewhere. Nothing sent is dropped.
+answer (looked at every :data:`DRAIN_CHECK` seconds by a timer: the path of
+a publish's answer pays nothing for it), or when ``drain_timeout`` ends:
+what it still waits for then fails with a connection error, which the
+router sends again elsewhere. Nothing sent is dropped.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable
 
 import gevent
@@ -30,9 +32,12 @@ from ..errors import ServerError
 from ..flow import Reconnect
 from ..timers import Timer, TimerWheel
 
-__all__ = ["Pool"]
+__all__ = ["DRAIN_CHECK", "Pool"]
 
 log = logging.getLogger(__name__)
+
+#: Seconds between two looks at a leaving connection's unanswered publishes.
+DRAIN_CHECK = 0.02
 
 
 class Pool:
@@ -67,8 +72,8 @@ class Pool:
         #: The last error of each address that has one (cleared when it connects).
         self.last_error: dict[str, BaseException] = {}
         #: Connections of nsqd that left the pool, until their last answer (or
-        #: the drain timeout), with the timer of that timeout. The router reads it.
-        self.draining: dict[Connection, Timer | None] = {}
+        #: the drain timeout), with the timer that looks at them.
+        self.draining: dict[Connection, Timer] = {}
         #: nsqd discovered and dropped, cumulative.
         self.added = 0
         self.removed = 0
@@ -151,17 +156,15 @@ class Pool:
         if not conn.pending or self._wheel is None:
             self._close_later(conn)
             return
-        self.draining[conn] = self._wheel.call_later(
-            self._drain_timeout, self._drained, conn, owner=self._owner
+        deadline = time.monotonic() + self._drain_timeout
+        self.draining[conn] = self._wheel.call_every(
+            DRAIN_CHECK, self._check_drained, conn, deadline, owner=self._owner
         )
 
-    def answered(self, conn: Connection) -> None:
-        """``conn``, draining, answered a publish: closed once none waits. Does not block."""
-        if not conn.pending and conn in self.draining:
-            self._drained(conn)
-
-    def _drained(self, conn: Connection) -> None:
-        """Close a draining connection: answered, or its drain timeout ended."""
+    def _check_drained(self, conn: Connection, deadline: float) -> None:
+        """Close a draining connection once answered, or at ``deadline`` (a timer's call)."""
+        if conn.pending and time.monotonic() < deadline:
+            return
         timer = self.draining.pop(conn, None)
         if timer is not None:
             timer.cancel()
@@ -210,9 +213,7 @@ class Pool:
 
     def _on_close(self, conn: Connection, error: Exception | None) -> None:
         if conn in self.draining:
-            timer = self.draining.pop(conn)
-            if timer is not None:
-                timer.cancel()
+            self.draining.pop(conn).cancel()
             return  # it left the pool: not reconnected
         if conn in self.healthy:
             self.healthy.remove(conn)

@@ -63,7 +63,6 @@ class Router:
         nothing_known: Callable[[], NoConnectionsError] | None = None,
     ) -> None:
         self._pool = pool
-        self._draining = pool.draining  # the connections that left the pool
         self._nothing_known = nothing_known
         self._stats = stats
         self._timeout = timeout
@@ -163,8 +162,6 @@ class Router:
 
     def done(self, attempt: Attempt, error: BaseException | None) -> None:
         """Count the end of one publish (it has just ended) and wake its caller."""
-        if self._draining and attempt.conn in self._draining:
-            self._pool.answered(attempt.conn)
         stats = self._stats
         stats.in_flight -= 1
         if attempt.wake is not None:  # its caller runs soon
@@ -174,8 +171,6 @@ class Router:
 
     def answered_with_error(self, attempt: Attempt, conn: Connection, error: BaseException) -> None:
         """Retry on another connection when that may help; runs in a reader greenlet."""
-        if conn in self._draining:
-            self._pool.answered(conn)
         if attempt.ended:
             return
         retry = not self._closed and time.monotonic() < attempt.deadline
