@@ -237,10 +237,16 @@ class ConsumerConfig(Validated):
 
 @dataclass(frozen=True, kw_only=True)
 class ProducerConfig(Validated):
-    """What drives a producer (``Producer.config``): its call timeout, size limits and reconnects.
+    """What drives a producer (``Producer.config``): timeout, size limits, reconnects, discovery.
 
     Durations are seconds, sizes bytes. ``max_message_size`` and
     ``max_body_size`` mirror nsqd's ``--max-msg-size`` and ``--max-body-size``.
+    The ``lookupd_*`` options apply to a producer given
+    ``lookupd_http_addresses``: polls every ``lookupd_poll_interval``
+    stretched by up to ``lookupd_poll_jitter`` of it (the Consumer's names and
+    defaults), each request bounded by ``lookupd_request_timeout``;
+    ``lookupd_topic`` publishes to the nsqd lookupd lists for that topic
+    while it lists any, else to every nsqd it knows (``None``: every nsqd).
     """
 
     timeout: float = option(5.0, float, lo=0.001, unit="s")
@@ -248,7 +254,18 @@ class ProducerConfig(Validated):
     max_body_size: int = option(defaults.MAX_BODY_SIZE, int, lo=1, unit="bytes")
     reconnect_interval: float = option(1.0, float, lo=0.001, unit="s")
     max_reconnect_interval: float = option(60.0, float, lo=0.001, unit="s")
+    lookupd_poll_interval: float = option(60.0, float, lo=0.01, unit="s")
+    lookupd_poll_jitter: float = option(0.3, float, lo=0.0, hi=1.0)
+    lookupd_request_timeout: float = option(2.0, float, lo=0.001, unit="s")
+    lookupd_topic: str | None = option(None, str, nullable=True)
 
     _ORDERED: ClassVar[tuple[tuple[str, str], ...]] = (
         ("reconnect_interval", "max_reconnect_interval"),
     )
+
+    def _check_rules(self) -> None:
+        if self.lookupd_topic is not None:
+            try:
+                check_topic_name(self.lookupd_topic)
+            except InvalidNameError as exc:
+                raise InvalidNameError(f"lookupd_topic: {exc}") from None

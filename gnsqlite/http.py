@@ -194,10 +194,7 @@ class LookupdClient(_Client):
 
     def producer_addresses(self, topic: str) -> list[str]:
         """The ``broadcast_address:tcp_port`` of each nsqd that has ``topic``."""
-        return [
-            f"{p['broadcast_address']}:{p['tcp_port']}"
-            for p in self.lookup(topic).get("producers", [])
-        ]
+        return _tcp_addresses(self.lookup(topic).get("producers", []))
 
     def topics(self) -> list[str]:
         """Every topic lookupd knows."""
@@ -210,3 +207,12 @@ class LookupdClient(_Client):
     def nodes(self) -> list[dict[str, Any]]:
         """Every nsqd registered with lookupd."""
         return list(self._json("/nodes").get("producers", []))
+
+    def node_addresses(self) -> list[str]:
+        """The ``broadcast_address:tcp_port`` of every nsqd registered with lookupd."""
+        return _tcp_addresses(self.nodes())
+
+
+def _tcp_addresses(producers: Iterable[dict[str, Any]]) -> list[str]:
+    """The ``broadcast_address:tcp_port`` of each producer record of lookupd's answers."""
+    return [f"{p['broadcast_address']}:{p['tcp_port']}" for p in producers]

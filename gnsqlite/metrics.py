@@ -230,6 +230,13 @@ class Instrumentation:
         for code, count in stats["errors"].items():
             reading.add(catalog.PUBLISH_ERRORS, (code,), count)
         reading.add(catalog.PUBLISH_IN_FLIGHT, (), stats["in_flight"])
+        discovery = stats["discovery"]
+        if discovery is not None:
+            reading.add(catalog.LOOKUPD_POLLS, ("answered",), discovery["polls"])
+            reading.add(catalog.LOOKUPD_POLLS, ("failed",), discovery["failed_polls"])
+            reading.add(catalog.NSQD_CHANGES, ("added",), discovery["added"])
+            reading.add(catalog.NSQD_CHANGES, ("removed",), discovery["removed"])
+            reading.add(catalog.NSQD_DISCOVERED, (), len(discovery["nsqd"]))
         for labels, buckets in self._publish.items():
             reading.add_histogram(catalog.PUBLISH_SECONDS, labels, buckets)
 

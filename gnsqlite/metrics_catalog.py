@@ -170,6 +170,26 @@ PUBLISH_SECONDS = MetricSpec(
     ("topic", "command"),
     buckets=PUBLISH_BUCKETS,
 )
+LOOKUPD_POLLS = MetricSpec(
+    "gnsqlite_producer_lookupd_polls",
+    "counter",
+    "Lookupd polls of a producer given lookupd_http_addresses, by outcome: answered, or"
+    " failed (every lookupd failed; the nsqd found before are kept).",
+    ("outcome",),
+)
+NSQD_CHANGES = MetricSpec(
+    "gnsqlite_producer_nsqd_changes",
+    "counter",
+    "nsqd that joined (change=added) or left (change=removed) a producer's pool as lookupd"
+    " listed them.",
+    ("change",),
+)
+NSQD_DISCOVERED = MetricSpec(
+    "gnsqlite_producer_nsqd_discovered",
+    "gauge",
+    "nsqd a producer found through lookupd and publishes to now (static ones not counted).",
+    (),
+)
 CONNECTIONS = MetricSpec(
     "gnsqlite_connections",
     "gauge",
@@ -197,6 +217,9 @@ METRICS: dict[str, MetricSpec] = {
         PUBLISH_ERRORS,
         PUBLISH_IN_FLIGHT,
         PUBLISH_SECONDS,
+        LOOKUPD_POLLS,
+        NSQD_CHANGES,
+        NSQD_DISCOVERED,
         CONNECTIONS,
     )
 }

@@ -29,7 +29,8 @@ __all__ = [
 def parse_address(address: str | tuple[str, int]) -> tuple[str, int]:
     """``"host:port"`` or ``(host, port)`` as a ``(host, port)`` tuple.
 
-    An IPv6 host may be bracketed (``"[::1]:4150"``). Raises
+    An IPv6 host may be bracketed (``"[::1]:4150"``); a scheme
+    (``"http://host:4161"``) is refused. Raises
     :class:`~gnsqlite.errors.ConfigError` (a ``ValueError``) for a malformed
     string, ``TypeError`` for anything but a string or a pair.
     """
@@ -38,6 +39,9 @@ def parse_address(address: str | tuple[str, int]) -> tuple[str, int]:
         return str(host), int(port)
     if not isinstance(address, str):
         raise TypeError(f"an address is 'host:port' or (host, port), not {address!r}")
+    if "://" in address:
+        plain = address.partition("://")[2]
+        raise ConfigError(f"an address is 'host:port' with no scheme ({plain!r}), not {address!r}")
     host, sep, port_text = address.rpartition(":")
     if not sep or not host or not port_text.isdigit():
         raise ConfigError(f"an address is 'host:port' (like 127.0.0.1:4150), not {address!r}")

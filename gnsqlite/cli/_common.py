@@ -40,14 +40,17 @@ __all__ = [
     "EXIT_USAGE",
     "CommandError",
     "Parser",
+    "add_address_arguments",
     "check_http",
     "check_nsqd_tcp",
     "configure_logging",
     "normalize_address",
     "one_line",
+    "reach_addresses",
     "reach_error",
     "run",
     "stop_on_signals",
+    "topology_addresses",
 ]
 
 log = logging.getLogger(__name__)
@@ -85,6 +88,57 @@ def normalize_address(address: str, what: str) -> str:
         return net.normalize_address(address)
     except (ValueError, TypeError) as exc:
         raise CommandError(f"bad {what} address {address!r}: {exc}", EXIT_USAGE) from None
+
+
+def add_address_arguments(parser: argparse.ArgumentParser, nsqd_note: str = "") -> None:
+    """Add ``--nsqd-tcp-address`` and ``--lookupd-http-address``, both repeatable.
+
+    ``nsqd_note`` is added to the nsqd flag's help (``"batches are spread"``).
+    :func:`topology_addresses` reads them.
+    """
+    note = f"{nsqd_note}; " if nsqd_note else ""
+    parser.add_argument(
+        "--nsqd-tcp-address",
+        action="append",
+        default=[],
+        metavar="ADDR",
+        help=f"nsqd TCP address host:port (repeatable; {note}this or --lookupd-http-address"
+        " is required)",
+    )
+    parser.add_argument(
+        "--lookupd-http-address",
+        action="append",
+        default=[],
+        metavar="ADDR",
+        help="nsqlookupd HTTP address host:port (repeatable; this or --nsqd-tcp-address"
+        " is required)",
+    )
+
+
+def topology_addresses(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    """The nsqd TCP and nsqlookupd HTTP addresses of ``args``, normalised; opens nothing.
+
+    One kind must be given (either repeated): else, or for a malformed
+    address, :class:`CommandError` with the usage status.
+    """
+    if bool(args.nsqd_tcp_address) == bool(args.lookupd_http_address):
+        raise CommandError(
+            "give --nsqd-tcp-address or --lookupd-http-address (one kind, repeatable)", EXIT_USAGE
+        )
+    nsqds = [normalize_address(a, "nsqd TCP") for a in args.nsqd_tcp_address]
+    lookupds = [normalize_address(a, "nsqlookupd HTTP") for a in args.lookupd_http_address]
+    return nsqds, lookupds
+
+
+def reach_addresses(nsqds: Sequence[str], lookupds: Sequence[str]) -> None:
+    """Check that each nsqd TCP port and nsqlookupd HTTP API answers; blocks up to 5 s each.
+
+    Raises :class:`CommandError` in :func:`reach_error`'s words for the first that does not.
+    """
+    for address in nsqds:
+        check_nsqd_tcp(address)
+    for address in lookupds:
+        check_http(LookupdClient(address, timeout=5.0))
 
 
 def check_nsqd_tcp(address: str, timeout: float = 5.0) -> None:

@@ -12,6 +12,11 @@ whatever the pace of the input. Ctrl-C stops reading at once; every record
 read before it is published (its answer awaited) or counted on stderr as not
 published (exit 130; 1 if nsqd refused any).
 
+The nsqd are given (``--nsqd-tcp-address``, repeatable) or found through
+nsqlookupd (``--lookupd-http-address``, repeatable: every nsqd it lists,
+polled again every minute; see :class:`~gnsqlite.producer.Producer`).
+Batches are spread over the nsqd in turn, with failover.
+
 ``--from-dead-letter TOPIC`` instead re-publishes the dead letters of TOPIC
 to their original topics (see :mod:`gnsqlite.cli._redrive`).
 """
@@ -37,11 +42,12 @@ from ._common import (
     EXIT_INTERRUPTED,
     CommandError,
     Parser,
-    check_nsqd_tcp,
+    add_address_arguments,
     configure_logging,
-    normalize_address,
+    reach_addresses,
     run,
     stop_on_signals,
+    topology_addresses,
 )
 from ._records import RecordReader, read_records
 from ._redrive import redrive
@@ -54,6 +60,7 @@ _PROGRESS_EVERY = 0.2  # seconds between progress redraws
 _EXAMPLES = """
 examples:
   seq 100000 | gnsqlite pub --topic numbers --nsqd-tcp-address 127.0.0.1:4150
+  seq 100000 | gnsqlite pub --topic numbers --lookupd-http-address 127.0.0.1:4161
   gnsqlite pub --topic events --nsqd-tcp-address 127.0.0.1:4150 events.jsonl --batch 500
   find . -print0 | gnsqlite pub --topic files --nsqd-tcp-address 127.0.0.1:4150 --delimiter '\\0'
   gnsqlite pub --from-dead-letter orders.dead --nsqd-tcp-address 127.0.0.1:4150
@@ -73,6 +80,7 @@ def build_parser() -> Parser:
     parser = Parser(
         prog="gnsqlite pub",
         usage="%(prog)s --topic TOPIC --nsqd-tcp-address ADDR [options] [FILE]\n"
+        "       %(prog)s --topic TOPIC --lookupd-http-address ADDR [options] [FILE]\n"
         "       %(prog)s --from-dead-letter TOPIC --nsqd-tcp-address ADDR [options]",
         description="Publish the records of FILE (or stdin) to a topic, in MPUB batches.",
         epilog=_EXAMPLES,
@@ -87,14 +95,7 @@ def build_parser() -> Parser:
     parser.add_argument(
         "--topic", help="the topic to publish to (required, unless --from-dead-letter)"
     )
-    parser.add_argument(
-        "--nsqd-tcp-address",
-        action="append",
-        default=[],
-        metavar="ADDR",
-        required=True,
-        help="nsqd TCP address host:port (required; repeatable: batches are spread, with failover)",
-    )
+    add_address_arguments(parser, "batches are spread, with failover")
     parser.add_argument(
         "--batch", type=int, default=100, help="records per MPUB (default %(default)s)"
     )
@@ -189,6 +190,12 @@ def _pub(args: Any) -> int:
     if args.from_dead_letter is not None:
         if args.topic is not None or args.file != "-":
             raise CommandError("--from-dead-letter reads no FILE and takes --to, not --topic", 2)
+        if args.lookupd_http_address or not args.nsqd_tcp_address:
+            raise CommandError(
+                "--from-dead-letter takes --nsqd-tcp-address (the nsqd holding the dead letters),"
+                " not --lookupd-http-address",
+                2,
+            )
         return redrive(args)
     if args.topic is None:
         raise CommandError("--topic is required (or --from-dead-letter TOPIC)", 2)
@@ -207,7 +214,7 @@ def _pub(args: Any) -> int:
         raise CommandError(f"bad --delimiter {args.delimiter!r}: {exc}", 2) from None
     if not delimiter:
         raise CommandError("--delimiter cannot be empty", 2)
-    addresses = [normalize_address(a, "nsqd TCP") for a in args.nsqd_tcp_address]
+    nsqds, lookupds = topology_addresses(args)
     if args.file == "-":
         fd, total = sys.stdin.fileno(), None
     else:
@@ -217,10 +224,9 @@ def _pub(args: Any) -> int:
             raise CommandError(f"cannot read {args.file}: {exc.strerror or exc}", 2) from None
         total = os.fstat(fd).st_size
     try:
-        for address in addresses:
-            check_nsqd_tcp(address)
+        reach_addresses(nsqds, lookupds)
         reader = RecordReader(fd, delimiter)
-        return _publish_all(args, topic, addresses, reader, total)
+        return _publish_all(args, topic, nsqds, lookupds, reader, total)
     finally:
         if args.file != "-":
             os.close(fd)
@@ -272,16 +278,22 @@ class _Batches:
 
 
 def _publish_all(
-    args: Any, topic: str, addresses: list[str], reader: RecordReader, total: int | None
+    args: Any,
+    topic: str,
+    nsqds: list[str],
+    lookupds: list[str],
+    reader: RecordReader,
+    total: int | None,
 ) -> int:
     progress = _Progress(sys.stdout, sys.stdout.isatty(), total)
     stop = gevent.event.Event()
-    producer = Producer(addresses, timeout=30.0)
+    producer = Producer(nsqds, lookupd_http_addresses=lookupds, timeout=30.0)
     batches = _Batches(producer, topic)
     batch: list[bytes] = []
     with stop_on_signals(stop), producer:
         if not producer.connections:
-            raise CommandError(f"cannot reach nsqd at {', '.join(addresses)}: no connection")
+            where = f"nsqd at {', '.join(nsqds)}" if nsqds else "any nsqd nsqlookupd lists"
+            raise CommandError(f"cannot reach {where}: no connection")
         due = 0.0  # when the batch held must go: --flush-interval after its first record
         while not reader.eof and not stop.is_set():
             if batch and time.monotonic() >= due:

@@ -24,19 +24,18 @@ import gevent.event
 from ..consumer import Consumer
 from ..deadletter import DeadLetter, decode_envelope
 from ..errors import EnvelopeError
-from ..http import LookupdClient
 from ..message import Message, RequeueMessage
 from ..protocol import check_channel_name, check_topic_name
 from ._common import (
     EXIT_INTERRUPTED,
     CommandError,
     Parser,
-    check_http,
-    check_nsqd_tcp,
+    add_address_arguments,
     configure_logging,
-    normalize_address,
+    reach_addresses,
     run,
     stop_on_signals,
+    topology_addresses,
 )
 
 __all__ = ["build_parser", "format_dead_letter", "format_message", "main"]
@@ -76,21 +75,7 @@ def build_parser() -> Parser:
     parser.add_argument(
         "--channel", help="the channel (default: a new ephemeral one, so nothing is taken away)"
     )
-    parser.add_argument(
-        "--nsqd-tcp-address",
-        action="append",
-        default=[],
-        metavar="ADDR",
-        help="nsqd TCP address host:port (repeatable; this or --lookupd-http-address is required)",
-    )
-    parser.add_argument(
-        "--lookupd-http-address",
-        action="append",
-        default=[],
-        metavar="ADDR",
-        help="nsqlookupd HTTP address host:port (repeatable; this or --nsqd-tcp-address"
-        " is required)",
-    )
+    add_address_arguments(parser)
     parser.add_argument(
         "-n",
         "--count",
@@ -179,16 +164,8 @@ def _tail(args: Any) -> int:
     check_channel_name(channel)
     if args.count < 0:
         raise CommandError("-n must be 0 (no limit) or more", 2)
-    if bool(args.nsqd_tcp_address) == bool(args.lookupd_http_address):
-        raise CommandError(
-            "give --nsqd-tcp-address or --lookupd-http-address (one kind, repeatable)", 2
-        )
-    nsqds = [normalize_address(a, "nsqd TCP") for a in args.nsqd_tcp_address]
-    lookupds = [normalize_address(a, "nsqlookupd HTTP") for a in args.lookupd_http_address]
-    for address in nsqds:
-        check_nsqd_tcp(address)
-    for address in lookupds:
-        check_http(LookupdClient(address, timeout=5.0))
+    nsqds, lookupds = topology_addresses(args)
+    reach_addresses(nsqds, lookupds)
 
     out: BinaryIO = sys.stdout.buffer
     stop = gevent.event.Event()  # -n reached, or the reader went away

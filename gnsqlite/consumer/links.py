@@ -5,7 +5,8 @@ group), keeps the :class:`~gnsqlite.consumer.link.Link` of every subscribed
 connection by name, handles a lost connection (flow control forgets it, its
 queued messages are dropped, it is reconnected), keeps one reconnect timer
 per address, tells static nsqd (reconnected with backoff) from discovered
-ones (connected again only if lookupd lists them), polls lookupd, and keeps
+ones (connected again only if lookupd lists them), polls lookupd (a
+:class:`~gnsqlite.discovery.Discovery`, the Producer's loop too), and keeps
 the counts of connections that left, so that ``stats()["by_nsqd"]`` is
 cumulative. The constructor opens no socket and starts nothing.
 """
@@ -23,11 +24,10 @@ import gevent.pool
 
 from ..config import ConnectionConfig, ConsumerConfig
 from ..connection import Connection
-from ..discovery import LookupdPoller
+from ..discovery import Discovery, LookupdPoller
 from ..errors import NSQConnectionError, NSQError, ServerError, WrongPortError
 from ..flow import Reconnect
 from ..message import Message
-from ..net import normalize_address
 from ..timers import Timer, TimerWheel
 from .dispatch import Dispatcher
 from .flow_control import FlowControl
@@ -40,8 +40,6 @@ log = logging.getLogger(__name__)
 
 #: The counters ``stats()["by_nsqd"]`` keeps per nsqd, cumulative across reconnects.
 COUNTERS = ("received", "finished", "requeued", "given_up")
-#: The reconnect policy's key for lookupd polls (an address always has a ':').
-_LOOKUPD = "lookupd"
 
 
 @dataclass(frozen=True)
@@ -103,8 +101,7 @@ class LinkSet:
         self.connecting: set[str] = set()
         self._reconnect = Reconnect(config.reconnect_interval, config.max_reconnect_interval, rng)
         self._reconnect_timers: dict[str, Timer] = {}  # one pending retry per address
-        self._poll_timer: Timer | None = None
-        self._poller: LookupdPoller | None = None
+        self._discovery: Discovery | None = None
         self._tasks = gevent.pool.Group()
         self._wheel: TimerWheel | None = None
         #: Set while at least one connection is subscribed.
@@ -124,10 +121,19 @@ class LinkSet:
         for address in self.static:
             self.spawn_connect(address, discovered=False)
         if self.lookupd:
-            self._poller = LookupdPoller(
-                self.topic, self.lookupd, self._config.lookupd_request_timeout
+            cfg = self._config
+            poller = LookupdPoller(self.topic, self.lookupd, cfg.lookupd_request_timeout)
+            self._discovery = Discovery(
+                poller,
+                cfg.lookupd_poll_interval,
+                cfg.lookupd_poll_jitter,
+                self._reconnect,
+                self._rng,
+                self._found,
+                self._owner,
+                self,
             )
-            self._tasks.spawn(self._poll)
+            self._discovery.start(wheel)
 
     def start_close(self) -> None:
         """Closing: stop connecting and polling, send ``CLS`` on every connection.
@@ -135,6 +141,8 @@ class LinkSet:
         Blocks until the connect and poll greenlets ended; nsqd stops sending
         and answers remain allowed.
         """
+        if self._discovery is not None:
+            self._discovery.close()
         self._tasks.kill(block=True)
         for link in list(self.links.values()):
             link.start_close()
@@ -289,35 +297,10 @@ class LinkSet:
 
     def query_lookupd(self) -> None:
         """Poll lookupd now, in the background."""
-        if self._poller is not None and not self._life.closing:
-            self._tasks.spawn(self._poll)
+        if self._discovery is not None and not self._life.closing:
+            self._discovery.query()
 
-    def _poll(self) -> None:
-        """One lookupd poll (in a greenlet of the set), then the next is scheduled."""
-        if self._poller is None or self._life.closing:
-            return
-        cfg = self._config
-        delay = cfg.lookupd_poll_interval * (1.0 + self._rng.uniform(0.0, cfg.lookupd_poll_jitter))
-        try:
-            found = self._poller.poll()
-        except NSQError as exc:
-            # Every lookupd failed: ask again on the reconnect policy, never
-            # later than the regular poll would.
-            delay = min(delay, self._reconnect.failed(_LOOKUPD))
-            log.warning("%s: lookupd poll failed: %s; polling again in %.2f s", self, exc, delay)
-            found = set()
-        else:
-            self._reconnect.succeeded(_LOOKUPD)
-        for address in sorted(found):
-            try:
-                name = normalize_address(address)
-            except ValueError:
-                log.warning("%s: lookupd listed a bad address %r", self, address)
-                continue
-            self.spawn_connect(name, discovered=True)
-        if self._wheel is not None and not self._life.closing:
-            if self._poll_timer is not None:
-                self._poll_timer.cancel()  # an extra poll (query_lookupd) replaces the next one
-            self._poll_timer = self._wheel.call_later(
-                delay, self._tasks.spawn, self._poll, owner=self._owner
-            )
+    def _found(self, addresses: set[str]) -> None:
+        """A lookupd poll's answer (the discovery greenlet): connect to each nsqd listed."""
+        for address in sorted(addresses):
+            self.spawn_connect(address, discovered=True)

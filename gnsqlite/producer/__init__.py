@@ -29,6 +29,16 @@ an empty body (which nsqd refuses too) raises
 Each connection answers nsqd's heartbeats by itself (an idle producer stays
 connected); one that hears nothing for two heartbeat intervals is reconnected.
 
+Given ``lookupd_http_addresses``, the producer finds its nsqd through
+nsqlookupd (alone, or besides static ``nsqd_tcp_addresses``, which it always
+keeps), as a Consumer does: a poll at :meth:`Producer.start`, then every
+``lookupd_poll_interval`` (jittered). Every nsqd of the cluster (``/nodes``),
+or with ``lookupd_topic`` those of that topic while lookupd lists any
+(``/lookup``). A newly listed nsqd joins the pool and takes its turn; one
+no longer listed leaves it: no new publish goes there, and the publishes
+already sent on it are answered (or, if it dies, sent again elsewhere)
+before its connection closes. An answer listing no nsqd changes nothing.
+
 ``Producer.config`` is the producer's own settings (a
 :class:`~gnsqlite.config.ProducerConfig`: ``timeout``, size limits,
 reconnects), as ``Consumer.config`` is the consumer's;
@@ -41,11 +51,14 @@ The Producer is a façade over the objects it holds, one module each:
 publishes), :mod:`~gnsqlite.producer.deadlines` (the blocked callers'
 deadlines), :mod:`~gnsqlite.producer.attempt` (one publish on its way),
 :mod:`~gnsqlite.producer.requests` (the size rules) and
-:mod:`~gnsqlite.producer.stats` (counters, ``stats()``, ``health()``).
+:mod:`~gnsqlite.producer.stats` (counters, ``stats()``, ``health()``);
+the lookupd polls are :class:`gnsqlite.discovery.Discovery`'s, the Consumer's loop.
 """
 
 from __future__ import annotations
 
+import random
+import time
 import warnings
 from collections.abc import Iterable, Sequence
 from typing import Any, cast
@@ -53,9 +66,10 @@ from typing import Any, cast
 import gevent
 import gevent.event
 
-from ..config import ConnectionConfig, ProducerConfig
+from ..config import ConnectionConfig, ProducerConfig, split_options
 from ..connection import Connection
-from ..errors import ConfigError, ConnectionClosedError
+from ..discovery import Discovery, LookupdPoller
+from ..errors import ConfigError, ConnectionClosedError, NoConnectionsError
 from ..flow import Reconnect
 from ..health import Health
 from ..net import normalize_addresses
@@ -72,7 +86,13 @@ __all__ = ["Producer", "error_code"]
 
 
 class Producer:
-    """Publishes to the nsqd at ``nsqd_tcp_addresses`` (``"host:port"`` strings).
+    """Publishes to the nsqd at ``nsqd_tcp_addresses`` (``"host:port"`` strings),
+    and to those nsqlookupd lists at ``lookupd_http_addresses`` (HTTP ``"host:port"``).
+
+    Give one or both kinds, at least one address. The ``lookupd_*`` options
+    (``lookupd_poll_interval``, ``lookupd_poll_jitter``,
+    ``lookupd_request_timeout``, ``lookupd_topic``) are keywords too, or in
+    ``config``.
 
     ``timeout`` (seconds) bounds each blocking call, retries included.
     ``reconnect_interval`` and ``max_reconnect_interval`` (seconds) bound
@@ -88,8 +108,9 @@ class Producer:
 
     def __init__(
         self,
-        nsqd_tcp_addresses: str | Iterable[str],
+        nsqd_tcp_addresses: str | Iterable[str] = (),
         *,
+        lookupd_http_addresses: str | Iterable[str] = (),
         config: ProducerConfig | None = None,
         connection_config: ConnectionConfig | None = None,
         timeout: float | None = None,
@@ -100,8 +121,13 @@ class Producer:
         **options: Any,
     ) -> None:
         addresses = normalize_addresses("nsqd_tcp_addresses", nsqd_tcp_addresses)
-        if not addresses:
-            raise ConfigError("nsqd_tcp_addresses is empty: give at least one 'host:port'")
+        lookupd = normalize_addresses("lookupd_http_addresses", lookupd_http_addresses)
+        if not addresses and not lookupd:
+            raise ConfigError(
+                "nsqd_tcp_addresses and lookupd_http_addresses are empty: give at least"
+                " one address, nsqd_tcp_addresses=['host:4150'] or"
+                " lookupd_http_addresses=['host:4161']"
+            )
         if isinstance(config, ConnectionConfig):
             if connection_config is not None:
                 raise ConfigError(
@@ -115,7 +141,10 @@ class Producer:
                 stacklevel=2,
             )
             config, connection_config = None, config
-        if connection_config is not None and options:
+        producer_opts, conn_opts = split_options(
+            options, (ProducerConfig, ConnectionConfig), "Producer"
+        )
+        if connection_config is not None and conn_opts:
             raise ConfigError(
                 "pass connection options either as connection_config= or as keywords, not both"
             )
@@ -125,6 +154,7 @@ class Producer:
             "max_body_size": max_body_size,
             "reconnect_interval": reconnect_interval,
             "max_reconnect_interval": max_reconnect_interval,
+            **producer_opts,
         }
         given = {name: value for name, value in given.items() if value is not None}
         if config is not None and given:
@@ -139,16 +169,43 @@ class Producer:
         self.connection_config: ConnectionConfig = (
             connection_config
             if connection_config is not None
-            else ConnectionConfig.from_mapping(options)
+            else ConnectionConfig.from_mapping(conn_opts)
         )
-        self.addresses: tuple[str, ...] = addresses
         settings = self.config
-        reconnect = Reconnect(settings.reconnect_interval, settings.max_reconnect_interval)
+        if settings.lookupd_topic is not None and not lookupd:
+            raise ConfigError(
+                f"lookupd_topic={settings.lookupd_topic!r} needs lookupd_http_addresses:"
+                " pass lookupd_http_addresses=['host:4161']"
+            )
+        #: The nsqlookupd the producer asks for nsqd (HTTP ``"host:port"``).
+        self.lookupd_http_addresses: tuple[str, ...] = lookupd
+        rng = random.Random()
+        reconnect = Reconnect(settings.reconnect_interval, settings.max_reconnect_interval, rng)
         # The collaborators, bottom up (none of them knows this class); the
         # producer owns their timers.
         self._stats = PublishStats()
-        self._pool = Pool(addresses, self.connection_config, reconnect, self._connected, self)
-        self._router = Router(self._pool, self._stats, settings.timeout, self)
+        self._pool = Pool(
+            addresses, self.connection_config, reconnect, self._connected, self, settings.timeout
+        )
+        self._discovery: Discovery | None = None
+        if lookupd:
+            poller = LookupdPoller(
+                settings.lookupd_topic,
+                lookupd,
+                settings.lookupd_request_timeout,
+                fallback_to_nodes=True,
+            )
+            self._discovery = Discovery(
+                poller,
+                settings.lookupd_poll_interval,
+                settings.lookupd_poll_jitter,
+                reconnect,
+                rng,
+                self._pool.discover,
+                self,
+                self,
+            )
+        self._router = Router(self._pool, self._stats, settings.timeout, self, self._nothing_known)
         self._deadlines = self._router.deadlines
         self._wheel: TimerWheel | None = None
         self._started = False
@@ -156,6 +213,11 @@ class Producer:
 
     def __repr__(self) -> str:
         return f"<Producer {list(self.addresses)} healthy={len(self._pool.healthy)}>"
+
+    @property
+    def addresses(self) -> tuple[str, ...]:
+        """Every nsqd of the producer now: the static ones, then those lookupd lists."""
+        return self._pool.addresses
 
     def __enter__(self) -> Producer:
         self.start()
@@ -169,9 +231,11 @@ class Producer:
     def start(self, timeout: float | None = None) -> None:
         """Connect to every nsqd; blocks until each has connected or failed once.
 
-        Addresses that fail keep reconnecting in the background, and a
-        publish waits (within its timeout) for one to come up. ``timeout``
-        (seconds, default the producer's ``config.timeout``) bounds the wait.
+        With lookupd, the first poll comes first: the nsqd it lists are
+        connected before this returns. Addresses that fail keep reconnecting
+        in the background, and a publish waits (within its timeout) for one to
+        come up. ``timeout`` (seconds, default the producer's
+        ``config.timeout``) bounds the wait.
         """
         if self._closed:
             raise ConnectionClosedError(",".join(self.addresses), "the producer is closed")
@@ -181,7 +245,23 @@ class Producer:
         self._wheel = wheel = TimerWheel.for_hub()
         self._deadlines.start(wheel, gevent.get_hub().loop)
         self._router.start(wheel)
-        self._pool.start(wheel, self.config.timeout if timeout is None else timeout)
+        self._pool.start(wheel)
+        timeout = self.config.timeout if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        if self._discovery is not None:
+            self._discovery.start(wheel)
+            self._discovery.first_poll.wait(timeout)
+        self._pool.wait_connecting(max(0.0, deadline - time.monotonic()))
+
+    def _nothing_known(self) -> NoConnectionsError:
+        """The error of a publish given up while the producer knows no nsqd at all."""
+        discovery = self._discovery
+        if discovery is not None and isinstance(discovery.last_error, NoConnectionsError):
+            return NoConnectionsError(
+                discovery.last_error.errors, "no nsqd known: every lookupd failed"
+            )
+        where = ", ".join(self.lookupd_http_addresses) or "nowhere"
+        return NoConnectionsError({}, f"no nsqd known: lookupd at {where} lists none yet")
 
     def _connected(self) -> None:
         self._router.connected()
@@ -197,6 +277,8 @@ class Producer:
         self._closed = True
         if self._wheel is not None:
             self._wheel.cancel_owner(self)  # every collaborator's timers
+        if self._discovery is not None:
+            self._discovery.close()  # no poll adds an nsqd from now on
         # The router first: a publish its closing connection fails is not
         # sent again on another one, nor parked with a new timer.
         self._router.close()
@@ -205,10 +287,11 @@ class Producer:
     def join(self, timeout: float | None = None) -> bool:
         """Block until every greenlet of the producer has ended; ``True`` if so.
 
-        The producer's greenlets are its connection attempts; each
-        connection's reader and writer end when it closes.
+        The producer's greenlets are its connection attempts and lookupd
+        polls; each connection's reader and writer end when it closes.
         """
-        return self._pool.join(timeout)
+        done = self._discovery is None or self._discovery.join(timeout)
+        return self._pool.join(timeout) and done
 
     @property
     def connections(self) -> Sequence[Connection]:
@@ -370,9 +453,33 @@ class Producer:
         ``messages`` (the messages in them). ``errors``: failed publishes by
         :func:`error_code`. ``in_flight``: publishes waiting for an answer or
         a connection. Counts are cumulative since the producer was built;
-        ``totals`` sums them.
+        ``totals`` sums them. ``discovery`` is ``None`` without lookupd, else
+        ``lookupd`` (the addresses asked), ``topic`` (``lookupd_topic``),
+        ``polls`` (answered), ``failed_polls`` (every lookupd failed),
+        ``last_error`` (of the last poll, or ``None``), ``nsqd`` (those listed
+        now), ``added`` and ``removed`` (nsqd that joined and left the pool,
+        cumulative) and ``draining`` (connections that left, awaiting answers).
         """
-        return self._stats.report(self.addresses, self._pool.healthy, self._pool.last_error)
+        report = self._stats.report(self.addresses, self._pool.healthy, self._pool.last_error)
+        report["discovery"] = self._discovery_stats()
+        return report
+
+    def _discovery_stats(self) -> dict[str, Any] | None:
+        discovery, pool = self._discovery, self._pool
+        if discovery is None:
+            return None
+        error = discovery.last_error
+        return {
+            "lookupd": list(self.lookupd_http_addresses),
+            "topic": self.config.lookupd_topic,
+            "polls": discovery.polls,
+            "failed_polls": discovery.failed_polls,
+            "last_error": None if error is None else str(error),
+            "nsqd": list(pool.discovered),
+            "added": pool.added,
+            "removed": pool.removed,
+            "draining": len(pool.draining),
+        }
 
     def health(self) -> Health:
         """Whether the producer can publish now, for a readiness probe; does not block.

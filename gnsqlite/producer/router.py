@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 from ..connection import Connection
 from ..errors import (
@@ -48,11 +49,21 @@ class Router:
 
     ``timeout`` (seconds) is the deadline of a publish given none. Timers
     are owned by ``owner`` (the producer, which cancels them when it
-    closes). The constructor opens nothing and starts nothing.
+    closes). ``nothing_known()`` says why the pool has no nsqd at all (a
+    producer that finds them through lookupd), for the error of a publish
+    given up then. The constructor opens nothing and starts nothing.
     """
 
-    def __init__(self, pool: Pool, stats: PublishStats, timeout: float, owner: object) -> None:
+    def __init__(
+        self,
+        pool: Pool,
+        stats: PublishStats,
+        timeout: float,
+        owner: object,
+        nothing_known: Callable[[], NoConnectionsError] | None = None,
+    ) -> None:
         self._pool = pool
+        self._nothing_known = nothing_known
         self._stats = stats
         self._timeout = timeout
         self._owner = owner
@@ -76,7 +87,7 @@ class Router:
             self.fail(attempt, self._closed_error("producer closed"))
 
     def _closed_error(self, why: str) -> ConnectionClosedError:
-        return ConnectionClosedError(",".join(self._pool.addresses), why)
+        return ConnectionClosedError(",".join(self._pool.addresses) or "producer", why)
 
     def submit(
         self,
@@ -210,7 +221,11 @@ class Router:
     def _give_up(self, attempt: Attempt) -> None:
         errors = dict(attempt.errors)
         last_error = self._pool.last_error
-        for address in self._pool.addresses:
+        addresses = self._pool.addresses
+        for address in addresses:
             if address not in errors and address in last_error:
                 errors[address] = last_error[address]
+        if not errors and not addresses and self._nothing_known is not None:
+            self.fail(attempt, self._nothing_known())
+            return
         self.fail(attempt, NoConnectionsError(errors, "every nsqd failed or is unreachable"))

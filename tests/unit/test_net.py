@@ -21,3 +21,9 @@ def test_a_malformed_address_is_a_config_error_saying_the_form(bad: str) -> None
         Connection(bad)
     with pytest.raises(ConfigError, match="nsqd_tcp_addresses: an address is 'host:port'"):
         normalize_addresses("nsqd_tcp_addresses", [bad])
+
+
+def test_an_address_with_a_scheme_is_refused_naming_what_to_write() -> None:
+    # It parsed as the host "http://127.0.0.1" before, and failed only when connecting.
+    with pytest.raises(ConfigError, match=r"with no scheme \('127.0.0.1:4161'\)"):
+        normalize_addresses("lookupd_http_addresses", ["http://127.0.0.1:4161"])
