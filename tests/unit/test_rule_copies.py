@@ -1,14 +1,16 @@
 """The consumer's per-message copies of a rule agree with the rule they name.
 
 Each rule is written once (``message.connection_gone``, ``Settler.gives_up``
-through ``Settler._skips``, ``settle.finish_handled``); the per-message
-paths ``Message.finish`` and ``Settler.settle`` carry copies that name them.
+and ``Settler.expired`` through ``Settler._skips``, ``settle.finish_handled``);
+the per-message paths ``Message.finish`` and ``Settler.settle`` carry copies
+that name them.
 These tests drive the copy and the original over the same cases and
 compare what a user sees: whether the handler ran, what was answered.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -43,9 +45,14 @@ class Recorder:
         self.calls.append("TOUCH")
 
 
-def message(connection: Any, attempts: int = 1) -> tuple[Message, Recorder]:
+def message(connection: Any, attempts: int = 1, age: float = 0.0) -> tuple[Message, Recorder]:
+    """A message ``age`` seconds old by its timestamp."""
     recorder = Recorder()
-    return Message(b"0" * 16, b"body", 0, attempts, "n:4150", recorder, 60.0, connection), recorder
+    stamp = time.time_ns() - round(age * 1e9)
+    return (
+        Message(b"0" * 16, b"body", stamp, attempts, "n:4150", recorder, 60.0, connection),
+        recorder,
+    )
 
 
 @pytest.mark.parametrize("connection", [None, NoClosed(), Conn(False), Conn(True)])
@@ -65,22 +72,24 @@ def test_finish_sends_exactly_when_connection_gone_says_the_connection_lives(
 @pytest.mark.parametrize("max_attempts", [0, 1, 3])
 @pytest.mark.parametrize("attempts", [1, 2, 3, 4, 70000])
 @pytest.mark.parametrize("closed", [False, True])
+@pytest.mark.parametrize(("max_age", "age"), [(None, 1e6), (60.0, 1.0), (60.0, 120.0)])
 def test_settle_runs_the_handler_exactly_when_skips_says_so(
-    max_attempts: int, attempts: int, closed: bool
+    max_attempts: int, attempts: int, closed: bool, max_age: float | None, age: float
 ) -> None:
-    settler = Settler(ConsumerConfig(max_attempts=max_attempts), None, None, lambda nsqd: None)
+    config = ConsumerConfig(max_attempts=max_attempts, max_age=max_age)
+    settler = Settler(config, None, None, lambda nsqd: None)
     settler.on_giving_up = lambda message: None
-    single, single_calls = message(Conn(closed), attempts)
+    single, single_calls = message(Conn(closed), attempts, age)
     ran: list[Message] = []
     settler.settle(single, ran.append)
 
-    probe, _ = message(Conn(closed), attempts)
+    probe, _ = message(Conn(closed), attempts, age)
     skipped = settler._skips(probe)  # the original (it gives up a message past max_attempts)
-    assert skipped is (closed or settler.gives_up(attempts))
+    assert skipped is (closed or settler.expired(probe) or settler.gives_up(attempts))
     assert (ran == []) is skipped
     # The batch path asks the original: the same messages reach the handler,
     # and the same answers go out (FIN after success, FIN when given up).
-    batch, batch_calls = message(Conn(closed), attempts)
+    batch, batch_calls = message(Conn(closed), attempts, age)
     ran_batch: list[list[Message]] = []
     settler.settle_batch([batch], ran_batch.append)
     assert (ran_batch == []) is skipped
