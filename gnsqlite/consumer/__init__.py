@@ -27,7 +27,10 @@ is a façade over collaborators it builds in its constructor, one module each:
   decide), the ``starved`` Event;
 * :mod:`~gnsqlite.consumer.dispatch`: the queue and at most ``concurrency``
   reused worker greenlets; readers never run handler code;
-* :mod:`~gnsqlite.consumer.settle`: handler result -> answer, giving up;
+* :mod:`~gnsqlite.consumer.settle`: handler result -> answer, giving up,
+  ``max_age``;
+* :mod:`~gnsqlite.consumer.lease`: the :class:`~gnsqlite.consumer.lease.Leases`,
+  TOUCH for the messages handlers hold, up to ``max_lease``;
 * :mod:`~gnsqlite.consumer.views`: ``stats()`` and ``health()``;
 * :mod:`gnsqlite.consumer.batch`: the batcher, for ``batch_handler``.
 

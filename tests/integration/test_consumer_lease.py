@@ -15,10 +15,12 @@ from typing import Any
 
 import gevent
 import pytest
+from prometheus_client import CollectorRegistry
 
 from gnsqlite.consumer import Consumer
 from gnsqlite.deadletter import decode_envelope
 from gnsqlite.message import Message
+from gnsqlite.metrics import instrument
 from gnsqlite.testing import NsqdServer, wait_until
 
 TOPIC = "lease_test"
@@ -75,6 +77,8 @@ def test_a_handler_three_times_slower_than_msg_timeout_finishes_each_message_onc
         handled.append((message.body, message.attempts))
 
     consumer = consumer_of(server, handle, consumers, max_in_flight=3)
+    registry = CollectorRegistry()
+    instrument(consumer, registry)
     assert consumer.connections[0].msg_timeout == 1.0  # nsqd's, from IDENTIFY
     bodies = [b"a", b"b", b"c"]
     server.http.mpub(TOPIC, bodies)
@@ -88,7 +92,10 @@ def test_a_handler_three_times_slower_than_msg_timeout_finishes_each_message_onc
     stats = consumer.stats()
     assert stats["totals"]["finished"] == 3
     # A touch every ~0.5 s for 3 s, per message.
-    assert stats["totals"]["touches"] >= 3 * 4, stats["totals"]
+    touches = stats["totals"]["touches"]
+    assert touches >= 3 * 4, stats["totals"]
+    labels = {"topic": TOPIC, "channel": CHANNEL, "nsqd": server.tcp_address}
+    assert registry.get_sample_value("gnsqlite_consumer_touches_total", labels) == touches
     assert stats["leases"] == {
         "max_lease": float("inf"),
         "held": 0,
@@ -181,6 +188,10 @@ def test_a_backlog_older_than_max_age_goes_to_the_dead_letter_topic(
     )
     assert sorted(handled) == fresh
     assert consumer.stats()["dead_letters"]["published"] == 3
+    registry = CollectorRegistry()
+    instrument(consumer, registry)
+    labels = {"topic": TOPIC, "channel": CHANNEL, "nsqd": nsqd.tcp_address}
+    assert registry.get_sample_value("gnsqlite_consumer_messages_expired_total", labels) == 3
     letters: list[Message] = []
     reader = Consumer(
         DEAD, "check", letters.append, nsqd_tcp_addresses=nsqd.tcp_address, max_in_flight=5
