@@ -19,9 +19,7 @@ after ``bound`` and is redelivered. ``max_lease`` ``0`` or ``None``: no
 TOUCH at all.
 
 Never a TOUCH after the answer: an answered message, or one whose
-connection ended, is let go at the next tick and not touched, and so is one
-whose lease already ran out (it waited for a worker longer than its
-timeout: nsqd has timed it out, and would refuse the TOUCH)
+connection ended, is let go at the next tick and not touched
 (:meth:`~gnsqlite.message.Message.touch` says so too), and the settler lets
 go of a message as soon as its handler returns (an async message's owner
 touches it itself).
@@ -150,15 +148,9 @@ class Leases:
             if message._responded or message.connection_lost:
                 del held[message]
                 continue
-            deadline = message._deadline
-            if deadline - message.msg_timeout * TOUCH_RATIO <= now:
-                if deadline <= now:
-                    # Lost already (it waited for a worker past its timeout): nsqd,
-                    # whose clock started before ours, has timed it out; a TOUCH
-                    # would only be refused (E_TOUCH_FAILED).
-                    del held[message]
-                    continue
-                if deadline >= delivered + min(max_lease, _nsqd_bound(message)):
+            if message._deadline - message.msg_timeout * TOUCH_RATIO <= now:
+                bound = delivered + min(max_lease, _nsqd_bound(message))
+                if message._deadline >= bound:
                     del held[message]  # the lease reached its bound: nsqd decides
                     continue
                 if message.touch():

@@ -1,6 +1,8 @@
 """Lease extension and message age against a live nsqd (embedded, or real with GNSQLITE_NSQD).
 
-nsqd runs with ``--msg-timeout=1s``: a handler three times slower than that
+nsqd runs with ``--msg-timeout=1.5s`` (short, with room for a loaded
+machine's late timers: a touch is due with half of it left): a handler
+three times slower than that
 finishes each message exactly once because the consumer TOUCHes it; past
 the bound (nsqd's ``--max-msg-timeout``, or the consumer's ``max_lease``)
 the touching stops and nsqd times the message out and redelivers it.
@@ -26,6 +28,7 @@ from gnsqlite.testing import NsqdServer, wait_until
 TOPIC = "lease_test"
 CHANNEL = "ch"
 DEAD = "lease_test.dead"
+MSG_TIMEOUT = 1.5  # nsqd's --msg-timeout, seconds
 
 
 def consumer_of(
@@ -68,18 +71,18 @@ def nsqd_scans_the_channel(server: NsqdServer) -> None:
 def test_a_handler_three_times_slower_than_msg_timeout_finishes_each_message_once(
     nsqd_factory: Any, consumers: list[Consumer]
 ) -> None:
-    server = nsqd_factory(msg_timeout=1.0)
+    server = nsqd_factory(msg_timeout=MSG_TIMEOUT)
     nsqd_scans_the_channel(server)
     handled: list[tuple[bytes, int]] = []
 
     def handle(message: Message) -> None:
-        gevent.sleep(3.0)  # the work: three msg_timeouts
+        gevent.sleep(3 * MSG_TIMEOUT)  # the work: three msg_timeouts
         handled.append((message.body, message.attempts))
 
     consumer = consumer_of(server, handle, consumers, max_in_flight=3)
     registry = CollectorRegistry()
     instrument(consumer, registry)
-    assert consumer.connections[0].msg_timeout == 1.0  # nsqd's, from IDENTIFY
+    assert consumer.connections[0].msg_timeout == MSG_TIMEOUT  # nsqd's, from IDENTIFY
     bodies = [b"a", b"b", b"c"]
     server.http.mpub(TOPIC, bodies)
     wait_until(lambda: len(handled) == 3 and drained(server), timeout=20)
@@ -91,7 +94,7 @@ def test_a_handler_three_times_slower_than_msg_timeout_finishes_each_message_onc
     assert channel["message_count"] == 3
     stats = consumer.stats()
     assert stats["totals"]["finished"] == 3
-    # A touch every ~0.5 s for 3 s, per message.
+    # A touch every half msg_timeout while the handler runs (five), per message.
     touches = stats["totals"]["touches"]
     assert touches >= 3 * 4, stats["totals"]
     labels = {"topic": TOPIC, "channel": CHANNEL, "nsqd": server.tcp_address}
@@ -107,19 +110,20 @@ def test_a_handler_three_times_slower_than_msg_timeout_finishes_each_message_onc
 def test_a_handler_past_the_bound_loses_its_message_to_a_redelivery_at_the_bound(
     nsqd_factory: Any, consumers: list[Consumer], bound_by: str
 ) -> None:
-    # The bound is 2 s after delivery: nsqd's --max-msg-timeout (which caps
-    # a TOUCH), or the consumer's max_lease. msg_timeout is 1 s: without the
-    # touches nsqd would redeliver after 1 s.
-    flags = {"max_msg_timeout": 2.0} if bound_by == "nsqd" else {}
-    server = nsqd_factory(msg_timeout=1.0, **flags)
+    # The bound is two msg_timeouts after delivery: nsqd's --max-msg-timeout
+    # (which caps a TOUCH), or the consumer's max_lease. Without the touches
+    # nsqd would redeliver after one msg_timeout.
+    bound = 2 * MSG_TIMEOUT
+    flags = {"max_msg_timeout": bound} if bound_by == "nsqd" else {}
+    server = nsqd_factory(msg_timeout=MSG_TIMEOUT, **flags)
     nsqd_scans_the_channel(server)
-    options = {"max_lease": 2.0} if bound_by == "max_lease" else {}
+    options = {"max_lease": bound} if bound_by == "max_lease" else {}
     arrived: list[tuple[int, float]] = []
     handled: list[int] = []
 
     def handle(message: Message) -> None:
         if message.attempts == 1:
-            gevent.sleep(3.5)  # past the bound
+            gevent.sleep(bound + 1.5 * MSG_TIMEOUT)  # past the bound
         handled.append(message.attempts)
 
     # A second worker takes the redelivery while the first still runs.
@@ -130,8 +134,8 @@ def test_a_handler_past_the_bound_loses_its_message_to_a_redelivery_at_the_bound
     wait_until(lambda: len(handled) == 2 and drained(server), timeout=20)
     assert [attempts for attempts, _ in arrived] == [1, 2]
     held_for = arrived[1][1] - arrived[0][1]
-    # Touched up to the bound, not further: redelivered at 2 s (within a scan).
-    assert 1.8 <= held_for < 3.0, held_for
+    # Touched up to the bound, not further: redelivered at the bound (within a scan).
+    assert bound - 0.2 <= held_for < bound + MSG_TIMEOUT, held_for
     assert handled == [2, 1]  # the redelivery was finished first; the late FIN was refused
     channel = server.channel_stats(TOPIC, CHANNEL)
     assert channel["timeout_count"] == 1
@@ -143,9 +147,9 @@ def test_a_deferred_message_older_than_max_age_does_not_reach_the_handler(
 ) -> None:
     nsqd_scans_the_channel(nsqd)  # deferred messages come due on time
     handled: list[bytes] = []
-    consumer = consumer_of(nsqd, lambda m: handled.append(m.body), consumers, max_age=1.0)
+    consumer = consumer_of(nsqd, lambda m: handled.append(m.body), consumers, max_age=2.0)
     http = nsqd.http
-    http.pub(TOPIC, b"late", defer=1.5)  # nsqd's timestamp is the publish: 1.5 s old on arrival
+    http.pub(TOPIC, b"late", defer=3.0)  # nsqd's timestamp is the publish: 3 s old on arrival
     http.pub(TOPIC, b"soon", defer=0.2)
     http.pub(TOPIC, b"now")
     wait_until(
@@ -168,7 +172,7 @@ def test_a_backlog_older_than_max_age_goes_to_the_dead_letter_topic(
     old = [b"old-1", b"old-2", b"old-3"]
     http.mpub(TOPIC, old)
     published = time.time()
-    wait_until(lambda: time.time() > published + 0.8, timeout=5)  # the backlog ages
+    wait_until(lambda: time.time() > published + 2.5, timeout=5)  # the backlog ages
     fresh = [b"new-1", b"new-2"]
     http.mpub(TOPIC, fresh)
     handled: list[bytes] = []
@@ -177,7 +181,7 @@ def test_a_backlog_older_than_max_age_goes_to_the_dead_letter_topic(
         lambda m: handled.append(m.body),
         consumers,
         max_in_flight=5,
-        max_age=0.5,
+        max_age=2.0,
         dead_letter_topic=DEAD,
         dead_letter_envelope=True,
     )

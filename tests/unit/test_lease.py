@@ -132,16 +132,6 @@ def test_a_message_whose_connection_ended_is_let_go_untouched() -> None:
     assert recorder.calls == [] and kept.held == 0
 
 
-def test_a_message_whose_lease_already_ran_out_is_let_go_untouched() -> None:
-    # It waited in the consumer's queue past its timeout: nsqd timed it out.
-    kept, _, wheel = leases()
-    message, recorder = make(0.05)
-    wait_until(lambda: message.time_left() == 0.0, timeout=5)
-    kept.hold(message)
-    wait_until(lambda: timer_spent(kept, wheel), timeout=5)
-    assert recorder.calls == [] and kept.held == 0 and kept.touches == 0
-
-
 def test_stop_cancels_the_timer() -> None:
     kept, _, wheel = leases()
     message, _ = make(10.0)
