@@ -180,6 +180,7 @@ class Consumer:
             leases=self._leases,
         )
         self._dispatcher = Dispatcher(self._settler, self._flow, life, config.concurrency)
+        self._leases.running = self._dispatcher.running  # single messages leased while run
         self._batcher = (
             Batcher(
                 batch_handler,

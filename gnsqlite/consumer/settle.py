@@ -26,8 +26,9 @@ envelope's ``error`` says ``MessageExpired``), then FINs it, and counts it
 
 A message whose connection ended before its handler ran is skipped: nsqd
 redelivers it. While a handler function runs, its message's lease is
-extended (:class:`~gnsqlite.consumer.lease.Leases`: held before the call,
-let go when it returns). Nothing here starts a greenlet or a timer.
+extended (:class:`~gnsqlite.consumer.lease.Leases`: it reads the
+dispatcher's record of what each worker runs; the settler only makes sure
+its timer comes in time). Nothing here starts a greenlet or a timer.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ import gevent
 from ..config import ConsumerConfig
 from ..deadletter import DeadLetterPublisher, HandlerError
 from ..message import Message, RequeueMessage, connection_gone
-from .lease import Leases
+from .lease import TOUCH_RATIO, Leases
 
 __all__ = ["GiveUpHook", "Settler", "finish_handled", "log_giving_up"]
 
@@ -80,7 +81,9 @@ class Settler:
     ``stats()["by_nsqd"]``); ``dead_letters`` is ``None`` without a
     ``dead_letter_topic``. ``count_expired(nsqd)`` counts a message past
     ``max_age``; ``leases`` extends the lease of a message while its handler
-    function runs (``None``: not extended). The hook ``on_giving_up`` may
+    function runs (``None``: not extended; the message must be in the
+    leases' ``running`` record while its handler runs, as the dispatcher's
+    workers put it). The hook ``on_giving_up`` may
     be replaced at any time. Every method runs in the calling (worker) greenlet and blocks only
     while the handler, the dead-letter publish or the hook does.
     """
@@ -108,7 +111,7 @@ class Settler:
         self.max_age = config.max_age
         # A message whose timestamp is this many ns old is expired (0: none is).
         self._max_age_ns = 0 if config.max_age is None else max(1, round(config.max_age * 1e9))
-        self._leases = leases if leases is not None and leases.enabled else None
+        self._leases = leases if leases is not None else Leases(None)
         self._name = name  # for log lines: the consumer's repr
         #: ``timing(seconds)`` after each handler call (a batch's: the whole batch), or ``None``.
         self.timing: Callable[[float], None] | None = None
@@ -142,19 +145,19 @@ class Settler:
         """Run ``handler(message)`` and answer it; blocks while the handler runs."""
         # _skips, copied for the per-message path: its three tests without
         # their calls (tests/unit/test_rule_copies.py checks they agree).
-        max_age_ns = self._max_age_ns
         if (
             message.connection.closed
             or message.attempts > self._give_up_above
-            or (max_age_ns and time_ns() - message.timestamp > max_age_ns)
+            or (self._max_age_ns and time_ns() - message.timestamp > self._max_age_ns)
         ):
             self._skips(message)
             return
         timing = self.timing
         started = perf_counter() if timing is not None else 0.0
-        leases = self._leases
-        if leases is not None:
-            leases.hold(message)
+        # Leases.watch, copied for the per-message path: in the common case the
+        # lease timer is due before this message needs a touch (never, when off).
+        if message._deadline - message.msg_timeout * TOUCH_RATIO < self._leases.next_due:
+            self._leases.watch(message)
         try:
             handler(message)
         except BaseException:
@@ -162,9 +165,6 @@ class Settler:
         else:
             if not message._async:  # finish_handled, copied for the per-message path
                 message.finish()
-        finally:
-            if leases is not None:
-                leases.release(message)
         if timing is not None:
             self._time(timing, perf_counter() - started)
 
