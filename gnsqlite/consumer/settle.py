@@ -83,8 +83,8 @@ class Settler:
     ``max_age``; ``leases`` extends the lease of a message while its handler
     function runs (``None``: not extended; the message must be in the
     leases' ``running`` record while its handler runs, as the dispatcher's
-    workers put it). The hook ``on_giving_up`` may
-    be replaced at any time. Every method runs in the calling (worker) greenlet and blocks only
+    workers put it). The hook ``on_giving_up`` may be replaced at any
+    time. Every method runs in the calling (worker) greenlet and blocks only
     while the handler, the dead-letter publish or the hook does.
     """
 

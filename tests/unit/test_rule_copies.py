@@ -1,23 +1,26 @@
 """The consumer's per-message copies of a rule agree with the rule they name.
 
 Each rule is written once (``message.connection_gone``, ``Settler.gives_up``
-and ``Settler.expired`` through ``Settler._skips``, ``settle.finish_handled``);
-the per-message paths ``Message.finish`` and ``Settler.settle`` carry copies
-that name them.
-These tests drive the copy and the original over the same cases and
-compare what a user sees: whether the handler ran, what was answered.
+and ``Settler.expired`` through ``Settler._skips``, ``settle.finish_handled``,
+``Leases.watch``); the per-message paths ``Message.finish`` and
+``Settler.settle`` carry copies that name them. These tests drive the copy
+and the original over the same cases and compare what a user sees: whether
+the handler ran, what was answered, when the lease timer is due.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
 import pytest
 
 from gnsqlite.config import ConsumerConfig
+from gnsqlite.consumer.lease import Leases
 from gnsqlite.consumer.settle import Settler
 from gnsqlite.message import Message, connection_gone
+from gnsqlite.timers import TimerWheel
 
 pytestmark = pytest.mark.no_server
 
@@ -107,3 +110,28 @@ def test_the_success_step_is_the_same_for_a_message_and_a_batch(is_async: bool) 
     settler.settle(single, lambda m: None)
     settler.settle_batch([batch], lambda ms: None)
     assert single_calls.calls == batch_calls.calls == ([] if is_async else ["FIN"])
+
+
+@pytest.mark.parametrize("max_lease", [math.inf, None])
+@pytest.mark.parametrize("armed_in", [None, 10.0, 1000.0])
+def test_settle_arms_the_lease_timer_exactly_when_leases_watch_would(
+    max_lease: float | None, armed_in: float | None
+) -> None:
+    # A message due for a touch in 30 s (msg_timeout 60 s); the lease timer
+    # not armed, or armed for 10 s or 1000 s from now.
+    def leases() -> Leases:
+        kept = Leases(max_lease)
+        kept.start(TimerWheel.for_hub())
+        if armed_in is not None and kept.enabled:
+            kept._arm(armed_in)
+        return kept
+
+    by_copy, by_original = leases(), leases()
+    settler = Settler(ConsumerConfig(), None, None, lambda nsqd: None, leases=by_copy)
+    settler.settle(message(Conn(False))[0], lambda m: None)
+    by_original.watch(message(Conn(False))[0])
+    assert by_copy.next_due == pytest.approx(by_original.next_due, abs=0.01)
+    if max_lease is None:
+        assert by_copy.next_due == -math.inf  # off: never armed
+    for kept in (by_copy, by_original):
+        kept.stop()
