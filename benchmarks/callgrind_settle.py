@@ -10,7 +10,8 @@ batch). ``--max-lease 0`` turns lease extension off::
     PYTHONHASHSEED=0 python benchmarks/callgrind_settle.py 20000
     PYTHONHASHSEED=0 python benchmarks/callgrind_settle.py 20000 --max-lease 0
 
-Needs ``valgrind`` and ``callgrind_control`` on PATH.
+Needs ``valgrind`` and ``callgrind_control`` on PATH; runs the child as
+``callgrind.py`` does (:func:`callgrind.collected`).
 """
 
 from __future__ import annotations
@@ -19,11 +20,10 @@ import argparse
 import gc
 import inspect
 import os
-import re
-import subprocess
 import sys
-import tempfile
 from typing import Any
+
+from callgrind import _toggle, collected  # beside this script
 
 
 class _Conn:
@@ -40,10 +40,6 @@ class _Responder:
 
     def on_touch(self, message: Any) -> None:
         pass
-
-
-def _toggle(state: str) -> None:
-    subprocess.run(["callgrind_control", "-i", state, str(os.getpid())], capture_output=True)
 
 
 def _child(count: int, max_lease: float | None) -> None:
@@ -91,30 +87,10 @@ def main() -> int:
     if args.child:
         _child(args.count, args.max_lease)
         return 0
-    with tempfile.TemporaryDirectory(prefix="gnsqlite-callgrind-") as tmp:
-        out = os.path.join(tmp, "callgrind.out")
-        cmd = [
-            "valgrind",
-            "--tool=callgrind",
-            "--instr-atstart=no",
-            f"--callgrind-out-file={out}",
-            sys.executable,
-            os.path.abspath(__file__),
-            str(args.count),
-            "--max-lease",
-            str(args.max_lease),
-            "--child",
-        ]
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
-        proc = subprocess.run(
-            cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": path}
-        )
-        found = re.search(r"Collected : (\d+)", proc.stderr)
-        if proc.returncode != 0 or not found:
-            print(proc.stderr[-2000:], file=sys.stderr)
-            return 1
-    instructions = int(found.group(1))
+    child = [str(args.count), "--max-lease", str(args.max_lease), "--child"]
+    instructions = collected(os.path.abspath(__file__), child)
+    if instructions is None:
+        return 1
     per_message = instructions / args.count
     print(f"settle: {per_message:,.0f} instructions per message ({instructions:,} in all)")
     return 0
