@@ -53,6 +53,8 @@ __all__ = ["TOUCH_RATIO", "Leases", "touch_delay"]
 TOUCH_RATIO = 0.5
 #: The touch timer never runs more often than this, in seconds.
 _MIN_TOUCH_DELAY = 0.01
+#: The lease start of a running message whose lease is over: not touched again.
+_OVER = math.inf
 
 
 def _nsqd_bound(message: Message) -> float:
@@ -90,6 +92,7 @@ class Leases:
         #: batch messages held -> their lease's start (``time.monotonic()`` s)
         self._held: dict[Message, float] = {}
         #: single messages seen running at the last tick -> their lease's start
+        #: (``_OVER`` once the lease ended while the handler still runs)
         self._seen: dict[Message, float] = {}
         self._wheel: TimerWheel | None = None
         self._timer: Timer | None = None
@@ -169,12 +172,19 @@ class Leases:
                 running[item] = item._deadline - item.msg_timeout if start is None else start
         self._seen = running
         delay = math.inf
-        for leases in (running, self._held):
-            for message, start in list(leases.items()):
-                if not self._touch_if_due(message, start, now):
-                    del leases[message]
-                    continue
-                delay = min(delay, touch_delay(message, now))
+        for message, start in list(running.items()):
+            if start == _OVER:
+                continue
+            if not self._touch_if_due(message, start, now):
+                running[message] = _OVER  # remembered while it runs: never leased again
+                continue
+            delay = min(delay, touch_delay(message, now))
+        held = self._held
+        for message, start in list(held.items()):
+            if not self._touch_if_due(message, start, now):
+                del held[message]
+                continue
+            delay = min(delay, touch_delay(message, now))
         if delay < math.inf:
             self._arm(delay)
 

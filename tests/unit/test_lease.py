@@ -188,6 +188,24 @@ def test_a_slow_handler_function_is_touched_while_it_runs_and_no_longer(outcome:
     kept.stop()
 
 
+def test_a_handler_past_its_bound_is_not_touched_again_when_another_message_comes() -> None:
+    # msg_timeout 0.8 s, max_lease 2.0 s: three touches, then the lease is over
+    # while the handler still runs; a second message re-arms the timer.
+    settle, kept, _ = settler(max_lease=2.0)
+    wheel = TimerWheel.for_hub()
+    first, first_calls = make(0.8)
+    release = gevent.event.Event()
+    slow = gevent.spawn(run, settle, kept, first, lambda m: release.wait(20))
+    wait_until(lambda: len(first_calls.touches()) == 3 and timer_spent(kept, wheel), timeout=10)
+    second, second_calls = make(0.8)
+    other = gevent.spawn(run, settle, kept, second, lambda m: release.wait(20))
+    wait_until(lambda: len(second_calls.touches()) >= 2, timeout=10)
+    assert len(first_calls.touches()) == 3  # its lease stays over
+    release.set()
+    gevent.joinall([slow, other], timeout=5, raise_error=True)
+    kept.stop()
+
+
 def test_an_async_message_is_let_go_when_its_handler_returns() -> None:
     settle, kept, _ = settler()
     message, recorder = make(0.2)
