@@ -61,6 +61,34 @@ def _child(name: str, address: str, count: int) -> None:
     _workload(name, address, count, measure=True)
 
 
+def collected(script: str, argv: list[str]) -> int | None:
+    """Run ``python script *argv`` under callgrind, instrumentation off until the
+    child switches it on (:func:`_toggle`); the instructions it collected, or
+    ``None`` (valgrind's output printed) when it failed."""
+    with tempfile.TemporaryDirectory(prefix="gnsqlite-callgrind-") as tmp:
+        out = os.path.join(tmp, "callgrind.out")
+        cmd = [
+            "valgrind",
+            "--tool=callgrind",
+            "--instr-atstart=no",
+            f"--callgrind-out-file={out}",
+            sys.executable,
+            script,
+            *argv,
+        ]
+        # The checkout's gnsqlite, not an installed one: the child's sys.path
+        # starts with benchmarks/, so the repository root goes on PYTHONPATH.
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+        env = {**os.environ, "GNSQLITE_CALLGRIND": "1", "PYTHONPATH": path}
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        found = re.search(r"Collected : (\d+)", proc.stderr)
+        if proc.returncode != 0 or not found:
+            print(proc.stderr[-2000:], file=sys.stderr)
+            return None
+    return int(found.group(1))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument(
@@ -81,32 +109,10 @@ def main() -> int:
     if args.child:
         _child(args.workload, args.nsqd, args.count)
         return 0
-    with tempfile.TemporaryDirectory(prefix="gnsqlite-callgrind-") as tmp:
-        out = os.path.join(tmp, "callgrind.out")
-        cmd = [
-            "valgrind",
-            "--tool=callgrind",
-            "--instr-atstart=no",
-            f"--callgrind-out-file={out}",
-            sys.executable,
-            os.path.abspath(__file__),
-            args.workload,
-            str(args.count),
-            "--nsqd",
-            args.nsqd,
-            "--child",
-        ]
-        # The checkout's gnsqlite, not an installed one: the child's sys.path
-        # starts with benchmarks/, so the repository root goes on PYTHONPATH.
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
-        env = {**os.environ, "GNSQLITE_CALLGRIND": "1", "PYTHONPATH": path}
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-        found = re.search(r"Collected : (\d+)", proc.stderr)
-        if proc.returncode != 0 or not found:
-            print(proc.stderr[-2000:], file=sys.stderr)
-            return 1
-    instructions = int(found.group(1))
+    child = [args.workload, str(args.count), "--nsqd", args.nsqd, "--child"]
+    instructions = collected(os.path.abspath(__file__), child)
+    if instructions is None:
+        return 1
     per_message = instructions / args.count
     print(f"{args.workload}: {per_message:,.0f} instructions per message ({instructions:,} in all)")
     return 0

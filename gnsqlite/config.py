@@ -22,6 +22,7 @@ the drop-in's options.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -176,6 +177,16 @@ class ConsumerConfig(Validated):
     to publish it (``"host:port"``, several as a list or comma-separated;
     empty: the nsqd that delivered the message); ``dead_letter_timeout``
     bounds each such publish.
+
+    ``max_lease`` bounds the lease extension: while a handler (or a batch
+    handler) holds a message, the consumer sends TOUCH whenever less than
+    half its ``msg_timeout`` is left, until ``max_lease`` seconds after its
+    delivery (capped by nsqd's negotiated ``max_msg_timeout``: the default,
+    ``inf``, means "as long as nsqd allows"); ``0`` or ``None`` sends no
+    TOUCH (see :mod:`gnsqlite.consumer.lease`). ``max_age`` is a TTL: a
+    message whose nsqd timestamp is more than ``max_age`` seconds old when
+    its handler would start is not handled but finished, or dead-lettered
+    when ``dead_letter_topic`` is set (``None``: no limit).
     """
 
     max_in_flight: int = option(1, int, lo=0)
@@ -204,6 +215,22 @@ class ConsumerConfig(Validated):
     #: Normalised to a tuple of ``"host:port"``; a str may list several, comma-separated.
     dead_letter_nsqd: tuple[str, ...] = option((), (tuple, list, str))
     dead_letter_timeout: float = option(5.0, float, lo=0.001, unit="s")
+    max_lease: float | None = option(
+        math.inf,
+        float,
+        lo=0.0,
+        nullable=True,
+        unit="s",
+        doc="TOUCH a held message until this long after its delivery (inf: as nsqd allows)",
+    )
+    max_age: float | None = option(
+        None,
+        float,
+        above=0.0,
+        nullable=True,
+        unit="s",
+        doc="finish (or dead-letter) unhandled a message older than this by nsqd's timestamp",
+    )
 
     _ORDERED: ClassVar[tuple[tuple[str, str], ...]] = (
         ("requeue_delay", "max_requeue_delay"),

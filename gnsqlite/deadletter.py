@@ -20,7 +20,9 @@ format tag ``"format": "gnsqlite.dead-letter/1"``:
 * ``dead_lettered_at``: when the consumer gave up, ns since the epoch;
 * ``error``: the handler's last error, ``{"type", "message"}``, or ``null``
   when this consumer did not see it (another process handled the earlier
-  attempt, or the handler requeued without raising);
+  attempt, or the handler requeued without raising); for a message the
+  consumer's ``max_age`` expired, ``{"type": "MessageExpired", "message":
+  "<age> s old, above max_age=<max_age> s"}``;
 * ``body``: the original body, base64 (standard alphabet, padded).
 
 :meth:`DeadLetter.encode` and :func:`decode_envelope` are pure; a bad
@@ -265,25 +267,31 @@ class DeadLetterPublisher:
         while len(errors) > _MAX_REMEMBERED:
             errors.popitem(last=False)
 
-    def body_of(self, message: Message) -> bytes:
-        """What is published for ``message``: its body, or its envelope."""
+    def body_of(self, message: Message, error: HandlerError | None = None) -> bytes:
+        """What is published for ``message``: its body, or its envelope.
+
+        The envelope's ``error`` is ``error`` when given, else the handler's
+        last error remembered for it (:meth:`handler_failed`).
+        """
         if not self.envelope:
             return message.body
-        error = self._errors.get(message.id)
+        if error is None:
+            error = self._errors.get(message.id)
         letter = DeadLetter.of(message, self.source_topic, self.source_channel, error)
         return letter.encode()
 
-    def publish(self, message: Message) -> bool:
+    def publish(self, message: Message, error: HandlerError | None = None) -> bool:
         """Publish ``message``'s dead letter; blocks up to about ``dead_letter_timeout`` s.
 
-        The first publish to an nsqd also connects, within the same timeout.
+        ``error`` is why, for the envelope (see :meth:`body_of`). The first
+        publish to an nsqd also connects, within the same timeout.
 
         ``True`` once nsqd accepted it; ``False`` (logged) when the publish
         failed, and the caller must requeue the message.
         """
         try:
             self._producer(message.nsqd).publish(
-                self.topic, self.body_of(message), timeout=self.timeout
+                self.topic, self.body_of(message, error), timeout=self.timeout
             )
         except Exception as exc:
             self.failed += 1

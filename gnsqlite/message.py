@@ -8,9 +8,11 @@ later, from any greenlet, with :meth:`Message.finish` or
 nothing and returns ``False``; so does an answer after the message's
 connection ended (nothing can be sent; nsqd redelivers the message).
 
-The library never TOUCHes a single handler's messages; a slow handler calls
-:meth:`Message.touch` before :meth:`Message.time_left` runs out (a batch
-handler's messages are touched for it: :mod:`gnsqlite.consumer.batch`).
+While a Consumer's handler function runs (and while a batch handler's
+batcher holds a message) the consumer TOUCHes the message before
+:meth:`Message.time_left` runs out, up to its ``max_lease``
+(:mod:`gnsqlite.consumer.lease`); an async message's owner calls
+:meth:`Message.touch` itself.
 """
 
 from __future__ import annotations

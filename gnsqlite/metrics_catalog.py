@@ -92,6 +92,20 @@ GIVEN_UP = MetricSpec(
     "Messages past max_attempts given up (dead-lettered, handed to on_giving_up) and finished.",
     _CONSUMER,
 )
+EXPIRED = MetricSpec(
+    "gnsqlite_consumer_messages_expired",
+    "counter",
+    "Messages older than max_age (by nsqd's timestamp) not handled: dead-lettered when a"
+    " dead_letter_topic is set, and finished.",
+    _CONSUMER,
+)
+TOUCHES = MetricSpec(
+    "gnsqlite_consumer_touches",
+    "counter",
+    "TOUCH commands the consumer sent to extend the lease of a message a handler (or a"
+    " batch handler's batcher) held, up to max_lease.",
+    _CONSUMER,
+)
 DEAD_LETTERS = MetricSpec(
     "gnsqlite_consumer_dead_letters",
     "counter",
@@ -205,6 +219,8 @@ METRICS: dict[str, MetricSpec] = {
         FINISHED,
         REQUEUED,
         GIVEN_UP,
+        EXPIRED,
+        TOUCHES,
         DEAD_LETTERS,
         ENVELOPES,
         IN_FLIGHT,
@@ -224,5 +240,6 @@ METRICS: dict[str, MetricSpec] = {
     )
 }
 #: The specs of the consumer's cumulative counters, in the order of
-#: :data:`gnsqlite.consumer.COUNTERS` (received, finished, requeued, given up).
-COUNTER_SPECS = (RECEIVED, FINISHED, REQUEUED, GIVEN_UP)
+#: :data:`gnsqlite.consumer.COUNTERS` (received, finished, requeued, given up,
+#: expired, touches).
+COUNTER_SPECS = (RECEIVED, FINISHED, REQUEUED, GIVEN_UP, EXPIRED, TOUCHES)

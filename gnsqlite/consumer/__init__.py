@@ -27,7 +27,10 @@ is a façade over collaborators it builds in its constructor, one module each:
   decide), the ``starved`` Event;
 * :mod:`~gnsqlite.consumer.dispatch`: the queue and at most ``concurrency``
   reused worker greenlets; readers never run handler code;
-* :mod:`~gnsqlite.consumer.settle`: handler result -> answer, giving up;
+* :mod:`~gnsqlite.consumer.settle`: handler result -> answer, giving up,
+  ``max_age``;
+* :mod:`~gnsqlite.consumer.lease`: the :class:`~gnsqlite.consumer.lease.Leases`,
+  TOUCH for the messages handlers hold, up to ``max_lease``;
 * :mod:`~gnsqlite.consumer.views`: ``stats()`` and ``health()``;
 * :mod:`gnsqlite.consumer.batch`: the batcher, for ``batch_handler``.
 
@@ -63,6 +66,7 @@ from ..timers import TimerWheel
 from .batch import BatchConfig, Batcher, BatchHandler
 from .dispatch import Dispatcher
 from .flow_control import FlowControl
+from .lease import Leases
 from .lifecycle import Lifecycle
 from .link import LinkRoutes
 from .links import COUNTERS, ConnectionHooks, LinkSet, Subscription
@@ -169,10 +173,18 @@ class Consumer:
         # The collaborators, bottom up (none of them knows this class).
         self._life = life = Lifecycle(owner=self)
         self._flow = FlowControl(config, make_backoff_strategy(backoff), rng, life)
+        self._leases = Leases(config.max_lease, self._count_touch)
         self._settler = Settler(
-            config, on_giving_up, self._dead_letters, self._count_given_up, name=self
+            config,
+            on_giving_up,
+            self._dead_letters,
+            self._count_given_up,
+            name=self,
+            count_expired=self._count_expired,
+            leases=self._leases,
         )
         self._dispatcher = Dispatcher(self._settler, self._flow, life, config.concurrency)
+        self._leases.running = self._dispatcher.running  # single messages leased while run
         self._batcher = (
             Batcher(
                 batch_handler,
@@ -180,6 +192,7 @@ class Consumer:
                 dispatch=self._dispatcher.enqueue,
                 is_starved=self._flow.is_starved,
                 settle=self._settler.settle_batch,
+                leases=self._leases,
             )
             if batch is not None and batch_handler is not None
             else None
@@ -306,7 +319,13 @@ class Consumer:
         self.on_server_error(conn, error)
 
     def _count_given_up(self, nsqd: str) -> None:
-        self._links.count_given_up(nsqd)
+        self._links.count(nsqd, "given_up")
+
+    def _count_expired(self, nsqd: str) -> None:
+        self._links.count(nsqd, "expired")
+
+    def _count_touch(self, nsqd: str) -> None:
+        self._links.count(nsqd, "touches")
 
     def add_message_observer(self, observer: Callable[[Message], object]) -> None:
         """Call ``observer(message)`` for every message received (a dashboard's tail).
@@ -357,6 +376,7 @@ class Consumer:
             raise ConfigError("no handler: pass handler= or override Consumer.handle")
         self._life.start()
         wheel = TimerWheel.for_hub()
+        self._leases.start(wheel)
         if self._batcher is not None:
             self._batcher.start(wheel)
         self._flow.start(wheel)
@@ -395,6 +415,7 @@ class Consumer:
         self._links.close(max(0.1, deadline - time.monotonic()))
         if batcher is not None:
             batcher.stop()
+        self._leases.stop()
         self._flow.stop()
         life.finish_close()
 
@@ -476,9 +497,13 @@ class Consumer:
         ``by_nsqd`` maps each nsqd ever subscribed to its counts of
         :data:`COUNTERS` (``received``, ``finished``, ``requeued``,
         ``given_up``: dead-lettered and/or handed to ``on_giving_up``, and
-        finished), cumulative since the consumer started: they never go down
-        when a connection is lost (what Prometheus counters need).
-        ``given_up`` in ``totals`` is their sum.
+        finished; ``expired``: older than ``max_age``, dead-lettered or
+        finished without the handler; ``touches``: TOUCH sent to extend a
+        held message's lease), cumulative since the consumer started: they
+        never go down when a connection is lost (what Prometheus counters
+        need). ``given_up``, ``expired`` and ``touches`` in ``totals`` are
+        their sums. ``leases`` is ``max_lease`` (``None``: off), the
+        messages ``held`` now and ``touches`` sent.
 
         ``last_message_time`` is wall-clock seconds (``time.time()``), or ``None``.
         ``rdy_target`` is the count the RDY policy wants for a connection (its
@@ -488,7 +513,13 @@ class Consumer:
         ``"backoff"``, ``"probe"`` ...). Does not block.
         """
         return stats_of(
-            self.topic, self.channel, self._links, self._flow, self._dispatcher, self._dead_letters
+            self.topic,
+            self.channel,
+            self._links,
+            self._flow,
+            self._dispatcher,
+            self._dead_letters,
+            self._leases,
         )
 
     def health(self) -> Health:

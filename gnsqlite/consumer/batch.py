@@ -37,10 +37,12 @@ give-up path, one by one. A message whose connection died before its batch
 ran is left out (nsqd redelivers it).
 
 TOUCH: while the batcher holds a message (waiting for its batch, queued, or
-in the running handler) it is touched whenever less than half of its
-``msg_timeout`` (nsqd's, from IDENTIFY) is left, so neither a long
-``batch_timeout`` nor a slow handler lets nsqd time it out. nsqd itself
-caps a message's life at its ``--max-msg-timeout`` (15 min by default).
+in the running handler) its lease is extended by the consumer's
+:class:`~gnsqlite.consumer.lease.Leases`, the same rule as for a handler
+function: touched whenever less than half of its ``msg_timeout`` (nsqd's,
+from IDENTIFY) is left, up to ``max_lease`` (nsqd's ``--max-msg-timeout``,
+15 min by default, unless lower), so neither a long ``batch_timeout`` nor a
+slow handler lets nsqd time it out.
 
 On close the batch being collected is requeued at once (``REQ`` with no
 delay, like every message received but not started); batches already
@@ -50,7 +52,7 @@ handed to the handler run to the end within the close timeout.
 from __future__ import annotations
 
 import logging
-import time
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -59,6 +61,7 @@ from ..errors import ConfigError
 from ..message import Message
 from ..options import Validated, option
 from ..timers import Timer, TimerWheel
+from .lease import Leases
 
 __all__ = ["Batch", "BatchConfig", "BatchHandler", "Batcher", "REASONS", "messages_of"]
 
@@ -68,10 +71,6 @@ BatchHandler = Callable[[list[Message]], Any]
 
 #: Why a batch was handed over.
 REASONS = ("full", "timeout", "starved")
-#: A held message is touched when less than this share of its msg_timeout is left.
-TOUCH_RATIO = 0.5
-#: The touch timer never runs more often than this, in seconds.
-_MIN_TOUCH_DELAY = 0.01
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -153,8 +152,10 @@ class Batcher:
     <gnsqlite.consumer.settle.Settler.settle_batch>`: the give-up test, the
     result -> answer rule and the dead-letter note live there, not here).
     :meth:`add` and :meth:`starved` never block; :meth:`run` runs the
-    handler and blocks while it does. Timers (the batch timeout, touches)
-    are owned by the batcher: :meth:`stop` cancels them.
+    handler and blocks while it does. ``leases`` extends the leases of the
+    messages it holds (the consumer's; default: its own, as long as nsqd
+    allows). The batch timeout's timer is the batcher's; :meth:`stop`
+    cancels it and the touches.
     """
 
     def __init__(
@@ -165,6 +166,7 @@ class Batcher:
         dispatch: Callable[[Batch], None],
         is_starved: Callable[[], bool],
         settle: Callable[[Sequence[Message], BatchHandler], None],
+        leases: Leases | None = None,
     ) -> None:
         self.handler = handler
         self.batch_size = config.batch_size
@@ -173,19 +175,19 @@ class Batcher:
         self._is_starved = is_starved
         self._settle = settle
         self._pending: list[Message] = []
-        self._held: set[Message] = set()  # handed to the batcher, not yet through run()
+        # Holds what is handed to the batcher, until it is through run().
+        self._leases = leases if leases is not None else Leases(math.inf)
         self._wheel: TimerWheel | None = None
         self._expiry: Timer | None = None
-        self._touch_timer: Timer | None = None
         self._closed = False
         self._outstanding = 0  # batches handed over and not yet through run()
         #: Batches handed over, by reason.
         self.handed_over = dict.fromkeys(REASONS, 0)
-        self.touches = 0
 
     def start(self, wheel: TimerWheel) -> None:
         """Use ``wheel`` for the batch timeout and touches (the consumer's, at start)."""
         self._wheel = wheel
+        self._leases.start(wheel)
 
     # -- collecting (reader greenlets, timers) ---------------------------------
 
@@ -195,8 +197,7 @@ class Batcher:
             message.requeue(0.0, backoff=False)
             return
         self._pending.append(message)
-        self._held.add(message)
-        self._arm_touch(message)
+        self._leases.hold(message)
         if len(self._pending) >= self.batch_size:
             self._flush("full")
         elif self._stalled():
@@ -246,45 +247,9 @@ class Batcher:
         try:
             self._settle(batch.messages, self.handler)
         finally:
-            self._held.difference_update(batch.messages)
+            self._leases.release_all(batch.messages)
             self._outstanding = max(0, self._outstanding - 1)
         self._flush_if_starved()
-
-    # -- touching ----------------------------------------------------------------
-
-    def _arm_touch(self, message: Message) -> None:
-        """Make sure the touch timer runs before ``message`` needs a touch."""
-        if self._wheel is None:
-            return
-        timer = self._touch_timer
-        if (
-            timer is not None
-            and timer.active
-            and timer.deadline <= message._deadline - message.msg_timeout * TOUCH_RATIO
-        ):
-            return  # the common case, decided without reading the clock
-        delay = _touch_delay(message)
-        if timer is not None and timer.active and timer.deadline <= time.monotonic() + delay:
-            return
-        if timer is not None:
-            timer.cancel()
-        self._touch_timer = self._wheel.call_later(delay, self._touch, owner=self)
-
-    def _touch(self) -> None:
-        """TOUCH every held message with less than half its msg_timeout left; re-arm."""
-        self._touch_timer = None
-        delay: float | None = None
-        for message in list(self._held):
-            if message.has_responded or message.connection_lost:
-                self._held.discard(message)
-                continue
-            due = message.time_left() <= message.msg_timeout * TOUCH_RATIO
-            if due and message.touch():
-                self.touches += 1
-            left = _touch_delay(message)
-            delay = left if delay is None else min(delay, left)
-        if delay is not None and self._wheel is not None:
-            self._touch_timer = self._wheel.call_later(delay, self._touch, owner=self)
 
     # -- closing -----------------------------------------------------------------
 
@@ -300,15 +265,14 @@ class Batcher:
         pending, self._pending = self._pending, []
         for message in pending:
             message.requeue(0.0, backoff=False)
-        self._held.difference_update(pending)
+        self._leases.release_all(pending)
 
     def stop(self) -> None:
-        """Cancel every timer of the batcher (the consumer closed)."""
+        """Cancel every timer of the batcher and its touches (the consumer closed)."""
         self.close()
         if self._wheel is not None:
             self._wheel.cancel_owner(self)
-        self._touch_timer = None
-        self._held.clear()
+        self._leases.stop()
 
     def stats(self) -> dict[str, Any]:
         """The options, the batch being collected, batches handed over by reason, touches."""
@@ -316,12 +280,7 @@ class Batcher:
             "batch_size": self.batch_size,
             "batch_timeout": self.batch_timeout,
             "pending": len(self._pending),
-            "held": len(self._held),
+            "held": self._leases.held,
             "handed_over": dict(self.handed_over),
-            "touches": self.touches,
+            "touches": self._leases.touches,
         }
-
-
-def _touch_delay(message: Message) -> float:
-    """Seconds until ``message`` has less than half its msg_timeout left."""
-    return max(_MIN_TOUCH_DELAY, message.time_left() - message.msg_timeout * TOUCH_RATIO)

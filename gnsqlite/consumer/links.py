@@ -39,7 +39,7 @@ __all__ = ["COUNTERS", "ConnectionHooks", "LinkSet", "Subscription"]
 log = logging.getLogger(__name__)
 
 #: The counters ``stats()["by_nsqd"]`` keeps per nsqd, cumulative across reconnects.
-COUNTERS = ("received", "finished", "requeued", "given_up")
+COUNTERS = ("received", "finished", "requeued", "given_up", "expired", "touches")
 
 
 @dataclass(frozen=True)
@@ -268,9 +268,12 @@ class LinkSet:
         for key, value in link.counts().items():
             kept[key] += value
 
-    def count_given_up(self, nsqd: str) -> None:
-        """Count a message of ``nsqd`` given up (dead-lettered and/or hooked, then finished)."""
-        self.retired.setdefault(nsqd, dict.fromkeys(COUNTERS, 0))["given_up"] += 1
+    def count(self, nsqd: str, key: str) -> None:
+        """Add one to ``nsqd``'s counter ``key`` of :data:`COUNTERS` kept outside the
+        links: ``given_up`` (dead-lettered and/or hooked, then finished),
+        ``expired`` (past ``max_age``, then dead-lettered or finished),
+        ``touches`` (TOUCH sent to extend a lease)."""
+        self.retired.setdefault(nsqd, dict.fromkeys(COUNTERS, 0))[key] += 1
 
     def by_nsqd(self) -> dict[str, dict[str, int]]:
         """The cumulative counts of :data:`COUNTERS` per nsqd ever subscribed."""

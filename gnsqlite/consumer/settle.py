@@ -18,8 +18,17 @@ test) never reaches the handler: :meth:`Settler.give_up` publishes it to the
 dead-letter topic (if any), then calls ``on_giving_up``, then FINs it; if the
 publish fails it is requeued and the hook does not run.
 
+A message older than ``max_age`` (:meth:`Settler.expired`, by nsqd's
+timestamp, when its handler would start) never reaches the handler either:
+:meth:`Settler.expire` publishes it to the dead-letter topic (if any; the
+envelope's ``error`` says ``MessageExpired``), then FINs it, and counts it
+``expired``; if the publish fails it is requeued.
+
 A message whose connection ended before its handler ran is skipped: nsqd
-redelivers it. Nothing here starts a greenlet or a timer.
+redelivers it. While a handler function runs, its message's lease is
+extended (:class:`~gnsqlite.consumer.lease.Leases`: it reads the
+dispatcher's record of what each worker runs; the settler only makes sure
+its timer comes in time). Nothing here starts a greenlet or a timer.
 """
 
 from __future__ import annotations
@@ -27,14 +36,15 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Callable, Sequence
-from time import perf_counter  # bound once: the handler timing reads it twice a call
+from time import perf_counter, time_ns  # bound once: read on the per-message path
 from typing import Any
 
 import gevent
 
 from ..config import ConsumerConfig
-from ..deadletter import DeadLetterPublisher
+from ..deadletter import DeadLetterPublisher, HandlerError
 from ..message import Message, RequeueMessage, connection_gone
+from .lease import TOUCH_RATIO, Leases
 
 __all__ = ["GiveUpHook", "Settler", "finish_handled", "log_giving_up"]
 
@@ -69,7 +79,11 @@ class Settler:
 
     ``count_given_up(nsqd)`` counts a message given up (the consumer's
     ``stats()["by_nsqd"]``); ``dead_letters`` is ``None`` without a
-    ``dead_letter_topic``. The hook ``on_giving_up`` may be replaced at any
+    ``dead_letter_topic``. ``count_expired(nsqd)`` counts a message past
+    ``max_age``; ``leases`` extends the lease of a message while its handler
+    function runs (``None``: not extended; the message must be in the
+    leases' ``running`` record while its handler runs, as the dispatcher's
+    workers put it). The hook ``on_giving_up`` may be replaced at any
     time. Every method runs in the calling (worker) greenlet and blocks only
     while the handler, the dead-letter publish or the hook does.
     """
@@ -81,6 +95,9 @@ class Settler:
         dead_letters: DeadLetterPublisher | None,
         count_given_up: Callable[[str], None],
         name: object = "consumer",
+        *,
+        count_expired: Callable[[str], None] = lambda nsqd: None,
+        leases: Leases | None = None,
     ) -> None:
         self.max_attempts = config.max_attempts
         # A delivery with more attempts is given up (none when max_attempts is 0).
@@ -90,6 +107,11 @@ class Settler:
         self.on_giving_up: GiveUpHook = on_giving_up if on_giving_up is not None else log_giving_up
         self.dead_letters = dead_letters
         self._count_given_up = count_given_up
+        self._count_expired = count_expired
+        self.max_age = config.max_age
+        # A message whose timestamp is this many ns old is expired (0: none is).
+        self._max_age_ns = 0 if config.max_age is None else max(1, round(config.max_age * 1e9))
+        self._leases = leases if leases is not None else Leases(None)
         self._name = name  # for log lines: the consumer's repr
         #: ``timing(seconds)`` after each handler call (a batch's: the whole batch), or ``None``.
         self.timing: Callable[[float], None] | None = None
@@ -104,6 +126,15 @@ class Settler:
         """
         return attempts > self._give_up_above
 
+    def expired(self, message: Message) -> bool:
+        """Whether ``message`` is older than ``max_age`` now, by nsqd's timestamp.
+
+        The one age test (``False`` without ``max_age``). The age is this
+        host's clock minus nsqd's: keep their clocks in sync (NTP).
+        """
+        limit = self._max_age_ns
+        return bool(limit) and time_ns() - message.timestamp > limit
+
     def requeue_delay(self, attempts: int) -> float:
         """The REQ delay for a failure without an explicit delay, in seconds."""
         return min(self._delay * max(1, attempts), self._max_delay)
@@ -112,13 +143,21 @@ class Settler:
 
     def settle(self, message: Message, handler: Callable[[Message], Any]) -> None:
         """Run ``handler(message)`` and answer it; blocks while the handler runs."""
-        # _skips, copied for the per-message path: its two tests without
+        # _skips, copied for the per-message path: its three tests without
         # their calls (tests/unit/test_rule_copies.py checks they agree).
-        if message.connection.closed or message.attempts > self._give_up_above:
+        if (
+            message.connection.closed
+            or message.attempts > self._give_up_above
+            or (self._max_age_ns and time_ns() - message.timestamp > self._max_age_ns)
+        ):
             self._skips(message)
             return
         timing = self.timing
         started = perf_counter() if timing is not None else 0.0
+        # Leases.watch, copied for the per-message path: in the common case the
+        # lease timer is due before this message needs a touch (never, when off).
+        if message._deadline - message.msg_timeout * TOUCH_RATIO < self._leases.next_due:
+            self._leases.watch(message)
         try:
             handler(message)
         except BaseException:
@@ -131,11 +170,15 @@ class Settler:
 
     def _skips(self, message: Message) -> bool:
         """Whether ``message`` never reaches a handler: True when its connection
-        ended (nsqd redelivers it) or it was given up (past ``max_attempts``)."""
+        ended (nsqd redelivers it), it expired (older than ``max_age``) or it
+        was given up (past ``max_attempts``)."""
         if connection_gone(message.connection):
             log.debug(
                 "%s: skipping %s: its connection closed; nsqd redelivers it", self._name, message
             )
+            return True
+        if self.expired(message):
+            self.expire(message)
             return True
         if self.gives_up(message.attempts):
             self.give_up(message)
@@ -213,6 +256,24 @@ class Settler:
             raise
 
     # -- giving up ---------------------------------------------------------------
+
+    def expire(self, message: Message) -> None:
+        """Dead-letter (blocks up to ``dead_letter_timeout``) an expired message, then FIN it.
+
+        Without a dead-letter topic it is only finished. A failed publish
+        requeues it (it expires again on a later delivery).
+        """
+        dead_letters = self.dead_letters
+        if dead_letters is not None:
+            age = (time_ns() - message.timestamp) / 1e9
+            why = f"{age:.3f} s old, above max_age={self.max_age} s"
+            note = HandlerError("MessageExpired", why)
+            if not dead_letters.publish(message, note):
+                message.requeue(None, backoff=False)
+                return
+        log.debug("%s: %s older than max_age: finished unhandled", self._name, message)
+        self._count_expired(message.nsqd)
+        message.finish()
 
     def give_up(self, message: Message) -> None:
         """Dead-letter (blocks up to ``dead_letter_timeout``), then the hook, then FIN."""

@@ -1,7 +1,7 @@
 """Read-only views of a consumer: its ``stats()`` document and its ``health()``.
 
 Both read the collaborators (link set, flow control, dispatcher, batcher,
-dead-letter publisher) and change nothing; neither blocks nor sends.
+leases, dead-letter publisher) and change nothing; neither blocks nor sends.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from typing import Any
 from ..health import ConnectionHealth, Health, build_health
 from .dispatch import Dispatcher
 from .flow_control import FlowControl
+from .lease import Leases
 from .links import LinkSet
 
 __all__ = ["health_of", "stats_of"]
@@ -26,6 +27,7 @@ def stats_of(
     flow: FlowControl,
     dispatcher: Dispatcher,
     dead_letters: Any,
+    leases: Leases,
 ) -> dict[str, Any]:
     """The document :meth:`Consumer.stats() <gnsqlite.consumer.Consumer.stats>` returns."""
     now = time.monotonic()
@@ -50,7 +52,8 @@ def stats_of(
         )
     totals = {key: sum(c[key] for c in conns) for key in _TOTALS}  # type: ignore[misc]
     by_nsqd = links.by_nsqd()
-    totals["given_up"] = sum(c["given_up"] for c in by_nsqd.values())
+    for key in ("given_up", "expired", "touches"):  # counted outside the links
+        totals[key] = sum(c[key] for c in by_nsqd.values())
     batcher = dispatcher.batcher
     return {
         "topic": topic,
@@ -64,6 +67,7 @@ def stats_of(
         "handlers_running": len(dispatcher.running),
         "queued": dispatcher.queued,
         "dead_letters": None if dead_letters is None else dead_letters.stats(),
+        "leases": leases.stats(),
         **({"batches": batcher.stats()} if batcher is not None else {}),
     }
 

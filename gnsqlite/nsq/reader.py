@@ -63,7 +63,10 @@ _DEAD_LETTER_KEYWORDS = (
     "dead_letter_nsqd",
     "dead_letter_timeout",
 )
-_EXTRA_KEYWORDS = ("concurrency", *_DEAD_LETTER_KEYWORDS)
+#: gnsqlite's lease extension and message age (issue 39), passed on as given.
+_AGE_KEYWORDS = ("max_lease", "max_age")
+_PASSED_ON = (*_DEAD_LETTER_KEYWORDS, *_AGE_KEYWORDS)
+_EXTRA_KEYWORDS = ("concurrency", *_PASSED_ON)
 
 
 class _ReaderConsumer(Consumer):
@@ -100,7 +103,12 @@ class Reader:
     there, then :meth:`giving_up` runs, then it is finished; if the publish
     fails it is requeued and :meth:`giving_up` waits for a later delivery.
     An envelope's ``error`` is the exception ``process_message`` raised on
-    the last try (``null`` when it returned ``False`` instead).
+    the last try (``null`` when it returned ``False`` instead). ``max_lease``
+    and ``max_age`` (seconds) are the Consumer's too: a message is touched
+    while ``process_message`` runs, up to ``max_lease`` after its delivery
+    (default: as long as nsqd allows; ``0``: never, as pynsq), and one
+    older than ``max_age`` is finished (or dead-lettered) unhandled
+    (``docs/consuming.md``).
 
     ``reader.consumer`` is the gnsqlite Consumer underneath
     (``reader.consumer.stats()``).
@@ -166,7 +174,7 @@ class Reader:
             }
             if kwargs.get("concurrency") is not None:
                 options["concurrency"] = kwargs["concurrency"]
-            options.update({k: kwargs[k] for k in _DEAD_LETTER_KEYWORDS if k in kwargs})
+            options.update({k: kwargs[k] for k in _PASSED_ON if k in kwargs})
             self.consumer = _ReaderConsumer(
                 self,
                 topic,

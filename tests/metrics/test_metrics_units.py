@@ -60,6 +60,17 @@ def test_every_metric_the_issue_lists_exists_with_its_labels() -> None:
     assert kinds["gnsqlite_consumer_rdy"] == "gauge"
 
 
+def test_the_lease_and_age_counters_are_in_the_catalog_per_nsqd() -> None:
+    # issue 39: TOUCHes sent to extend leases, messages past max_age
+    for name in ("gnsqlite_consumer_touches", "gnsqlite_consumer_messages_expired"):
+        assert METRICS[name].kind == "counter", name
+        assert METRICS[name].labels == ("topic", "channel", "nsqd"), name
+    registry = CollectorRegistry()
+    instrument(consumer(), registry)
+    names = {metric.name for metric in registry.collect()}
+    assert {"gnsqlite_consumer_touches", "gnsqlite_consumer_messages_expired"} <= names
+
+
 def test_an_idle_registry_exposes_every_family_with_no_samples_but_the_idle_clients() -> None:
     registry = CollectorRegistry()
     instrument(consumer(), registry)

@@ -129,6 +129,17 @@ def test_dead_letter_options_reach_the_consumer(nsqd: NsqdServer) -> None:
         make_reader(nsqd, dead_letter_topik="x")
 
 
+def test_lease_and_age_options_reach_the_consumer(nsqd: NsqdServer) -> None:
+    reader = make_reader(nsqd, lambda m: True, max_lease=120.0, max_age=30.0)
+    config = reader.consumer.config
+    assert (config.max_lease, config.max_age) == (120.0, 30.0)
+    assert "max_lease" not in reader.conn_kwargs  # not a connection keyword
+    off = make_reader(nsqd, lambda m: True, max_lease=0)
+    assert off.consumer.stats()["leases"]["max_lease"] is None
+    with pytest.raises((TypeError, ValueError), match=r"max_age=-1 is out of range"):
+        make_reader(nsqd, lambda m: True, max_age=-1)
+
+
 def test_disabled_pauses_the_reader(nsqd: NsqdServer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(reader_module, "DISABLED_CHECK_INTERVAL", 0.05)
     reader = make_reader(nsqd, cls=Hooked)

@@ -277,6 +277,8 @@ def test_a_link_set_subscribes_each_nsqd_shares_rdy_and_closes_with_cls(
             "finished": 0,
             "requeued": 1,
             "given_up": 0,
+            "expired": 0,
+            "touches": 0,
         }
     finally:
         wheel.cancel_owner("transcript")
