@@ -162,13 +162,31 @@ class Taken(Delivery):
 
 
 class _Link:
-    """One connection of a taker and the messages it took: at most ``cap``, its RDY."""
+    """One connection of a taker and the messages it took: at most ``cap``, its RDY.
+
+    ``taken`` is the list the connection's receiver appends to; it is
+    emptied in place (:meth:`keep`, :meth:`drop`), never rebound: the
+    receiver holds it, and the connection holds the receiver in a reference
+    cycle, so a list rebound away would keep its messages alive until
+    Python's cyclic garbage collector runs (Spark's worker runs a full one
+    after each task, whose time grows with the objects it frees).
+    """
 
     connection: Connection  # set by the taker right after the link is made
 
     def __init__(self) -> None:
         self.cap = 0
         self.taken: list[Taken] = []
+
+    def keep(self, messages: list[Taken]) -> None:
+        """Keep only ``messages`` (some of :attr:`taken`)."""
+        self.taken[:] = messages
+
+    def drop(self) -> list[Taken]:
+        """Empty :attr:`taken`; what it held, in a new list."""
+        taken = self.taken[:]
+        self.taken.clear()
+        return taken
 
 
 class ShareTaker:
@@ -269,12 +287,12 @@ class ShareTaker:
         rows: list[Taken] = []
         for link in self._links:
             if link.connection.closed:  # broke: nothing can be answered, nsqd redelivers
-                link.taken = []
+                link.drop()
                 continue
             if any(m.attempts != 1 for m in link.taken):
                 if recent is None:
                     recent = gevent.get_hub().threadpool.spawn(self._recent_ids).get()
-                link.taken = self._drop_answered(link, recent or [])
+                link.keep(self._drop_answered(link, recent or []))
             rows += link.taken
         return delivery_rows(rows, self.nsqd)
 
@@ -331,8 +349,8 @@ class ShareTaker:
     def finish(self) -> None:
         """The segment is durable: FIN every message in it, one write a connection; close."""
         for link in self._links:
-            taken, link.taken = link.taken, []
-            _answer(link.connection, link.connection.finish_many, [m.wire_id for m in taken])
+            ids = [m.wire_id for m in link.drop()]
+            _answer(link.connection, link.connection.finish_many, ids)
         self.close()
 
     def give_back(self) -> None:
@@ -344,8 +362,7 @@ class ShareTaker:
         self._taking = False
         links, self._links = self._links, []
         for link in links:
-            taken, link.taken = link.taken, []
-            for message in taken:
+            for message in link.drop():
                 _answer(link.connection, link.connection.requeue, message.wire_id)
         timeout = self.options.stop_timeout
         gevent.joinall(
