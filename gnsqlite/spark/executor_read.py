@@ -29,10 +29,19 @@ The taker holds :class:`~gnsqlite.connection.Connection` objects itself, not a
 to run), each message arrives as the bare object the frame decoder builds
 and is appended to its connection's list, the rows are built from those
 lists one column per call, and each connection's FINs go out as one write.
+
+Spark's Python worker runs a full garbage collection after every task,
+which walks every object the worker holds: PySpark's, pyarrow's, gevent's
+and this package's, tens of thousands that live as long as the worker. At
+the first read in a Spark task of a worker process, :func:`read_share`
+collects once and freezes them (:func:`gc.freeze`), so the collection after
+each later task walks only what later tasks create. A process that calls
+:func:`read_share` outside a Spark task (a test, a benchmark) is left alone.
 """
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import signal
@@ -45,6 +54,7 @@ import gevent
 import gevent.event
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
+from pyspark.taskcontext import TaskContext
 
 from ..connection import Connection
 from ..errors import NSQConnectionError, NSQError
@@ -69,6 +79,9 @@ FAULT = "GNSQLITE_SPARK_FAULT"
 #: Segments whose ids a worker process keeps in memory for redelivery checks.
 _ID_CACHE_SIZE = 64
 _ids_cache: OrderedDict[str, frozenset[bytes]] = OrderedDict()
+
+#: The process whose objects :func:`_freeze_worker_objects` froze (0: none yet).
+_frozen_in = 0
 
 
 class NSQSharePartition(InputPartition):
@@ -106,6 +119,8 @@ def read_share(
     """The partition's rows as the source's record batches (see the module doc). Blocks."""
     o = partition.options
     assert o.wal_location is not None
+    if _frozen_in != os.getpid() and TaskContext.get() is not None:
+        _freeze_worker_objects()
     store = store if store is not None else WalStore(o.wal_location)
     name = partition.segment
     if store.exists(name):
@@ -115,6 +130,22 @@ def read_share(
     batches = rows.to_batches() if isinstance(rows, pa.Table) else [rows]
     for batch in batches:
         yield with_topic(batch, o.topic)
+
+
+def _freeze_worker_objects() -> None:
+    """In a Spark worker, once: collect, then freeze what it holds (see the module doc).
+
+    Blocks for one full collection. ``pyarrow.compute`` (imported by the
+    first read's timestamp cast) is imported first, so its objects are
+    frozen too. Objects alive now that become cyclic garbage later are
+    never collected: one task's worth at most, once per worker.
+    """
+    global _frozen_in
+    import pyarrow.compute  # noqa: F401  # the read's cast imports it; freeze it with the rest
+
+    _frozen_in = os.getpid()
+    gc.collect()
+    gc.freeze()
 
 
 def _take(partition: NSQSharePartition, store: WalStore) -> pa.Table | pa.RecordBatch:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import gc
+import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -304,3 +307,60 @@ def test_a_read_frees_its_messages_when_it_ends_not_at_the_next_garbage_collecti
         wait_until(lambda: drained(nsqd, TOPIC, CHANNEL), timeout=10, message="the share finished")
     finally:
         reader.stop()
+
+
+FREEZE_SCRIPT = """
+import gc, json, sys
+from pyspark.taskcontext import TaskContext
+from gnsqlite.spark.executor_read import NSQSharePartition, read_share
+from gnsqlite.spark.options import parse_source_options
+
+options = parse_source_options(json.loads(sys.argv[1]))
+def read(batch):
+    part = NSQSharePartition(0, batch, options.nsqd_tcp_addresses[0], 100, options)
+    return sum(b.num_rows for b in read_share(part))
+rows = [read(1)]
+outside = gc.get_freeze_count()
+TaskContext._getOrCreate()  # what Spark's worker sets for each task
+rows.append(read(2))
+inside = gc.get_freeze_count()
+rows.append(read(3))
+print(json.dumps([rows, outside, inside, gc.get_freeze_count()]))
+"""
+
+
+def test_in_a_spark_task_the_first_read_freezes_the_workers_objects_once(
+    nsqd: NsqdServer, tmp_path: Path
+) -> None:
+    """Spark's worker collects garbage fully after every task: its long-lived objects are frozen.
+
+    Only in a Spark task (a process that calls read_share outside one, such
+    as this test's, is left alone), and once per process.
+    """
+    reader = make_reader(nsqd, tmp_path / "wal", numPartitions=1)
+    try:
+        reader.initialOffset()  # creates the channel
+        publish(nsqd, [f"f-{i}".encode() for i in range(300)], TOPIC)
+    finally:
+        reader.stop()
+    options = {
+        "nsqdTcpAddresses": nsqd.tcp_address,
+        "nsqdHttpAddresses": nsqd.http_address,
+        "topic": TOPIC,
+        "channel": CHANNEL,
+        "walLocation": str(tmp_path / "wal"),
+        "readOn": "executors",
+        "readIdleTimeout": "0.3",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", FREEZE_SCRIPT, json.dumps(options)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    rows, outside, inside, after = json.loads(done.stdout.splitlines()[-1])
+    assert rows == [100, 100, 100]
+    assert outside == 0  # not in a task: the collector left alone
+    assert inside > 10_000  # PySpark's, pyarrow's, gevent's and gnsqlite's objects
+    assert after == inside  # once per process
