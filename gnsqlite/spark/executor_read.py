@@ -313,19 +313,32 @@ class ShareTaker:
         return receive
 
     def _rows(self) -> pa.RecordBatch:
-        """The rows of what was taken, less what :meth:`take` says."""
-        recent: list[frozenset[bytes]] | None = None
-        rows: list[Taken] = []
+        """The rows of what was taken, less what :meth:`take` says.
+
+        Built at once from every link's messages; only when the rows'
+        ``attempts`` show a redelivery are the links looked at one message
+        at a time and the rows built again without what they drop.
+        """
+        import pyarrow.compute as pc  # imported by the executors only (the planner needs none)
+
+        taken: list[Taken] = []
         for link in self._links:
             if link.connection.closed:  # broke: nothing can be answered, nsqd redelivers
                 link.drop()
                 continue
+            taken += link.taken
+        rows = delivery_rows(taken, self.nsqd)
+        if not taken or pc.max(rows.column("attempts")).as_py() == 1:
+            return rows
+        recent: list[frozenset[bytes]] | None = None
+        taken = []
+        for link in self._links:
             if any(m.attempts != 1 for m in link.taken):
                 if recent is None:
                     recent = gevent.get_hub().threadpool.spawn(self._recent_ids).get()
                 link.keep(self._drop_answered(link, recent or []))
-            rows += link.taken
-        return delivery_rows(rows, self.nsqd)
+            taken += link.taken
+        return delivery_rows(taken, self.nsqd)
 
     def _drop_answered(self, link: _Link, recent: list[frozenset[bytes]]) -> list[Taken]:
         """``link``'s messages less redeliveries in a segment or past ``maxAttempts``: FINished."""
