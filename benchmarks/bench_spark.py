@@ -111,6 +111,104 @@ def python_cpu() -> float:
     return total
 
 
+def _role(cmdline: list[str]) -> str:
+    """What a Python process below this one does in a Spark run, from its command line."""
+    args = " ".join(cmdline[1:])
+    if "pyspark.daemon" in args and args.rstrip().endswith("pyspark.worker"):
+        return "executors' Python workers"
+    if "python_streaming_source_runner" in args:
+        return "the source's process (driver)"
+    if "pyspark.sql.worker" in args or "pyspark.daemon" in args:
+        return "Spark's planning workers (driver)"
+    return "other Python"
+
+
+class ProcessCpu:
+    """Each Python process's CPU over a run, by role, from ``/proc`` (a sampling thread).
+
+    :meth:`start` records every Python process below this one and starts a
+    thread that reads their CPU (their own, not their children's) every
+    ``interval`` seconds, so a process that ends meanwhile keeps its last
+    reading (at most ``interval`` s of its CPU is lost); :meth:`stop` ends
+    the thread and returns the CPU seconds used since :meth:`start` by
+    role, this process (the driver's Python) included.
+    """
+
+    def __init__(self, interval: float = 0.2) -> None:
+        self.interval = interval
+        self._first: dict[int, float] = {}
+        self._last: dict[int, tuple[str, float]] = {}
+        self._own = 0.0
+        self._roles: dict[int, str] = {}
+        self.sampling = 0.0  # the sampling thread's own CPU seconds, not the driver's
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _sample(self) -> dict[int, tuple[str, float]]:
+        me = os.getpid()
+        ticks = os.sysconf("SC_CLK_TCK")
+        parents: dict[int, int] = {}
+        stats: dict[int, float] = {}
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{name}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            parents[int(name)] = int(fields[1])
+            stats[int(name)] = (int(fields[11]) + int(fields[12])) / ticks
+        out = {}
+        for pid, cpu in stats.items():
+            ancestor = parents[pid]
+            while ancestor > 1 and ancestor != me:
+                ancestor = parents.get(ancestor, 1)
+            if ancestor != me:
+                continue
+            role = self._roles.get(pid)
+            if role is None:
+                try:
+                    with open(f"/proc/{pid}/cmdline", "rb") as f:
+                        cmdline = [a.decode() for a in f.read().split(b"\0")]
+                except OSError:
+                    continue
+                role = self._roles[pid] = _role(cmdline) if "python" in cmdline[0] else ""
+            if role:
+                out[pid] = (role, cpu)
+        return out
+
+    def _run(self) -> None:
+        while not self._done.wait(self.interval):
+            self._last.update(self._sample())
+        self.sampling = time.thread_time()
+
+    def start(self) -> None:
+        import resource
+
+        first = self._sample()
+        self._first = {pid: cpu for pid, (_, cpu) in first.items()}
+        self._last = dict(first)
+        own = resource.getrusage(resource.RUSAGE_SELF)
+        self._own = own.ru_utime + own.ru_stime
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> dict[str, float]:
+        import resource
+
+        self._done.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._last.update(self._sample())
+        own = resource.getrusage(resource.RUSAGE_SELF)
+        driver = own.ru_utime + own.ru_stime - self._own - self.sampling
+        roles = {"the driver's Python (foreachBatch)": driver}
+        for pid, (role, cpu) in self._last.items():
+            roles[role] = roles.get(role, 0.0) + cpu - self._first.get(pid, 0.0)
+        return roles
+
+
 def publish(server: NsqdServer, topic: str, count: int) -> float:
     """MPUB ``count`` 100-byte messages with one Producer; returns messages per second."""
     with Producer(server.tcp_address) as producer:
@@ -171,6 +269,7 @@ class SourceRun(NamedTuple):
     startup: float  # seconds from query.start() until the source subscribed
     batches: int
     cpu_per_row: float  # Python CPU seconds (driver and executors) per row
+    cpu_split: dict[str, float]  # with --cpu-split: CPU seconds by process role, else empty
 
 
 def bench_source(
@@ -181,6 +280,7 @@ def bench_source(
     per_batch: int,
     extra: dict[str, str] | None = None,
     wal: bool = True,
+    split: bool = False,
 ) -> SourceRun:
     """The source (with a WAL unless ``wal`` is false) reading ``messages`` published before.
 
@@ -200,6 +300,9 @@ def bench_source(
             batches[0] += 1 if n else 0
 
     scratch = tempfile.mkdtemp(prefix="bench-spark-")
+    sampler = ProcessCpu() if split else None
+    if sampler is not None:
+        sampler.start()
     cpu = python_cpu()
     started = time.perf_counter()
     wal_option = {"walLocation": os.path.join(scratch, "wal")} if wal else {}
@@ -228,7 +331,8 @@ def bench_source(
         subscribed = time.perf_counter()
         wait_until(lambda: seen[0] >= messages, timeout=900, interval=0.02)
         done = time.perf_counter()
-        used = python_cpu() - cpu
+        roles = sampler.stop() if sampler is not None else {}
+        used = python_cpu() - cpu - (sampler.sampling if sampler is not None else 0.0)
     finally:
         query.stop()
         shutil.rmtree(scratch, ignore_errors=True)
@@ -238,6 +342,7 @@ def bench_source(
         subscribed - started,
         batches[0],
         used / messages,
+        roles,
     )
 
 
@@ -357,6 +462,11 @@ def main() -> None:
     )
     parser.add_argument("--no-sink", action="store_true", help="measure the source only")
     parser.add_argument(
+        "--cpu-split",
+        action="store_true",
+        help="also each source run's Python CPU per row by process (a thread samples /proc)",
+    )
+    parser.add_argument(
         "--no-wal",
         action="store_true",
         help="also the source without walLocation (messages held at nsqd)",
@@ -438,6 +548,7 @@ def main() -> None:
                         args.per_batch,
                         {**options, **extra},
                         wal,
+                        args.cpu_split,
                     )
                 )
                 run = runs[-1]
@@ -448,6 +559,12 @@ def main() -> None:
                     " row",
                     flush=True,
                 )
+                for role, seconds in sorted(run.cpu_split.items()):
+                    print(
+                        f"    {role}: {seconds:.2f} s CPU,"
+                        f" {seconds / args.messages * 1e6:.2f} us per row",
+                        flush=True,
+                    )
             spark.stop()
             print(
                 f"{name} on {master}, median of {args.repeat}:"

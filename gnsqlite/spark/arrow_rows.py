@@ -30,6 +30,7 @@ __all__ = [
     "NSQPartition",
     "ROW_SCHEMA",
     "RowCache",
+    "SCHEMA",
     "WIRE_ID",
     "delivery_rows",
     "message_rows",
@@ -49,6 +50,9 @@ ROW_SCHEMA = pa.schema(
         ("nsqd", pa.string()),
     ]
 )
+
+#: The source's schema, as Spark's DDL.
+SCHEMA = "id string, body binary, timestamp timestamp, attempts int, topic string, nsqd string"
 
 #: The source's columns, in the order of its schema.
 COLUMNS = ["id", "body", "timestamp", "attempts", "topic", "nsqd"]

@@ -4,7 +4,9 @@ Shared by both sources (:mod:`gnsqlite.spark.source`,
 :mod:`gnsqlite.spark.wal_source`): the :class:`~gnsqlite.consumer.Consumer`
 built from the source's options, the RDY budget shared over several of them,
 waiting for their subscription, closing them, and stopping the hub thread
-they run in.
+they run in. The consumer package is imported when a consumer is built,
+not with this module: the readOn=executors source's process uses only the
+read limit and the hub's stop, and imports what it needs at its start-up.
 """
 
 from __future__ import annotations
@@ -12,15 +14,17 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gevent
 import gevent.event
 
-from ..consumer import Consumer
-from ..message import Message
 from ._hub import HubThread
 from .options import SourceOptions
+
+if TYPE_CHECKING:
+    from ..consumer import Consumer
+    from ..message import Message
 
 try:  # PySpark 4.2+: admission control and Trigger.AvailableNow
     from pyspark.sql.streaming.datasource import (
@@ -151,6 +155,8 @@ def source_consumer(
     the latest). ``max_in_flight`` overrides the option's (one consumer's
     share of it). Constructing it opens nothing; the caller starts it.
     """
+    from ..consumer import Consumer
+
     return Consumer(
         options.topic,
         options.channel,

@@ -3,7 +3,7 @@
 Options are validated when Spark builds the data source and again when it
 asks for a reader or writer, so a bad option fails the query at start with
 a :class:`~gnsqlite.errors.ConfigError` naming it. Nothing here connects.
-The sink's and the WAL source's modules are imported when first asked for:
+The sink's and each source mode's modules are imported when first asked for:
 the Python process Spark starts for a query's source imports this module
 first, before the source subscribes, so what it does not need is left out.
 """
@@ -20,8 +20,8 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from .arrow_rows import SCHEMA
 from .options import parse_sink_options, parse_source_options, split_options
-from .source import SCHEMA, NSQStreamReader
 
 __all__ = ["NSQDataSource"]
 
@@ -53,6 +53,8 @@ class NSQDataSource(DataSource):
             from .wal_source import NSQWalStreamReader
 
             return NSQWalStreamReader(options)
+        from .source import NSQStreamReader
+
         return NSQStreamReader(options)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:

@@ -29,10 +29,19 @@ The taker holds :class:`~gnsqlite.connection.Connection` objects itself, not a
 to run), each message arrives as the bare object the frame decoder builds
 and is appended to its connection's list, the rows are built from those
 lists one column per call, and each connection's FINs go out as one write.
+
+Spark's Python worker runs a full garbage collection after every task,
+which walks every object the worker holds: PySpark's, pyarrow's, gevent's
+and this package's, tens of thousands that live as long as the worker. At
+the first read in a Spark task of a worker process, :func:`read_share`
+collects once and freezes them (:func:`gc.freeze`), so the collection after
+each later task walks only what later tasks create. A process that calls
+:func:`read_share` outside a Spark task (a test, a benchmark) is left alone.
 """
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import signal
@@ -45,6 +54,7 @@ import gevent
 import gevent.event
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
+from pyspark.taskcontext import TaskContext
 
 from ..connection import Connection
 from ..errors import NSQConnectionError, NSQError
@@ -69,6 +79,9 @@ FAULT = "GNSQLITE_SPARK_FAULT"
 #: Segments whose ids a worker process keeps in memory for redelivery checks.
 _ID_CACHE_SIZE = 64
 _ids_cache: OrderedDict[str, frozenset[bytes]] = OrderedDict()
+
+#: The process whose objects :func:`_freeze_worker_objects` froze (0: none yet).
+_frozen_in = 0
 
 
 class NSQSharePartition(InputPartition):
@@ -106,6 +119,8 @@ def read_share(
     """The partition's rows as the source's record batches (see the module doc). Blocks."""
     o = partition.options
     assert o.wal_location is not None
+    if _frozen_in != os.getpid() and TaskContext.get() is not None:
+        _freeze_worker_objects()
     store = store if store is not None else WalStore(o.wal_location)
     name = partition.segment
     if store.exists(name):
@@ -115,6 +130,22 @@ def read_share(
     batches = rows.to_batches() if isinstance(rows, pa.Table) else [rows]
     for batch in batches:
         yield with_topic(batch, o.topic)
+
+
+def _freeze_worker_objects() -> None:
+    """In a Spark worker, once: collect, then freeze what it holds (see the module doc).
+
+    Blocks for one full collection. ``pyarrow.compute`` (imported by the
+    first read's timestamp cast) is imported first, so its objects are
+    frozen too. Objects alive now that become cyclic garbage later are
+    never collected: one task's worth at most, once per worker.
+    """
+    global _frozen_in
+    import pyarrow.compute  # noqa: F401  # the read's cast imports it; freeze it with the rest
+
+    _frozen_in = os.getpid()
+    gc.collect()
+    gc.freeze()
 
 
 def _take(partition: NSQSharePartition, store: WalStore) -> pa.Table | pa.RecordBatch:
@@ -162,13 +193,31 @@ class Taken(Delivery):
 
 
 class _Link:
-    """One connection of a taker and the messages it took: at most ``cap``, its RDY."""
+    """One connection of a taker and the messages it took: at most ``cap``, its RDY.
+
+    ``taken`` is the list the connection's receiver appends to; it is
+    emptied in place (:meth:`keep`, :meth:`drop`), never rebound: the
+    receiver holds it, and the connection holds the receiver in a reference
+    cycle, so a list rebound away would keep its messages alive until
+    Python's cyclic garbage collector runs (Spark's worker runs a full one
+    after each task, whose time grows with the objects it frees).
+    """
 
     connection: Connection  # set by the taker right after the link is made
 
     def __init__(self) -> None:
         self.cap = 0
         self.taken: list[Taken] = []
+
+    def keep(self, messages: list[Taken]) -> None:
+        """Keep only ``messages`` (some of :attr:`taken`)."""
+        self.taken[:] = messages
+
+    def drop(self) -> list[Taken]:
+        """Empty :attr:`taken`; what it held, in a new list."""
+        taken = self.taken[:]
+        self.taken.clear()
+        return taken
 
 
 class ShareTaker:
@@ -264,19 +313,32 @@ class ShareTaker:
         return receive
 
     def _rows(self) -> pa.RecordBatch:
-        """The rows of what was taken, less what :meth:`take` says."""
-        recent: list[frozenset[bytes]] | None = None
-        rows: list[Taken] = []
+        """The rows of what was taken, less what :meth:`take` says.
+
+        Built at once from every link's messages; only when the rows'
+        ``attempts`` show a redelivery are the links looked at one message
+        at a time and the rows built again without what they drop.
+        """
+        import pyarrow.compute as pc  # imported by the executors only (the planner needs none)
+
+        taken: list[Taken] = []
         for link in self._links:
             if link.connection.closed:  # broke: nothing can be answered, nsqd redelivers
-                link.taken = []
+                link.drop()
                 continue
+            taken += link.taken
+        rows = delivery_rows(taken, self.nsqd)
+        if not taken or pc.max(rows.column("attempts")).as_py() == 1:
+            return rows
+        recent: list[frozenset[bytes]] | None = None
+        taken = []
+        for link in self._links:
             if any(m.attempts != 1 for m in link.taken):
                 if recent is None:
                     recent = gevent.get_hub().threadpool.spawn(self._recent_ids).get()
-                link.taken = self._drop_answered(link, recent or [])
-            rows += link.taken
-        return delivery_rows(rows, self.nsqd)
+                link.keep(self._drop_answered(link, recent or []))
+            taken += link.taken
+        return delivery_rows(taken, self.nsqd)
 
     def _drop_answered(self, link: _Link, recent: list[frozenset[bytes]]) -> list[Taken]:
         """``link``'s messages less redeliveries in a segment or past ``maxAttempts``: FINished."""
@@ -331,8 +393,8 @@ class ShareTaker:
     def finish(self) -> None:
         """The segment is durable: FIN every message in it, one write a connection; close."""
         for link in self._links:
-            taken, link.taken = link.taken, []
-            _answer(link.connection, link.connection.finish_many, [m.wire_id for m in taken])
+            ids = [m.wire_id for m in link.drop()]
+            _answer(link.connection, link.connection.finish_many, ids)
         self.close()
 
     def give_back(self) -> None:
@@ -344,8 +406,7 @@ class ShareTaker:
         self._taking = False
         links, self._links = self._links, []
         for link in links:
-            taken, link.taken = link.taken, []
-            for message in taken:
+            for message in link.drop():
                 _answer(link.connection, link.connection.requeue, message.wire_id)
         timeout = self.options.stop_timeout
         gevent.joinall(

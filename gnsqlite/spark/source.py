@@ -54,12 +54,9 @@ from .ledger import Ledger
 from .options import SourceOptions
 from .shell import SourceShell
 
-__all__ = ["NO_WAL_WARNING", "NSQStreamReader", "SCHEMA"]
+__all__ = ["NO_WAL_WARNING", "NSQStreamReader"]
 
 log = logging.getLogger(__name__)
-
-#: The source's columns.
-SCHEMA = "id string, body binary, timestamp timestamp, attempts int, topic string, nsqd string"
 
 #: Logged once per query, when the source without ``walLocation`` starts.
 NO_WAL_WARNING = (

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import gc
+import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +17,7 @@ from gnsqlite.testing import NsqdServer, wait_until
 
 pytest.importorskip("pyspark", reason="the spark extra (PySpark) is not installed")
 
-from gnsqlite.spark.executor_read import NSQSharePartition, ShareTaker, read_share
+from gnsqlite.spark.executor_read import NSQSharePartition, ShareTaker, Taken, read_share
 from gnsqlite.spark.executor_source import NSQExecutorStreamReader
 from gnsqlite.spark.options import parse_source_options
 from gnsqlite.spark.planning import Backlog, BatchPlan, plan_shares
@@ -276,3 +280,87 @@ def test_a_share_above_nsqds_max_rdy_count_is_taken_over_several_connections(
             )
         finally:
             reader.stop()
+
+
+def test_a_read_frees_its_messages_when_it_ends_not_at_the_next_garbage_collection(
+    nsqd: NsqdServer, tmp_path: Path
+) -> None:
+    """A task's messages are freed as its read ends (refcounts), none left to the collector.
+
+    Spark's Python worker runs a full ``gc.collect()`` after every task and
+    keeps running tasks: messages left in a reference cycle would stay in
+    memory until then and make that collection walk them.
+    """
+    reader = make_reader(nsqd, tmp_path / "wal", numPartitions=1)
+    try:
+        start = reader.initialOffset()
+        publish(nsqd, [f"g-{i}".encode() for i in range(3000)], TOPIC)
+        end = reader.latestOffset(start)
+        gc.collect()
+        gc.disable()  # what the read leaves in cycles stays, and is counted below
+        try:
+            assert len(bodies(reader, start, end)) == 3000
+            alive = sum(1 for o in gc.get_objects() if isinstance(o, Taken))
+        finally:
+            gc.enable()
+        assert alive == 0
+        wait_until(lambda: drained(nsqd, TOPIC, CHANNEL), timeout=10, message="the share finished")
+    finally:
+        reader.stop()
+
+
+FREEZE_SCRIPT = """
+import gc, json, sys
+from pyspark.taskcontext import TaskContext
+from gnsqlite.spark.executor_read import NSQSharePartition, read_share
+from gnsqlite.spark.options import parse_source_options
+
+options = parse_source_options(json.loads(sys.argv[1]))
+def read(batch):
+    part = NSQSharePartition(0, batch, options.nsqd_tcp_addresses[0], 100, options)
+    return sum(b.num_rows for b in read_share(part))
+rows = [read(1)]
+outside = gc.get_freeze_count()
+TaskContext._getOrCreate()  # what Spark's worker sets for each task
+rows.append(read(2))
+inside = gc.get_freeze_count()
+rows.append(read(3))
+print(json.dumps([rows, outside, inside, gc.get_freeze_count()]))
+"""
+
+
+def test_in_a_spark_task_the_first_read_freezes_the_workers_objects_once(
+    nsqd: NsqdServer, tmp_path: Path
+) -> None:
+    """Spark's worker collects garbage fully after every task: its long-lived objects are frozen.
+
+    Only in a Spark task (a process that calls read_share outside one, such
+    as this test's, is left alone), and once per process.
+    """
+    reader = make_reader(nsqd, tmp_path / "wal", numPartitions=1)
+    try:
+        reader.initialOffset()  # creates the channel
+        publish(nsqd, [f"f-{i}".encode() for i in range(300)], TOPIC)
+    finally:
+        reader.stop()
+    options = {
+        "nsqdTcpAddresses": nsqd.tcp_address,
+        "nsqdHttpAddresses": nsqd.http_address,
+        "topic": TOPIC,
+        "channel": CHANNEL,
+        "walLocation": str(tmp_path / "wal"),
+        "readOn": "executors",
+        "readIdleTimeout": "0.3",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", FREEZE_SCRIPT, json.dumps(options)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    rows, outside, inside, after = json.loads(done.stdout.splitlines()[-1])
+    assert rows == [100, 100, 100]
+    assert outside == 0  # not in a task: the collector left alone
+    assert inside > 10_000  # PySpark's, pyarrow's, gevent's and gnsqlite's objects
+    assert after == inside  # once per process

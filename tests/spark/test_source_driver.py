@@ -238,8 +238,8 @@ def test_a_batch_travels_as_arrow_and_reads_back_as_record_batches_of_the_schema
 
     import pyarrow as pa
 
-    from gnsqlite.spark.arrow_rows import NSQPartition
-    from gnsqlite.spark.source import SCHEMA, NSQStreamReader
+    from gnsqlite.spark.arrow_rows import SCHEMA, NSQPartition
+    from gnsqlite.spark.source import NSQStreamReader
 
     count = 1000
     bodies = [b"arrow-%04d" % i for i in range(count)]
