@@ -128,7 +128,7 @@ def test_a_handler_past_the_bound_loses_its_message_to_a_redelivery_at_the_bound
 
     # A second worker takes the redelivery while the first still runs.
     consumer = consumer_of(server, handle, consumers, max_in_flight=1, concurrency=2, **options)
-    consumer.on_server_error = lambda conn, error: None  # the late FIN is refused: expected
+    consumer.on_server_error = lambda conn, error: None  # type: ignore[method-assign]  # the late FIN is refused: expected
     consumer.add_message_observer(lambda m: arrived.append((m.attempts, time.monotonic())))
     server.http.pub(TOPIC, b"slow")
     wait_until(lambda: len(handled) == 2 and drained(server), timeout=20)

@@ -34,7 +34,9 @@ LIMIT = DEAD_AFTER_HEARTBEATS * INTERVAL
 HEARTBEAT = encode_frame(FRAME_TYPE_RESPONSE, b"_heartbeat_")
 
 
-def connect(ended: gevent.event.AsyncResult | None = None) -> tuple[Connection, MemoryStream]:
+def connect(
+    ended: gevent.event.AsyncResult[object] | None = None,
+) -> tuple[Connection, MemoryStream]:
     stream = MemoryStream()
     conn = Connection(
         "127.0.0.1:4150",
@@ -59,7 +61,7 @@ def many() -> Iterator[list[Connection]]:
 
 
 def test_a_silent_connection_ends_within_the_limit_and_a_sweep() -> None:
-    ended: gevent.event.AsyncResult = gevent.event.AsyncResult()
+    ended: gevent.event.AsyncResult[object] = gevent.event.AsyncResult()
     start = time.monotonic()
     conn, _ = connect(ended)
     error = ended.get(timeout=LIMIT * (1 + 1 / SWEEPS_PER_LIMIT) + 2.0)
