@@ -26,7 +26,7 @@ import os
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import gevent
 import gevent.hub
@@ -37,6 +37,7 @@ from .proxy import FaultProxy
 
 __all__ = [
     "AccountingHandler",
+    "Books",
     "FaultInjector",
     "Handling",
     "DeliveryLedger",
@@ -314,6 +315,17 @@ def _timed_out(handling: Handling, transit: float) -> bool:
     return handling.outlived or handling.spare <= transit
 
 
+class Books(Protocol):
+    """What :class:`AccountingHandler` records into: a :class:`DeliveryLedger`, or the
+    :class:`~gnsqlite.testing.ledger_process.LedgerProcess` that keeps one in a child."""
+
+    failures: int
+
+    def delivered(self, number: int, attempts: int) -> None: ...
+
+    def handled(self, number: int, handling: Handling) -> None: ...
+
+
 class AccountingHandler:
     """A consumer handler that records into ``ledger`` and misbehaves at seeded rates.
 
@@ -327,7 +339,7 @@ class AccountingHandler:
 
     def __init__(
         self,
-        ledger: DeliveryLedger,
+        ledger: Books,
         rng: random.Random,
         fail_rate: float = 0.0,
         slow_rate: float = 0.0,
