@@ -2,7 +2,8 @@
 
 1. ``max_in_flight=1`` and steady traffic into every nsqd, default options:
    RDY rotates, so every nsqd is served within the stated bound (seconds,
-   :func:`~gnsqlite.flow.rdy.rotation_bound`) and none is starved.
+   :func:`~gnsqlite.flow.rdy.rotation_bound`; a turn its nsqd left unused,
+   unscheduled on a loaded machine, does not count) and none is starved.
 2. ``max_in_flight=30``, one nsqd of three has messages, default options:
    that connection gets the budget the idle ones leave within three seconds
    of the start, and nsqd sees it used.
@@ -16,6 +17,7 @@ goes and what nsqd holds, read from ``stats()`` and nsqd's ``/stats``.
 from __future__ import annotations
 
 import collections
+import itertools
 import time
 from functools import partial
 
@@ -58,6 +60,15 @@ def steady_publisher(server: NsqdServer, per_second: int, stop: gevent.event.Eve
         stop.wait(max(0.0, started + sent / per_second - time.monotonic()))
 
 
+def holding(samples: list[tuple[float, dict[str, int]]], address: str, a: float, b: float) -> float:
+    """Seconds of ``[a, b]`` the samples show ``address`` holding RDY (each until the next)."""
+    held = 0.0
+    for (t0, rdy), (t1, _) in itertools.pairwise(samples):
+        if rdy.get(address, 0) > 0:
+            held += max(0.0, min(b, t1) - max(a, t0))
+    return held
+
+
 def test_scarce_rdy_serves_every_busy_nsqd_in_turn(
     nsq_cluster: NsqCluster, consumers: list[Consumer]
 ) -> None:
@@ -81,8 +92,11 @@ def test_scarce_rdy_serves_every_busy_nsqd_in_turn(
         wait_until(lambda: len(consumer.connections) == 3, timeout=10, message="three nsqd")
         start = time.monotonic()
         reasons: set[tuple[str, ...]] = set()
+        # (when, the RDY each nsqd held then), every 0.1 s: when each nsqd had its turn.
+        samples: list[tuple[float, dict[str, int]]] = []
         while time.monotonic() - start < run:
             conns = consumer.stats()["connections"]
+            samples.append((time.monotonic(), {c["address"]: c["last_rdy"] for c in conns}))
             assert sum(c["last_rdy"] for c in conns) <= 1
             reasons.add(tuple(sorted(c["rdy_reason"] for c in conns)))
             gevent.sleep(0.1)
@@ -99,11 +113,23 @@ def test_scarce_rdy_serves_every_busy_nsqd_in_turn(
         times = [t for t in arrivals[server.tcp_address] if start <= t <= end]
         counts[server.tcp_address] = len(times)
         assert times, f"{server.tcp_address} was never served"
-        gaps = [b - a for a, b in zip([start, *times], [*times, end], strict=True)]
+        spans = list(zip([start, *times], [*times, end], strict=True))
+        # The time between two of its messages that it spent waiting for RDY:
+        # less what it held RDY (a turn its nsqd used for nothing: a loaded
+        # machine can leave an nsqd unscheduled for a whole turn).
+        waits = [b - a - holding(samples, server.tcp_address, a, b) for a, b in spans]
         # The issue's target (5 s): the bound, and 2 s for answers and late timers.
-        assert max(gaps) <= bound + 2.0, (server.tcp_address, max(gaps), bound)
-    fair = sum(counts.values()) / 3
-    assert min(counts.values()) >= fair / 3, counts
+        assert max(waits) <= bound + 2.0, (
+            server.tcp_address,
+            max(waits),
+            max(b - a for a, b in spans),
+            bound,
+        )
+    # Busy nsqd share the turns evenly: the time each held RDY (how much an
+    # nsqd sends in its turns is its own speed, and a loaded machine's).
+    held = {s.tcp_address: holding(samples, s.tcp_address, start, end) for s in servers}
+    fair = sum(held.values()) / 3
+    assert min(held.values()) >= fair / 3, (held, counts)
 
 
 def test_the_busy_nsqd_gets_the_budget_the_idle_ones_leave(
