@@ -13,7 +13,8 @@
   process, so a run that measures its memory does not count the proxy's;
   :mod:`gnsqlite.testing.memory`: live objects by class and traced memory
   by owner, for leak tests and the soak.
-* :func:`wait_until`: poll a condition with a timeout instead of sleeping.
+* :func:`wait_until`: poll a condition with a timeout instead of sleeping;
+  :class:`HubStalls`: how long the hub did not run (a loaded machine).
 * :mod:`gnsqlite.testing.plugin`: the pytest fixtures (``nsqd``,
   ``nsqlookupd``, ``nsq_cluster``, ``nsqd_factory``, ``fault_proxy``,
   ``tls_files``, ``auth_server_factory``), registered automatically by the ``pytest11``
@@ -30,7 +31,7 @@ from .process import ServerProcess, ServerStartError, free_port, kill_all
 from .proxy import FaultProxy, PieceProxy, ProxiedConnection
 from .servers import ENV_NSQ_BIN_DIR, LookupdServer, NsqdServer, nsq_bin_dir, start_all
 from .tls import TLSFiles, make_tls_files
-from .waiting import WaitTimeout, wait_until
+from .waiting import HubStalls, WaitTimeout, wait_until
 
 __all__ = [
     "ENV_NSQ_BIN_DIR",
@@ -39,6 +40,7 @@ __all__ = [
     "LookupdServer",
     "NsqdServer",
     "FaultProxy",
+    "HubStalls",
     "PieceProxy",
     "ProxiedConnection",
     "ServerProcess",

@@ -10,7 +10,6 @@ replays it. Runs on the embedded broker and, with ``GNSQLITE_NSQD``, on nsqd.
 from __future__ import annotations
 
 import random
-import time
 from collections.abc import Callable
 
 import gevent
@@ -20,7 +19,7 @@ from gnsqlite.consumer import Consumer
 from gnsqlite.errors import NSQError
 from gnsqlite.message import Message
 from gnsqlite.producer import Producer
-from gnsqlite.testing import FaultProxy, NsqdServer, wait_until
+from gnsqlite.testing import FaultProxy, HubStalls, NsqdServer, wait_until
 from gnsqlite.testing.faults import (
     AccountingHandler,
     DeliveryLedger,
@@ -45,39 +44,6 @@ STALL = 0.5
 #: stalled proxy does: half the margin a handling has before the ledger
 #: counts it as timed out (MSG_TIMEOUT less the ledger's transit).
 HUB_STALL = (MSG_TIMEOUT - (STALL + 0.1)) / 2
-
-
-class HubStalls:
-    """Counts the times this process's hub did not run for ``threshold`` seconds or more.
-
-    A loaded machine can leave the test process unscheduled: the consumer then
-    holds the messages it has past nsqd's timeout as surely as a stalled proxy
-    holds them, and each such stall may time out up to ``max_in_flight`` of them.
-    """
-
-    def __init__(self, threshold: float, tick: float = 0.05) -> None:
-        self.threshold = threshold
-        self.tick = tick
-        self.count = 0
-        self.longest = 0.0
-        self._greenlet: gevent.Greenlet[[], None] | None = None
-
-    def start(self) -> None:
-        self._greenlet = gevent.spawn(self._watch)
-
-    def stop(self) -> None:
-        if self._greenlet is not None:
-            self._greenlet.kill()
-            self._greenlet = None
-
-    def _watch(self) -> None:
-        while True:
-            before = time.monotonic()
-            gevent.sleep(self.tick)
-            late = time.monotonic() - before - self.tick
-            self.longest = max(self.longest, late)
-            if late >= self.threshold:
-                self.count += 1
 
 
 def run(
