@@ -65,6 +65,7 @@ from gnsqlite.testing.faults import (
     live_greenlets,
     open_fds,
     rss_bytes,
+    rss_parts,
     seed_from_env,
 )
 from gnsqlite.testing.ledger_process import LedgerProcess
@@ -89,6 +90,8 @@ class Sample:
     handled: int
     duplicates: int
     rss: int
+    rss_anon: int  # of rss: what the process allocated
+    rss_file: int  # of rss: pages of mapped files (libraries) touched so far
     traced: int
     overhead: int  # tracemalloc's own bytes (in rss, not in traced)
     trimmed: int  # rss after malloc_trim(0) (0: not asked)
@@ -318,6 +321,7 @@ def take_sample(
     memory = MemoryWatch.sample()
     dups = ledger.duplicates()
     trimmed = rss_bytes() if trim and trim_malloc() else 0
+    anon, mapped = rss_parts()
     return Sample(
         minute,
         published,
@@ -325,6 +329,8 @@ def take_sample(
         ledger.handled_count,
         sum(dups.values()),
         memory.rss,
+        anon,
+        mapped,
         memory.traced,
         memory.overhead,
         trimmed,
@@ -355,6 +361,7 @@ def print_sample(
         f" published {sample.published} acked {sample.acked}"
         f" handled {sample.handled} duplicates {sample.duplicates} {sample.causes}"
         f" rss {sample.rss / MiB:.1f} MiB"
+        f" (anon {sample.rss_anon / MiB:.1f} file {sample.rss_file / MiB:.1f})"
         + (f" (trimmed {sample.trimmed / MiB:.1f})" if sample.trimmed else "")
         + f" traced {sample.traced / MiB:.2f} MiB"
         f" tracemalloc {sample.overhead / MiB:.1f} MiB fds {sample.fds}"
@@ -393,6 +400,13 @@ def grew(
         after = statistics.mean(getattr(s, name) for s in last)
         if after - before > limit:
             out.append(f"{name} grew from {before:.0f} to {after:.0f} (tolerance {limit:.0f})")
+            if name == "rss":  # whose pages: allocated, or libraries' code touched
+                parts = [
+                    statistics.mean(getattr(s, part) for s in last)
+                    - statistics.mean(getattr(s, part) for s in first)
+                    for part in ("rss_anon", "rss_file")
+                ]
+                out[-1] += f" (anon {parts[0] / MiB:+.2f} MiB, file {parts[1] / MiB:+.2f} MiB)"
     return out
 
 

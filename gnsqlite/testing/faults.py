@@ -45,6 +45,7 @@ __all__ = [
     "live_greenlets",
     "open_fds",
     "rss_bytes",
+    "rss_parts",
     "seed_from_env",
 ]
 
@@ -107,6 +108,26 @@ def rss_bytes() -> int:
     except OSError:
         pass
     return 0
+
+
+def rss_parts() -> tuple[int, int]:
+    """This process's resident bytes as (anonymous, file-backed), from Linux ``/proc``.
+
+    Anonymous memory is what the process allocated (heap, stacks, arenas);
+    file-backed is the pages of its mapped files (the interpreter, shared
+    libraries) it has touched so far, which grows when a code path runs for
+    the first time. (0, 0) elsewhere.
+    """
+    parts = {"RssAnon:": 0, "RssFile:": 0}
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                key = line.split(":", 1)[0] + ":"
+                if key in parts:
+                    parts[key] = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return parts["RssAnon:"], parts["RssFile:"]
 
 
 def open_fds() -> int:
