@@ -98,16 +98,24 @@ def describe_greenlets(ids: set[int]) -> list[str]:
     return described
 
 
-def rss_bytes() -> int:
-    """This process's resident set size in bytes (Linux ``/proc``; 0 elsewhere)."""
+def _status_bytes(*keys: str) -> list[int]:
+    """The ``/proc/self/status`` fields ``keys`` (kB lines, such as ``"VmRSS"``) in bytes;
+    0 for each where ``/proc`` is missing."""
+    found = dict.fromkeys(keys, 0)
     try:
         with open("/proc/self/status", encoding="ascii") as status:
             for line in status:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
+                key = line.split(":", 1)[0]
+                if key in found:
+                    found[key] = int(line.split()[1]) * 1024
     except OSError:
         pass
-    return 0
+    return [found[key] for key in keys]
+
+
+def rss_bytes() -> int:
+    """This process's resident set size in bytes (Linux ``/proc``; 0 elsewhere)."""
+    return _status_bytes("VmRSS")[0]
 
 
 def rss_parts() -> tuple[int, int]:
@@ -118,16 +126,8 @@ def rss_parts() -> tuple[int, int]:
     libraries) it has touched so far, which grows when a code path runs for
     the first time. (0, 0) elsewhere.
     """
-    parts = {"RssAnon:": 0, "RssFile:": 0}
-    try:
-        with open("/proc/self/status", encoding="ascii") as status:
-            for line in status:
-                key = line.split(":", 1)[0] + ":"
-                if key in parts:
-                    parts[key] = int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return parts["RssAnon:"], parts["RssFile:"]
+    anon, mapped = _status_bytes("RssAnon", "RssFile")
+    return anon, mapped
 
 
 def open_fds() -> int:
