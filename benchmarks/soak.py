@@ -258,6 +258,10 @@ def main(argv: list[str] | None = None) -> int:
             sample = take_sample(minute, published, ledger, consumer, args.malloc_trim)
             samples.append(sample)
             print_sample(sample, ledger, injector, state["restarts"], proxies, started)
+            if len(samples) > 1 and samples[-2].minute != args.warmup:
+                # Only the warm-up's count and the last are compared: the rest would be
+                # the soak's own growth in the process it measures.
+                samples[-2].objects = collections.Counter()
             if minute == args.warmup:
                 baseline = sample.objects
                 if watch is not None:

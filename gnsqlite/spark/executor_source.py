@@ -104,6 +104,7 @@ class NSQExecutorStreamReader(SourceShell):
             try:
                 channel = _channel_stats(client, o.topic, o.channel)
                 if channel is None:  # keep what the topic gets from now on for this channel
+                    client.create_topic(o.topic)  # nsqd creates no channel of a missing topic
                     client.create_channel(o.topic, o.channel)
                     channel = _channel_stats(client, o.topic, o.channel) or {}
             except NSQError as exc:

@@ -14,10 +14,21 @@ if TYPE_CHECKING:
 
 
 def publish(server: NsqdServer, bodies: list[bytes], topic: str) -> None:
-    """MPUB ``bodies`` to ``topic`` over nsqd's HTTP API, 1,000 at a time."""
+    """MPUB ``bodies`` to ``topic`` over nsqd's HTTP API, 1,000 at a time.
+
+    Returns once nsqd has passed them to the topic's channels, if it has
+    any: nsqd answers a publish when the topic holds the message and copies
+    it to each channel afterwards (the real nsqd in another goroutine), so a
+    channel's depth read at once can be short of what was published.
+    """
     client = NsqdHTTPClient(server.http_address, timeout=10.0)
     for start in range(0, len(bodies), 1000):
         client.mpub(topic, bodies[start : start + 1000])
+    wait_until(
+        lambda: not (stats := server.topic_stats(topic)).get("channels") or stats["depth"] == 0,
+        timeout=10,
+        message=f"nsqd passed what was published to {topic!r} to its channels",
+    )
 
 
 def consume(server: NsqdServer, topic: str, count: int, timeout: float = 60.0) -> list[bytes]:

@@ -101,8 +101,10 @@ def test_a_batch_is_planned_from_nsqd_read_into_segments_and_a_reread_takes_noth
     reader = make_reader(nsqd, wal, maxMessagesPerBatch=2000)
     try:
         start = reader.initialOffset()
+        # The planner made the topic and the channel, so what is published now is kept for it.
+        assert channel_stats(nsqd, TOPIC, CHANNEL)["depth"] == 0
         assert reader.latestOffset(start) == start  # nothing queued: no batch
-        publish(nsqd, expected, TOPIC)  # kept: the planner created the channel
+        publish(nsqd, expected, TOPIC)
         end = reader.latestOffset(start)
         assert BatchPlan.from_offset(end).rows == 2000 and len(end["shares"]) == 3
         first = bodies(reader, start, end)
