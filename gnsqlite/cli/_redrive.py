@@ -1,9 +1,11 @@
 """``gnsqlite pub --from-dead-letter TOPIC``: re-publish dead letters to their topic.
 
-Reads the dead-letter topic on a channel (``redrive`` by default), decodes
-each message as a dead-letter envelope (:mod:`gnsqlite.deadletter`) and
-publishes its original body to its original topic (or to ``--to TOPIC``;
-raw dead letters, which carry no topic, need ``--to``). A dead letter is
+Reads the dead-letter topic on a channel (``redrive`` by default) from the
+nsqd given, or from every nsqd nsqlookupd lists with that topic (and then
+publishes through nsqlookupd's nsqd too), decodes each message as a
+dead-letter envelope (:mod:`gnsqlite.deadletter`) and publishes its
+original body to its original topic (or to ``--to TOPIC``; raw dead
+letters, which carry no topic, need ``--to``). A dead letter is
 finished only once that publish succeeded; when one fails, or a message
 is not an envelope and no ``--to`` was given, it is requeued and the
 command stops with an error (exit 1). It stops by itself after ``-n``
@@ -24,15 +26,17 @@ import gevent.event
 from ..consumer import Consumer
 from ..deadletter import decode_envelope
 from ..errors import EnvelopeError, NSQError
+from ..http import LookupdClient
 from ..message import Message, RequeueMessage
 from ..producer import Producer
 from ..protocol import check_channel_name, check_topic_name
 from ._common import (
     EXIT_INTERRUPTED,
     CommandError,
-    check_nsqd_tcp,
-    normalize_address,
+    reach_addresses,
+    reach_error,
     stop_on_signals,
+    topology_addresses,
 )
 
 __all__ = ["redrive"]
@@ -96,6 +100,17 @@ class _Redrive:
         raise RequeueMessage(0.0)  # the dead letter stays in the channel
 
 
+def _listed(topic: str, lookupds: list[str]) -> bool:
+    """Whether any of ``lookupds`` lists an nsqd with ``topic``; blocks up to 5 s each."""
+    for address in lookupds:
+        try:
+            if LookupdClient(address, timeout=5.0).lookup(topic).get("producers"):
+                return True
+        except NSQError as exc:
+            raise reach_error("nsqlookupd", address, exc) from None
+    return False
+
+
 def redrive(args: Any) -> int:
     """Run ``gnsqlite pub --from-dead-letter``; blocks until done (see the module docstring)."""
     source = check_topic_name(args.from_dead_letter)
@@ -109,16 +124,19 @@ def redrive(args: Any) -> int:
         raise CommandError("-n must be 0 (no limit) or more", 2)
     if not idle_timeout > 0:
         raise CommandError(f"--idle-timeout {idle_timeout} is out of range: use above 0", 2)
-    addresses = [normalize_address(a, "nsqd TCP") for a in args.nsqd_tcp_address]
-    for address in addresses:
-        check_nsqd_tcp(address)
-    producer = Producer(addresses, timeout=30.0)
+    nsqds, lookupds = topology_addresses(args)
+    reach_addresses(nsqds, lookupds)
+    if lookupds and not _listed(source, lookupds):
+        print(f"re-published 0 dead letters from {source!r}: no nsqd nsqlookupd lists has it")
+        return 0
+    producer = Producer(nsqds, lookupd_http_addresses=lookupds, timeout=30.0)
     handler = _Redrive(producer, to, count)
     consumer = Consumer(
         source,
         channel,
         handler,
-        nsqd_tcp_addresses=addresses,
+        nsqd_tcp_addresses=nsqds,
+        lookupd_http_addresses=lookupds,
         max_in_flight=1,
         concurrency=1,
         max_attempts=0,
@@ -129,7 +147,8 @@ def redrive(args: Any) -> int:
         consumer.start()
         try:
             if not consumer.connected.wait(_SUBSCRIBE_TIMEOUT):
-                raise CommandError(f"could not subscribe to {source!r} on {', '.join(addresses)}")
+                where = ", ".join(nsqds) or "the nsqd nsqlookupd lists"
+                raise CommandError(f"could not subscribe to {source!r} on {where}")
             handler.last_activity = time.monotonic()
             while not (handler.stop.is_set() or interrupted.is_set()):
                 idle = time.monotonic() - handler.last_activity

@@ -64,12 +64,15 @@ examples:
   gnsqlite pub --topic events --nsqd-tcp-address 127.0.0.1:4150 events.jsonl --batch 500
   find . -print0 | gnsqlite pub --topic files --nsqd-tcp-address 127.0.0.1:4150 --delimiter '\\0'
   gnsqlite pub --from-dead-letter orders.dead --nsqd-tcp-address 127.0.0.1:4150
+  gnsqlite pub --from-dead-letter orders.dead --lookupd-http-address 127.0.0.1:4161
 
 --from-dead-letter TOPIC reads the dead letters of TOPIC on --channel
 (default 'redrive') and publishes each envelope's original body to its
 original topic (--to TOPIC overrides it; raw dead letters need --to),
 finishing each dead letter only once nsqd took the re-published message.
 It stops after -n messages, or when nothing came for --idle-timeout seconds.
+With --lookupd-http-address it reads every nsqd nsqlookupd lists with TOPIC
+(none: nothing to do, exit 0) and publishes through nsqlookupd's nsqd.
 A new channel on a topic that already has channels sees only new messages:
 create the redrive channel before dead letters arrive.
 """
@@ -81,7 +84,8 @@ def build_parser() -> Parser:
         prog="gnsqlite pub",
         usage="%(prog)s --topic TOPIC --nsqd-tcp-address ADDR [options] [FILE]\n"
         "       %(prog)s --topic TOPIC --lookupd-http-address ADDR [options] [FILE]\n"
-        "       %(prog)s --from-dead-letter TOPIC --nsqd-tcp-address ADDR [options]",
+        "       %(prog)s --from-dead-letter TOPIC (--nsqd-tcp-address ADDR"
+        " | --lookupd-http-address ADDR) [options]",
         description="Publish the records of FILE (or stdin) to a topic, in MPUB batches.",
         epilog=_EXAMPLES,
     )
@@ -190,12 +194,6 @@ def _pub(args: Any) -> int:
     if args.from_dead_letter is not None:
         if args.topic is not None or args.file != "-":
             raise CommandError("--from-dead-letter reads no FILE and takes --to, not --topic", 2)
-        if args.lookupd_http_address or not args.nsqd_tcp_address:
-            raise CommandError(
-                "--from-dead-letter takes --nsqd-tcp-address (the nsqd holding the dead letters),"
-                " not --lookupd-http-address",
-                2,
-            )
         return redrive(args)
     if args.topic is None:
         raise CommandError("--topic is required (or --from-dead-letter TOPIC)", 2)

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from cli_helpers import assert_one_line_error, gnsqlite
 
+from gnsqlite.deadletter import DeadLetter
 from gnsqlite.testing import free_port, wait_until
 
 
@@ -52,10 +53,46 @@ def test_pub_with_a_bad_or_unreachable_lookupd_fails_in_one_line() -> None:
     result = gnsqlite(
         ["pub", "--from-dead-letter", "t.dead", "--lookupd-http-address", address], input=b""
     )
-    assert_one_line_error(result, 2, "--from-dead-letter takes --nsqd-tcp-address")
+    assert_one_line_error(result, 1, f"cannot reach nsqlookupd at {address}")
 
 
 def test_pub_through_a_lookupd_that_lists_no_nsqd_says_so(nsqlookupd: Any) -> None:
     address = nsqlookupd.http_address
     result = gnsqlite(["pub", "--topic", "t", "--lookupd-http-address", address], input=b"x\n")
     assert_one_line_error(result, 1, "cannot reach any nsqd nsqlookupd lists")
+
+
+def test_dead_letters_are_re_published_from_every_nsqd_nsqlookupd_lists(
+    nsqlookupd: Any, nsqd_factory: Any
+) -> None:
+    servers = [nsqd_factory(lookupd=nsqlookupd) for _ in range(2)]
+    address = nsqlookupd.http_address
+    redrive = ["pub", "--from-dead-letter", "found.dead", "--lookupd-http-address", address]
+    result = gnsqlite([*redrive, "--idle-timeout", "0.5"])
+    assert result.returncode == 0, result  # no nsqd has the topic yet: nothing to do
+    assert "re-published 0 dead letters from 'found.dead': no nsqd nsqlookupd lists" in (
+        result.stdout
+    )
+    for n, server in enumerate(servers):
+        server.http.create_topic("found.dead")
+        server.http.create_channel("found.dead", "redrive")
+        letters = [
+            DeadLetter(
+                "found", "c", f"{n}-{i}", 5, 0, server.tcp_address, 0, None, b"%d-%d" % (n, i)
+            )
+            for i in range(3)
+        ]
+        server.http.mpub("found.dead", [letter.encode() for letter in letters])
+    wait_until(
+        lambda: len(nsqlookupd.http.lookup("found.dead")["producers"]) == 2,
+        timeout=10,
+        message="both nsqd registered found.dead",
+    )
+    result = gnsqlite([*redrive, "--idle-timeout", "1"])
+    assert result.returncode == 0, result
+    assert "re-published 6 dead letters from 'found.dead' (found: 6)" in result.stdout
+    wait_until(  # each finished once re-published
+        lambda: all(s.channel_drained("found.dead", "redrive") for s in servers), timeout=10
+    )
+    published = sum(int(s.topic_stats("found").get("message_count", 0)) for s in servers)
+    assert published == 6
