@@ -29,7 +29,8 @@ grow in steps when a busy machine folds them late, would be counted in this
 process's RSS as the client's. At the end of the warm-up (``--warmup`` minutes)
 and at the end it snapshots the traced memory and prints its growth by owner
 (client, books: the run's own records on their way to the child, other) and
-the top tracebacks that grew.
+the top tracebacks that grew, then the mappings whose resident pages grew
+(glibc's heap and arenas, Python's object arenas, a library's pages).
 
 At the end it stops the faults, waits until every acknowledged message was
 handled and the channel is empty, and exits 1 when anything was lost, a
@@ -69,7 +70,14 @@ from gnsqlite.testing.faults import (
     seed_from_env,
 )
 from gnsqlite.testing.ledger_process import LedgerProcess
-from gnsqlite.testing.memory import MemoryWatch, count_objects, trim_malloc
+from gnsqlite.testing.memory import (
+    Mapping,
+    MemoryWatch,
+    count_objects,
+    mapping_growth,
+    rss_by_mapping,
+    trim_malloc,
+)
 from gnsqlite.testing.proxy_process import ProxyProcess
 
 TOPIC = "soak"
@@ -247,6 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         workers.append(gevent.spawn(faults))
     started = time.monotonic()
     baseline: collections.Counter[str] | None = None
+    mappings: dict[tuple[int, str], Mapping] = {}
     try:
         minute = 0
         end = started + args.minutes * 60
@@ -264,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
                 samples[-2].objects = collections.Counter()
             if minute == args.warmup:
                 baseline = sample.objects
+                mappings = rss_by_mapping()
                 if watch is not None:
                     took = time.monotonic()
                     watch.mark()
@@ -276,6 +286,8 @@ def main(argv: list[str] | None = None) -> int:
         if baseline is not None:
             grown = object_growth(baseline, samples[-1].objects)
             print(f"objects grown since the warm-up: {grown}", flush=True)
+            lines = mapping_growth(mappings, rss_by_mapping())
+            print("rss grown since the warm-up, by mapping:", *lines, sep="\n", flush=True)
     finally:
         state["stop"] = True
         gevent.joinall(workers, timeout=30)

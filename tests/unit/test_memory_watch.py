@@ -8,7 +8,14 @@ import tracemalloc
 import pytest
 
 from gnsqlite.config import ConsumerConfig
-from gnsqlite.testing.memory import MemoryWatch, count_objects, owner_of, trim_malloc
+from gnsqlite.testing.memory import (
+    MemoryWatch,
+    count_objects,
+    mapping_growth,
+    owner_of,
+    rss_by_mapping,
+    trim_malloc,
+)
 
 
 def test_count_objects_counts_live_library_objects_by_class() -> None:
@@ -18,6 +25,9 @@ def test_count_objects_counts_live_library_objects_by_class() -> None:
     assert count_objects()[name] == before + 5
     del kept
     assert count_objects()[name] == before  # collected: only reachable objects count
+    mappings = rss_by_mapping()  # the measuring run's own records are not the client's
+    assert "gnsqlite.testing.memory.Mapping" not in count_objects()
+    assert count_objects(exclude=())["gnsqlite.testing.memory.Mapping"] >= len(mappings)
 
 
 def frames(*filenames: str) -> tracemalloc.Traceback:
@@ -55,3 +65,18 @@ def test_growth_names_the_traceback_that_grew_since_the_mark() -> None:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_trim")
 def test_trim_malloc_reaches_glibc() -> None:
     assert trim_malloc() is True
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/smaps")
+def test_mapping_growth_names_the_mapping_whose_pages_were_touched() -> None:
+    before = rss_by_mapping()
+    assert any(m.name == "[stack]" for m in before.values())
+    block = bytearray(16 * 1024 * 1024)  # above glibc's mmap threshold: a mapping of its own
+    block[::4096] = b"x" * (len(block) // 4096)  # touch every page
+    touched = rss_by_mapping()
+    lines = mapping_growth(before, touched, top=1)
+    assert float(lines[0].split(" MiB ", 1)[0]) >= 15.9, lines
+    assert " anonymous " in lines[0], lines  # (the kernel may merge it with a neighbour)
+    del block  # unmapped at once
+    net = mapping_growth(touched, rss_by_mapping())[-1]
+    assert float(net.split("net ", 1)[1].split(" MiB", 1)[0]) <= -15.9, net
