@@ -37,7 +37,8 @@ class Program:
         self.path.write_text(source)
         env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
         self.process = gevent.subprocess.Popen(
-            [sys.executable, "-u", str(self.path)],
+            # faulthandler: a program that does not end is aborted with its stacks (stop())
+            [sys.executable, "-u", "-X", "faulthandler", str(self.path)],
             stdout=gevent.subprocess.PIPE,
             stderr=gevent.subprocess.STDOUT,
             env=env,
@@ -69,7 +70,16 @@ class Program:
     def stop(self, signum: int = signal.SIGTERM, timeout: float = 20) -> int:
         if self.process.poll() is None:
             self.process.send_signal(signum)
-        code = self.process.wait(timeout=timeout)
+        try:
+            code = self.process.wait(timeout=timeout)
+        except gevent.subprocess.TimeoutExpired:
+            self.process.send_signal(signal.SIGABRT)  # faulthandler prints where it hangs
+            self.process.wait(timeout=10)
+            self._reader.join(timeout=5)
+            raise AssertionError(
+                f"the program did not end within {timeout} s of signal {signum}; its output"
+                f" and stacks:\n{self.output}"
+            ) from None
         self._reader.join(timeout=5)
         return int(code)
 

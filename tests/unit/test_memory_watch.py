@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import mmap
 import sys
 import tracemalloc
 
@@ -71,12 +72,16 @@ def test_trim_malloc_reaches_glibc() -> None:
 def test_mapping_growth_names_the_mapping_whose_pages_were_touched() -> None:
     before = rss_by_mapping()
     assert any(m.name == "[stack]" for m in before.values())
-    block = bytearray(16 * 1024 * 1024)  # above glibc's mmap threshold: a mapping of its own
-    block[::4096] = b"x" * (len(block) // 4096)  # touch every page
-    touched = rss_by_mapping()
-    lines = mapping_growth(before, touched, top=1)
-    assert float(lines[0].split(" MiB ", 1)[0]) >= 15.9, lines
-    assert " anonymous " in lines[0], lines  # (the kernel may merge it with a neighbour)
-    del block  # unmapped at once
+    # An anonymous mapping of its own (malloc might serve 16 MiB from its heap instead).
+    block = mmap.mmap(-1, 16 * 1024 * 1024, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    try:
+        for page in range(0, len(block), mmap.PAGESIZE):  # touch every page
+            block[page] = 1
+        touched = rss_by_mapping()
+        lines = mapping_growth(before, touched, top=1)
+        assert float(lines[0].split(" MiB ", 1)[0]) >= 15.9, lines
+        assert " anonymous " in lines[0], lines  # (the kernel may merge it with a neighbour)
+    finally:
+        block.close()  # unmapped at once
     net = mapping_growth(touched, rss_by_mapping())[-1]
     assert float(net.split("net ", 1)[1].split(" MiB", 1)[0]) <= -15.9, net
