@@ -79,9 +79,9 @@ def test_mapping_growth_names_the_mapping_whose_pages_were_touched() -> None:
             block[page] = 1
         touched = rss_by_mapping()
         lines = mapping_growth(before, touched, top=1)
-        assert float(lines[0].split(" MiB ", 1)[0]) >= 15.9, lines
+        assert float(lines[0].split(" MiB ", 1)[0]) >= 15.0, lines
         assert " anonymous " in lines[0], lines  # (the kernel may merge it with a neighbour)
     finally:
         block.close()  # unmapped at once
-    net = mapping_growth(touched, rss_by_mapping())[-1]
-    assert float(net.split("net ", 1)[1].split(" MiB", 1)[0]) <= -15.9, net
+    net = mapping_growth(touched, rss_by_mapping())[-1]  # (the rest moves a little too)
+    assert float(net.split("net ", 1)[1].split(" MiB", 1)[0]) <= -15.0, net
