@@ -103,6 +103,7 @@ def batch_consumer(
         nsqd_tcp_addresses=[s.tcp_address for s in servers],
         **options,
     )
+    consumers.append(consumer)
     return consumer
 
 
