@@ -29,6 +29,16 @@ def drained(server: NsqdServer, topic: str, channel: str) -> bool:
     return server.channel_drained(topic, channel)
 
 
+def _default_sigint() -> None:
+    """In the child before exec: SIGINT back to the default.
+
+    A test run started in the background by a shell (``cmd &`` without job
+    control) inherits SIGINT ignored, and Python then installs no
+    KeyboardInterrupt handler, so a program's Ctrl-C would do nothing.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Program:
     """A Python program in a child process whose output lines are collected."""
 
@@ -43,6 +53,7 @@ class Program:
             stderr=gevent.subprocess.STDOUT,
             env=env,
             cwd=str(tmp_path),
+            preexec_fn=_default_sigint,
         )
         self.lines: list[str] = []
         self._reader = gevent.spawn(self._read)
