@@ -74,6 +74,7 @@ from gnsqlite.testing.memory import (
     Mapping,
     MemoryWatch,
     count_objects,
+    malloc_info,
     mapping_growth,
     rss_by_mapping,
     trim_malloc,
@@ -103,6 +104,8 @@ class Sample:
     traced: int
     overhead: int  # tracemalloc's own bytes (in rss, not in traced)
     trimmed: int  # rss after malloc_trim(0) (0: not asked)
+    malloc_in_use: int  # bytes glibc's malloc has handed out and not had back (0: no glibc)
+    malloc_free: int  # bytes freed that glibc's malloc keeps in its heap and arenas
     fds: int
     greenlets: int
     queued: int
@@ -336,6 +339,7 @@ def take_sample(
     objects = count_objects()
     memory = MemoryWatch.sample()
     dups = ledger.duplicates()
+    heap = malloc_info()  # before a trim: what the allocator kept
     trimmed = rss_bytes() if trim and trim_malloc() else 0
     anon, mapped = rss_parts()
     return Sample(
@@ -350,6 +354,8 @@ def take_sample(
         memory.traced,
         memory.overhead,
         trimmed,
+        heap.in_use if heap else 0,
+        heap.free if heap else 0,
         open_fds(),
         len(live_greenlets()),
         consumer.stats()["queued"],
@@ -379,6 +385,11 @@ def print_sample(
         f" rss {sample.rss / MiB:.1f} MiB"
         f" (anon {sample.rss_anon / MiB:.1f} file {sample.rss_file / MiB:.1f})"
         + (f" (trimmed {sample.trimmed / MiB:.1f})" if sample.trimmed else "")
+        + (
+            f" malloc in use {sample.malloc_in_use / MiB:.2f} free {sample.malloc_free / MiB:.2f}"
+            if sample.malloc_in_use
+            else ""
+        )
         + f" traced {sample.traced / MiB:.2f} MiB"
         f" tracemalloc {sample.overhead / MiB:.1f} MiB fds {sample.fds}"
         f" greenlets {sample.greenlets} queued {sample.queued} objects {watched}"
@@ -420,9 +431,12 @@ def grew(
                 parts = [
                     statistics.mean(getattr(s, part) for s in last)
                     - statistics.mean(getattr(s, part) for s in first)
-                    for part in ("rss_anon", "rss_file")
+                    for part in ("rss_anon", "rss_file", "malloc_in_use", "malloc_free")
                 ]
-                out[-1] += f" (anon {parts[0] / MiB:+.2f} MiB, file {parts[1] / MiB:+.2f} MiB)"
+                out[-1] += (
+                    f" (anon {parts[0] / MiB:+.2f} MiB, file {parts[1] / MiB:+.2f} MiB;"
+                    f" malloc in use {parts[2] / MiB:+.2f} MiB, free {parts[3] / MiB:+.2f} MiB)"
+                )
     return out
 
 

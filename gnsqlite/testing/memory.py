@@ -6,6 +6,9 @@
 * :func:`rss_by_mapping` and :func:`mapping_growth` put RSS growth down
   to the process's mappings (the allocator's heap and arenas, a library's
   pages);
+* :func:`malloc_info` says what glibc's malloc holds: handed out (memory
+  allocated in C too, beneath :mod:`tracemalloc`) or freed and kept (the
+  allocator's fragmentation), which RSS alone cannot tell apart;
 * :class:`MemoryWatch` samples the process's RSS and the memory
   :mod:`tracemalloc` traces, and compares a snapshot taken at a mark (the
   end of a warm-up) with one taken later, by allocating traceback. Each
@@ -43,6 +46,8 @@ __all__ = [
     "mapping_growth",
     "owner_of",
     "rss_by_mapping",
+    "MallocInfo",
+    "malloc_info",
     "trim_malloc",
 ]
 
@@ -88,6 +93,55 @@ def trim_malloc() -> bool:
         return False
     trim(0)
     return True
+
+
+class _Mallinfo2(ctypes.Structure):
+    """glibc's ``struct mallinfo2`` (glibc 2.33 and later): every field a ``size_t``."""
+
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena",  # bytes the main heap and arenas hold from the system
+            "ordblks",
+            "smblks",
+            "hblks",
+            "hblkhd",  # bytes in chunks mmap()ed on their own (large allocations)
+            "usmblks",
+            "fsmblks",
+            "uordblks",  # bytes allocated and not freed
+            "fordblks",  # bytes free in the heap and arenas, kept by malloc
+            "keepcost",
+        )
+    ]
+
+
+@dataclass(frozen=True)
+class MallocInfo:
+    """What glibc's malloc holds, in bytes (``mallinfo2()``).
+
+    ``in_use`` growing while :mod:`tracemalloc`'s figure stays flat is memory
+    allocated in C beneath Python's tracing; ``free`` growing is the
+    allocator keeping freed chunks (fragmentation), which
+    :func:`trim_malloc` may give back where they fill whole pages.
+    """
+
+    in_use: int  # allocated and not freed, in the heap and arenas and mmap()ed
+    free: int  # freed chunks malloc keeps in its heap and arenas
+    heap: int  # the heap and arenas' size, in use plus free
+
+
+def malloc_info() -> MallocInfo | None:
+    """glibc's malloc figures now; ``None`` without glibc 2.33 or later. Does not block."""
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return None
+    try:
+        call = ctypes.CDLL(name).mallinfo2
+    except (OSError, AttributeError):
+        return None
+    call.restype = _Mallinfo2
+    info = call()
+    return MallocInfo(in_use=info.uordblks + info.hblkhd, free=info.fordblks, heap=info.arena)
 
 
 def owner_of(traceback: tracemalloc.Traceback) -> str:

@@ -12,6 +12,7 @@ from gnsqlite.config import ConsumerConfig
 from gnsqlite.testing.memory import (
     MemoryWatch,
     count_objects,
+    malloc_info,
     mapping_growth,
     owner_of,
     rss_by_mapping,
@@ -66,6 +67,23 @@ def test_growth_names_the_traceback_that_grew_since_the_mark() -> None:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_trim")
 def test_trim_malloc_reaches_glibc() -> None:
     assert trim_malloc() is True
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallinfo2")
+def test_malloc_info_tells_memory_in_use_from_memory_freed() -> None:
+    before = malloc_info()
+    assert before is not None
+    # 4,000 objects of 2 KiB: above pymalloc's 512 bytes, so each is one malloc() of glibc's.
+    blocks = [bytearray(2048) for _ in range(4000)]
+    held = malloc_info()
+    assert held is not None
+    assert held.in_use - before.in_use >= 7 * 1024 * 1024, (before, held)
+    del blocks[::2]  # every other one: holes glibc keeps in its heap, not returned
+    freed = malloc_info()
+    assert freed is not None
+    assert held.in_use - freed.in_use >= 3 * 1024 * 1024, (held, freed)
+    assert freed.free - held.free >= 3 * 1024 * 1024, (held, freed)
+    assert freed.heap >= freed.free
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/smaps")
