@@ -110,7 +110,9 @@ class Connection:
     ``message_class`` (a :class:`~gnsqlite.protocol.Delivery` subclass):
     ``on_message`` gets each message as an instance of it (built by the
     frame decoder, see :class:`~gnsqlite.protocol.Delivery`) rather than a
-    :class:`~gnsqlite.protocol.WireMessage`, and on a plain TCP connection
+    :class:`~gnsqlite.protocol.WireMessage`; ``bytes``: each message as its
+    frame's data, undecoded (see :class:`~gnsqlite.protocol.ClientConnection`).
+    With either, on a plain TCP connection
     without compression it is called by the hub itself, which reads the
     socket (see :mod:`gnsqlite.connection.reader`): blocking in it raises.
     ``connect_stream(address)`` opens the stream the handshake runs over
@@ -129,7 +131,7 @@ class Connection:
         on_error: ErrorCallback | None = None,
         on_close: CloseCallback | None = None,
         on_heartbeat: HeartbeatCallback | None = None,
-        message_class: type[Delivery] | None = None,
+        message_class: type[Delivery] | type[bytes] | None = None,
         connect_stream: Callable[[tuple[str, int]], Stream] | None = None,
     ) -> None:
         self.address = parse_address(address)

@@ -272,7 +272,7 @@ class ConnectionReader:
             log.debug("%s: heartbeat", self.name)
             if self.on_heartbeat is not None:
                 self._call(self.on_heartbeat)
-        elif isinstance(event, (MessageReceived, Delivery)):
+        elif isinstance(event, (MessageReceived, Delivery, bytes)):  # bytes: a message's data
             log.warning("%s: a message arrived on a connection without on_message", self.name)
         elif isinstance(event, Upgraded):  # pragma: no cover - only during the handshake
             raise RemoteProtocolError(f"unexpected upgrade confirmation {event.kind!r}")

@@ -111,13 +111,28 @@ class ClientConnection:
     ``message_class`` (a :class:`~.events.Delivery` subclass) makes each
     message an event of that class rather than a :class:`MessageReceived`
     (see :class:`~.events.Delivery`); ``None``: :class:`MessageReceived`.
+    ``bytes`` makes each message its frame's data, undecoded: the
+    :data:`~.frames.MESSAGE_HEADER_SIZE`-byte header (timestamp in ns,
+    attempts, id; big-endian), then the body. A receiver that decodes many
+    messages at once (the Spark taker builds Arrow columns from them) pays
+    no Python object per message.
     """
 
     def __init__(
         self,
         max_frame_size: int = MAX_FRAME_SIZE,
-        message_class: type[Delivery] | None = None,
+        message_class: type[Delivery] | type[bytes] | None = None,
     ) -> None:
+        # A subclass of bytes would not be the type of its events (they are bytes).
+        if (
+            message_class is not None
+            and message_class is not bytes
+            and issubclass(message_class, bytes)
+        ):
+            raise TypeError(
+                f"message_class {message_class.__name__}: bytes itself (each message's"
+                " frame data) or a Delivery subclass"
+            )
         self.state = ClientState.INIT
         self.message_class = message_class
         self.features: dict[str, Any] = {}
@@ -357,6 +372,13 @@ class ClientConnection:
         if self.state is ClientState.SUBSCRIBED:
             # The hot path: messages, heartbeats and the odd error.
             into = self.message_class
+            if into is not None and issubclass(into, bytes):  # each message is its frame's data
+                for frame_type, data in self._decoder.frames():
+                    if frame_type == FRAME_TYPE_MESSAGE:  # its header is whole (the decoder checks)
+                        out.append(data)  # type: ignore[arg-type]
+                    else:
+                        out.append(self._frame_event(frame_type, data))
+                return out
             if into is not None:  # each message is its own event, built by the decoder
                 others: list[int] = []
                 items: list[Any] = self._decoder.frames_decoding_messages(into, others)
@@ -406,8 +428,11 @@ class ClientConnection:
                 raise RemoteProtocolError(
                     f"nsqd sent a message in state {self.state.value!r}, before SUB"
                 )
-            if self.message_class is not None:
-                return decode_message(data, self.message_class)
+            into = self.message_class
+            if into is not None and issubclass(into, bytes):
+                return data  # type: ignore[return-value]  # sized for its header (the decoder checks)
+            if into is not None:
+                return decode_message(data, into)
             return MessageReceived(decode_message(data))
         return self._frame_event(frame_type, data)
 

@@ -26,9 +26,12 @@ Python worker for each :class:`NSQSharePartition` of a batch (planned by
 The taker holds :class:`~gnsqlite.connection.Connection` objects itself, not a
 :class:`~gnsqlite.consumer.Consumer`: a share is one RDY per connection
 (a message is only ever taken, never handled, so there is no flow control
-to run), each message arrives as the bare object the frame decoder builds
-and is appended to its connection's list, the rows are built from those
-lists one column per call, and each connection's FINs go out as one write.
+to run), each message arrives undecoded, as its frame's data
+(``message_class=bytes``), and is appended to its connection's list; the
+rows are cut from those frames by Arrow's kernels
+(:func:`~gnsqlite.spark.arrow_rows.frame_rows`), a message is decoded one
+at a time only when the ``attempts`` column shows a redelivery, and each
+connection's FINs go out as one write.
 
 Spark's Python worker runs a full garbage collection after every task,
 which walks every object the worker holds: PySpark's, pyarrow's, gevent's
@@ -45,6 +48,7 @@ import gc
 import logging
 import os
 import signal
+import struct
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -58,15 +62,15 @@ from pyspark.taskcontext import TaskContext
 
 from ..connection import Connection
 from ..errors import NSQConnectionError, NSQError
-from ..protocol import Delivery
+from ..protocol.frames import MESSAGE_HEADER_SIZE
 from ._hub import HubThread
-from .arrow_rows import delivery_rows, with_topic
+from .arrow_rows import frame_rows, with_topic
 from .consuming import rdy_shares
 from .options import SourceOptions
 from .planning import SEGMENT_PREFIX, segment_name
 from .wal import WalStore
 
-__all__ = ["FAULT", "NSQSharePartition", "ShareTaker", "Taken", "read_share"]
+__all__ = ["FAULT", "NSQSharePartition", "ShareTaker", "read_share"]
 
 log = logging.getLogger(__name__)
 
@@ -186,34 +190,39 @@ def _fault(stage: str) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-class Taken(Delivery):
-    """A message taken for a segment: only the four fields the frame decoder sets."""
+#: A message's frame data: its attempts and id after the 8-byte timestamp, then the body.
+_ATTEMPTS_AND_ID = struct.Struct(">H16s")
+_ID = slice(MESSAGE_HEADER_SIZE - 16, MESSAGE_HEADER_SIZE)
 
-    __slots__ = ()
+
+def _attempts_and_id(frame: bytes) -> tuple[int, bytes]:
+    """A taken message's attempts and 16-byte id, from its frame data."""
+    return _ATTEMPTS_AND_ID.unpack_from(frame, 8)
 
 
 class _Link:
     """One connection of a taker and the messages it took: at most ``cap``, its RDY.
 
-    ``taken`` is the list the connection's receiver appends to; it is
-    emptied in place (:meth:`keep`, :meth:`drop`), never rebound: the
-    receiver holds it, and the connection holds the receiver in a reference
-    cycle, so a list rebound away would keep its messages alive until
-    Python's cyclic garbage collector runs (Spark's worker runs a full one
-    after each task, whose time grows with the objects it frees).
+    ``taken`` holds each message's frame data (header, then body); it is
+    the list the connection's receiver appends to; it is emptied in place
+    (:meth:`keep`, :meth:`drop`), never rebound: the receiver holds it, and
+    the connection holds the receiver in a reference cycle, so a list
+    rebound away would keep its messages alive until Python's cyclic
+    garbage collector runs (Spark's worker runs a full one after each task,
+    whose time grows with the objects it frees).
     """
 
     connection: Connection  # set by the taker right after the link is made
 
     def __init__(self) -> None:
         self.cap = 0
-        self.taken: list[Taken] = []
+        self.taken: list[bytes] = []
 
-    def keep(self, messages: list[Taken]) -> None:
+    def keep(self, messages: list[bytes]) -> None:
         """Keep only ``messages`` (some of :attr:`taken`)."""
         self.taken[:] = messages
 
-    def drop(self) -> list[Taken]:
+    def drop(self) -> list[bytes]:
         """Empty :attr:`taken`; what it held, in a new list."""
         taken = self.taken[:]
         self.taken.clear()
@@ -284,7 +293,7 @@ class ShareTaker:
         o = self.options
         link = _Link()
         connection = link.connection = Connection(
-            self.nsqd, o.connection, on_message=self._receiver(link), message_class=Taken
+            self.nsqd, o.connection, on_message=self._receiver(link), message_class=bytes
         )
         self._links.append(link)  # closed by close(), whatever happens next
         failed = NSQConnectionError(
@@ -295,16 +304,16 @@ class ShareTaker:
             connection.subscribe(o.topic, o.channel)
         return connection
 
-    def _receiver(self, link: _Link) -> Callable[[Connection, Taken], None]:
+    def _receiver(self, link: _Link) -> Callable[[Connection, bytes], None]:
         """``on_message`` of ``link``'s connection: keep the message; count the link full."""
         taken = link.taken
         append = taken.append
 
-        def receive(connection: Connection, message: Taken) -> None:
+        def receive(connection: Connection, frame: bytes) -> None:
             if not self._taking:  # after the read ended: back at once
-                _answer(connection, connection.requeue, message.wire_id)
+                _answer(connection, connection.requeue, frame[_ID])
                 return
-            append(message)
+            append(frame)
             if len(taken) == link.cap:
                 self._unfilled -= 1
                 if not self._unfilled and self._full is not None:
@@ -321,36 +330,37 @@ class ShareTaker:
         """
         import pyarrow.compute as pc  # imported by the executors only (the planner needs none)
 
-        taken: list[Taken] = []
+        taken: list[bytes] = []
         for link in self._links:
             if link.connection.closed:  # broke: nothing can be answered, nsqd redelivers
                 link.drop()
                 continue
             taken += link.taken
-        rows = delivery_rows(taken, self.nsqd)
+        rows = frame_rows(taken, self.nsqd)
         if not taken or pc.max(rows.column("attempts")).as_py() == 1:
             return rows
         recent: list[frozenset[bytes]] | None = None
         taken = []
         for link in self._links:
-            if any(m.attempts != 1 for m in link.taken):
+            if any(_attempts_and_id(frame)[0] != 1 for frame in link.taken):
                 if recent is None:
                     recent = gevent.get_hub().threadpool.spawn(self._recent_ids).get()
                 link.keep(self._drop_answered(link, recent or []))
             taken += link.taken
-        return delivery_rows(taken, self.nsqd)
+        return frame_rows(taken, self.nsqd)
 
-    def _drop_answered(self, link: _Link, recent: list[frozenset[bytes]]) -> list[Taken]:
+    def _drop_answered(self, link: _Link, recent: list[frozenset[bytes]]) -> list[bytes]:
         """``link``'s messages less redeliveries in a segment or past ``maxAttempts``: FINished."""
         o = self.options
         limit = o.max_attempts or None
+        fields = list(map(_attempts_and_id, link.taken))
         written = {
-            m.wire_id
-            for m in link.taken
-            if m.attempts != 1 and any(m.wire_id in ids for ids in recent)
+            wire_id
+            for attempts, wire_id in fields
+            if attempts != 1 and any(wire_id in ids for ids in recent)
         }
         given_up = {
-            m.wire_id for m in link.taken if limit is not None and m.attempts > limit
+            wire_id for attempts, wire_id in fields if limit is not None and attempts > limit
         } - written
         if written:
             log.info(
@@ -371,7 +381,7 @@ class ShareTaker:
         if not drop:
             return link.taken
         _answer(link.connection, link.connection.finish_many, sorted(drop))
-        return [m for m in link.taken if m.wire_id not in drop]
+        return [frame for frame in link.taken if frame[_ID] not in drop]
 
     def _recent_ids(self) -> list[frozenset[bytes]]:
         """The ids of every segment under ``walLocation`` but this partition's (blocks on I/O)."""
@@ -393,7 +403,7 @@ class ShareTaker:
     def finish(self) -> None:
         """The segment is durable: FIN every message in it, one write a connection; close."""
         for link in self._links:
-            ids = [m.wire_id for m in link.drop()]
+            ids = [frame[_ID] for frame in link.drop()]
             _answer(link.connection, link.connection.finish_many, ids)
         self.close()
 
@@ -406,8 +416,8 @@ class ShareTaker:
         self._taking = False
         links, self._links = self._links, []
         for link in links:
-            for message in link.drop():
-                _answer(link.connection, link.connection.requeue, message.wire_id)
+            for frame in link.drop():
+                _answer(link.connection, link.connection.requeue, frame[_ID])
         timeout = self.options.stop_timeout
         gevent.joinall(
             [gevent.spawn(link.connection.close, timeout) for link in links], raise_error=True

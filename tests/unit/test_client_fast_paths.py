@@ -40,7 +40,7 @@ class Own(Delivery):
     __slots__ = ()
 
 
-def ready(message_class: type[Delivery] | None = None) -> ClientConnection:
+def ready(message_class: type[Delivery] | type[bytes] | None = None) -> ClientConnection:
     machine = ClientConnection(message_class=message_class)
     machine.start({"feature_negotiation": True})
     machine.receive_data(encode_frame(FRAME_TYPE_RESPONSE, json.dumps({}).encode()))
@@ -49,7 +49,7 @@ def ready(message_class: type[Delivery] | None = None) -> ClientConnection:
     return machine
 
 
-def subscribed(message_class: type[Delivery] | None) -> ClientConnection:
+def subscribed(message_class: type[Delivery] | type[bytes] | None) -> ClientConnection:
     machine = ready(message_class)
     machine.sub("t", "c")
     machine.receive_data(OK)
@@ -67,6 +67,8 @@ def shape(event: Any) -> tuple[Any, ...]:
     """An event as comparable values, its waiter (compared by identity) included."""
     if isinstance(event, MessageFields):
         return (type(event), event.wire_id, event.body, event.timestamp, event.attempts)
+    if type(event) is bytes:  # message_class=bytes: the frame's data
+        return (bytes, event)
     fields = getattr(type(event), "__dataclass_fields__", {})
     values = [getattr(event, name) for name in fields if name != "waiter"]
     values = [(type(v), str(v)) if isinstance(v, Exception) else v for v in values]
@@ -92,10 +94,10 @@ def random_message(rng: random.Random) -> bytes:
     return encode_frame(FRAME_TYPE_MESSAGE, encode_message(wire))
 
 
-@pytest.mark.parametrize("message_class", [None, Own])
+@pytest.mark.parametrize("message_class", [None, Own, bytes])
 @pytest.mark.parametrize("seed", SEEDS)
 def test_a_subscribed_connections_events_follow_the_one_rule(
-    seed: int, message_class: type[Delivery] | None
+    seed: int, message_class: type[Delivery] | type[bytes] | None
 ) -> None:
     rng = random.Random(seed)
     frames = [

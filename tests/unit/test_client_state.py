@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import struct
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -51,8 +53,12 @@ def message(body: bytes = b"hi", attempts: int = 1) -> bytes:
     return encode_frame(FRAME_TYPE_MESSAGE, encode_message(WireMessage(MID, body, 5, attempts)))
 
 
-def identified(features: dict[str, object] | None = None, **requested: object) -> ClientConnection:
-    conn = ClientConnection()
+def identified(
+    features: dict[str, object] | None = None,
+    message_class: type[Delivery] | type[bytes] | None = None,
+    **requested: object,
+) -> ClientConnection:
+    conn = ClientConnection(message_class=message_class)
     sent = conn.start({"feature_negotiation": True, **requested})
     assert sent.startswith(b"  V2IDENTIFY\n")
     conn.receive_data(response(json.dumps(features).encode() if features is not None else b"OK"))
@@ -61,8 +67,8 @@ def identified(features: dict[str, object] | None = None, **requested: object) -
     return conn
 
 
-def subscribed() -> ClientConnection:
-    conn = identified({"max_rdy_count": 2500})
+def subscribed(message_class: type[Delivery] | type[bytes] | None = None) -> ClientConnection:
+    conn = identified({"max_rdy_count": 2500}, message_class)
     conn.sub("t", "c")
     conn.receive_data(response(b"OK"))
     assert conn.events() == [Response(b"OK", "SUB")]
@@ -344,14 +350,39 @@ def test_a_message_class_makes_each_message_its_own_event() -> None:
     assert conn.data_to_send() == b"NOP\n"
 
 
+def test_message_class_bytes_makes_each_message_its_frames_data() -> None:
+    conn = subscribed(bytes)
+    conn.receive_data(message(b"one", 3) + response(b"_heartbeat_") + message())
+    events: list[Any] = list(conn.events())  # message_class=bytes: messages are bytes
+    first, beat, second = events
+    assert type(first) is bytes and type(second) is bytes
+    assert first == struct.pack(">qH", 5, 3) + MID + b"one"  # header (big-endian), then body
+    assert second[26:] == b"hi"
+    assert beat == Heartbeat()
+    conn.cls()
+    conn.receive_data(message(b"late") + response(b"CLOSE_WAIT"))
+    late, closed = list[Any](conn.events())  # outside the subscribed hot path too
+    assert late[26:] == b"late" and late[10:26] == MID
+    assert closed == CloseWait()
+
+
+def test_message_class_bytes_still_refuses_a_message_frame_too_short_for_its_header() -> None:
+    conn = subscribed(bytes)
+    conn.receive_data(struct.pack(">ll", 4 + 20, FRAME_TYPE_MESSAGE) + b"x" * 20)
+    with pytest.raises(RemoteProtocolError, match="too short for its 26-byte header"):
+        conn.events()
+
+
+def test_a_subclass_of_bytes_is_refused_as_message_class() -> None:
+    class Frame(bytes):
+        pass
+
+    with pytest.raises(TypeError, match="bytes itself"):
+        ClientConnection(message_class=Frame)
+
+
 def test_a_message_class_serves_messages_after_cls_too() -> None:
-    conn = ClientConnection(message_class=Own)
-    conn.start({})
-    conn.receive_data(response(b"OK"))
-    conn.events()
-    conn.sub("t", "c")
-    conn.receive_data(response(b"OK"))
-    conn.events()
+    conn = subscribed(Own)
     conn.cls()
     conn.receive_data(message(b"late") + response(b"CLOSE_WAIT"))
     late, closed = conn.events()  # decoded outside the subscribed hot path
