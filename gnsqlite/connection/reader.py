@@ -62,7 +62,7 @@ from ..protocol import (
 )
 from ..protocol.frames import OK
 from ..timers import Timer, TimerWheel
-from .stream import Stream
+from .stream import READ_SIZE, Stream
 
 __all__ = [
     "DEAD_AFTER_HEARTBEATS",
@@ -83,7 +83,7 @@ SWEEPS_PER_LIMIT = 4
 #: Bytes asked of one ``recv``. Below glibc's mmap threshold (128 KiB): a larger
 #: buffer is mmapped for every read (see docs/benchmarks.md). nsqd writes at most
 #: its 16 KiB output buffer at a time.
-_RECV_SIZE = 64 * 1024
+_RECV_SIZE = READ_SIZE
 #: The hub's wheel, bound once: a connection's liveness is never on a test's fake wheel.
 _hub_wheel = TimerWheel.for_hub
 #: Plain bytes decompressed at a time before the frame decoder runs.
@@ -339,12 +339,13 @@ class ConnectionReader:
                 and (self.on_message is None or protocol.message_class is not None)
                 and self.codec is None
             )
+            hub_recv = stream.hub_recv if parks else None
             short = False
             with map_io_errors(self.name, "read failed"):
                 while True:
                     self._in_recv = True
-                    if parks:
-                        route(self._park(raw))  # what was more than answers and messages
+                    if hub_recv is not None:
+                        route(self._park(raw, hub_recv))  # what was more than answers and messages
                         continue
                     if short:
                         wait_readable()
@@ -376,10 +377,10 @@ class ConnectionReader:
 
     # -- answers and messages read by the hub (see the module docstring) ------------
 
-    def _park(self, raw: Any) -> list[Event]:
+    def _park(self, raw: Any, recv: Callable[[int], bytes]) -> list[Event]:
         """Reader greenlet: leave the reading to the hub until it meets more than answers.
 
-        While parked, the hub reads the socket itself when it is readable
+        While parked, the hub reads the socket ``raw`` itself (with ``recv``) when it is readable
         (:meth:`_on_readable`) and delivers the answers and messages it finds
         (:meth:`deliver`), with no switch to this greenlet and back. Anything
         else is handed back: returns the events from the first such one on,
@@ -392,7 +393,7 @@ class ConnectionReader:
             watch = self.watch = self._loop.io(raw.fileno(), 1)
         waiter: Waiter[Any] = Waiter()
         self._parked = waiter
-        watch.start(self._on_readable, raw)
+        watch.start(self._on_readable, recv)
         try:
             handed = waiter.get()
         finally:
@@ -402,14 +403,17 @@ class ConnectionReader:
             raise handed
         return handed  # type: ignore[no-any-return]
 
-    def _on_readable(self, raw: Any) -> None:
-        """Runs in the hub when a parked reader's socket is readable; never blocks or raises."""
+    def _on_readable(self, recv: Callable[[int], bytes]) -> None:
+        """Runs in the hub when a parked reader's socket is readable; never blocks or raises.
+
+        ``recv`` reads the OS socket (the stream's ``hub_recv``).
+        """
         waiter = self._parked
         if waiter is None or self.stopped:  # pragma: no cover - the watch stops before either
             return
         handed: list[Event] | BaseException
         try:
-            data = raw.recv(_RECV_SIZE)
+            data = recv(_RECV_SIZE)
             protocol = self.protocol
             answered = protocol.publish_answers(data) if self.on_message is None else None
             if answered is not None:  # only OKs to publishes: no frames decoded, no events

@@ -14,6 +14,7 @@ import contextlib
 import functools
 import socket as _stdlib_socket
 import ssl as _stdlib_ssl
+import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -22,7 +23,36 @@ import gevent.ssl
 
 from ..net import connect_tcp
 
-__all__ = ["MemoryStream", "SocketStream", "Stream"]
+__all__ = ["READ_SIZE", "MemoryStream", "SocketStream", "Stream", "reading"]
+
+#: The most one read takes, in bytes (a busy consumer's reads fill it).
+READ_SIZE = 64 * 1024
+
+_buffers = threading.local()  # each thread's read buffer (see reading())
+
+
+def reading(recv_into: Callable[[memoryview, int], int]) -> Callable[[int], bytes]:
+    """A ``recv(size)`` (``size`` at most :data:`READ_SIZE`) over a socket's ``recv_into``.
+
+    A socket's own ``recv(size)`` takes ``size`` bytes from the C heap for
+    every read and shrinks them to what arrived: at a few hundred bytes a
+    read, each of them carves 64 KiB out of glibc's heap, and a long run's
+    heap fragments around what stays (a soak's RSS crept with its
+    reconnects). Here every read lands in one buffer of the calling
+    thread's, reused, and its bytes are copied out at their size (a small
+    read is Python's own small-object memory). Nothing can switch between a
+    read and its copy, so the connections of one thread share the buffer;
+    another thread (a Spark task's hub) gets its own. Blocks as
+    ``recv_into`` does.
+    """
+    view: memoryview | None = getattr(_buffers, "view", None)
+    if view is None:
+        view = _buffers.view = memoryview(bytearray(READ_SIZE))
+
+    def recv(size: int) -> bytes:
+        return view[: recv_into(view, size)].tobytes()
+
+    return recv
 
 
 class Stream(Protocol):
@@ -36,6 +66,7 @@ class Stream(Protocol):
 
     tls: bool
     hub_readable: Any
+    hub_recv: Callable[[int], bytes] | None  # reads ``hub_readable``, when it is not None
 
     def recv(self, size: int) -> bytes:
         """Up to ``size`` bytes; blocks until some arrive; ``b""`` when the peer closed."""
@@ -78,7 +109,9 @@ class SocketStream:
         # The OS socket under gevent's (non-blocking), for the hub's reads: plain TCP only.
         raw = None if tls else getattr(sock, "_sock", None)
         self.hub_readable: Any = raw
-        self.recv = sock.recv  # bound once: the reader calls it per read
+        self.recv = reading(sock.recv_into)  # made once: the reader calls it per read
+        #: ``recv`` on the OS socket for the hub's own reads (``None`` with TLS).
+        self.hub_recv = reading(raw.recv_into) if raw is not None else None
         # Bound once, no Python frame per flush: the non-blocking OS socket's
         # own send takes what it can and raises BlockingIOError when full.
         self.send_nowait: Callable[[bytes], int] = (
@@ -143,6 +176,7 @@ class MemoryStream:
     """
 
     hub_readable = None
+    hub_recv = None
 
     def __init__(self, send_limit: int | None = None) -> None:
         self.tls = False
