@@ -41,14 +41,11 @@ from ..protocol import (
     Identified,
 )
 from .reader import feed_protocol
-from .stream import SocketStream, Stream
+from .stream import SocketStream, Stream, read_buffer
 
 __all__ = ["Connected", "handshake", "open_stream"]
 
 log = logging.getLogger(__name__)
-
-#: Bytes asked of one ``recv`` during the handshake.
-_RECV_SIZE = 64 * 1024
 
 
 @dataclass
@@ -177,9 +174,11 @@ class _Handshake:
         protocol = self.protocol
         events = protocol.events()
         while not events and protocol.pending_upgrade is None:
-            data = self.stream.recv(_RECV_SIZE)
-            if not data:
+            view = read_buffer()
+            size = self.stream.recv_into(view)
+            if not size:
                 raise BrokenConnectionError(self.name, "nsqd closed the connection")
+            data = view[:size].tobytes()
             feed_protocol(protocol, self.codec, data, self.name)
             events = protocol.events()
         data = protocol.data_to_send()

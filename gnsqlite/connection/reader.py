@@ -62,7 +62,7 @@ from ..protocol import (
 )
 from ..protocol.frames import OK
 from ..timers import Timer, TimerWheel
-from .stream import READ_SIZE, Stream
+from .stream import READ_SIZE, Stream, read_buffer
 
 __all__ = [
     "DEAD_AFTER_HEARTBEATS",
@@ -80,10 +80,6 @@ DEAD_AFTER_HEARTBEATS = 2
 #: ends between ``limit`` and ``limit * (1 + 1 / SWEEPS_PER_LIMIT)`` seconds
 #: after its last bytes.
 SWEEPS_PER_LIMIT = 4
-#: Bytes asked of one ``recv``. Below glibc's mmap threshold (128 KiB): a larger
-#: buffer is mmapped for every read (see docs/benchmarks.md). nsqd writes at most
-#: its 16 KiB output buffer at a time.
-_RECV_SIZE = READ_SIZE
 #: The hub's wheel, bound once: a connection's liveness is never on a test's fake wheel.
 _hub_wheel = TimerWheel.for_hub
 #: Plain bytes decompressed at a time before the frame decoder runs.
@@ -169,6 +165,7 @@ class ConnectionReader:
         self.watch: Any = None  # the io watcher of the hub's reads (see _park)
         self._parked: Waiter[Any] | None = None  # the parked reader's gevent Waiter
         self._loop: Any = None
+        self._view = memoryview(b"")  # the thread's read buffer, from start()
 
     # -- starting and stopping ---------------------------------------------------
 
@@ -178,6 +175,7 @@ class ConnectionReader:
         self.codec = codec
         self.owner.last_received = time.monotonic()
         self._loop = gevent.get_hub().loop
+        self._view = read_buffer()  # this thread's, shared with its other connections
         self.greenlet = gevent.spawn(self._read_loop)
 
     def stop(self) -> None:
@@ -190,13 +188,6 @@ class ConnectionReader:
             greenlet.kill(block=False)
 
     # -- bytes in ------------------------------------------------------------------
-
-    def recv(self) -> bytes:
-        """Bytes from the stream; blocks. Raises when nsqd closed the connection."""
-        data = self.stream.recv(_RECV_SIZE)  # type: ignore[union-attr]
-        if not data:
-            raise BrokenConnectionError(self.name, "nsqd closed the connection")
-        return data
 
     def feed(self, data: bytes, route: Callable[[list[Event]], None] | None = None) -> None:
         """Hand received bytes to the protocol (see :func:`feed_protocol`)."""
@@ -329,7 +320,8 @@ class ConnectionReader:
                 self._start_silence_timer(DEAD_AFTER_HEARTBEATS * interval)
             protocol = self.protocol
             route = self.route
-            recv = stream.recv
+            recv_into = stream.recv_into
+            view = self._view
             wait_readable = stream.wait_readable
             raw = stream.hub_readable
             # The hub reads: a publisher's connection, or a consumer's whose
@@ -339,21 +331,22 @@ class ConnectionReader:
                 and (self.on_message is None or protocol.message_class is not None)
                 and self.codec is None
             )
-            hub_recv = stream.hub_recv if parks else None
+            hub_recv_into = stream.hub_recv_into if parks else None
             short = False
             with map_io_errors(self.name, "read failed"):
                 while True:
                     self._in_recv = True
-                    if hub_recv is not None:
-                        route(self._park(raw, hub_recv))  # what was more than answers and messages
+                    if hub_recv_into is not None:
+                        route(self._park(raw, hub_recv_into))  # more than answers and messages
                         continue
                     if short:
                         wait_readable()
-                    data = recv(_RECV_SIZE)
+                    size = recv_into(view)
                     self._in_recv = False
-                    short = len(data) < _RECV_SIZE
-                    if not data:
+                    if not size:
                         raise BrokenConnectionError(self.name, "nsqd closed the connection")
+                    short = size < READ_SIZE
+                    data = view[:size].tobytes()  # copied out before anything can switch
                     owner.last_received = time.monotonic()
                     if self.codec is None:
                         protocol.receive_data(data)
@@ -377,10 +370,10 @@ class ConnectionReader:
 
     # -- answers and messages read by the hub (see the module docstring) ------------
 
-    def _park(self, raw: Any, recv: Callable[[int], bytes]) -> list[Event]:
+    def _park(self, raw: Any, recv_into: Callable[[memoryview], int]) -> list[Event]:
         """Reader greenlet: leave the reading to the hub until it meets more than answers.
 
-        While parked, the hub reads the socket ``raw`` itself (with ``recv``) when it is readable
+        While parked, the hub reads the socket ``raw`` itself when it is readable
         (:meth:`_on_readable`) and delivers the answers and messages it finds
         (:meth:`deliver`), with no switch to this greenlet and back. Anything
         else is handed back: returns the events from the first such one on,
@@ -393,7 +386,7 @@ class ConnectionReader:
             watch = self.watch = self._loop.io(raw.fileno(), 1)
         waiter: Waiter[Any] = Waiter()
         self._parked = waiter
-        watch.start(self._on_readable, recv)
+        watch.start(self._on_readable, recv_into)
         try:
             handed = waiter.get()
         finally:
@@ -403,17 +396,18 @@ class ConnectionReader:
             raise handed
         return handed  # type: ignore[no-any-return]
 
-    def _on_readable(self, recv: Callable[[int], bytes]) -> None:
+    def _on_readable(self, recv_into: Callable[[memoryview], int]) -> None:
         """Runs in the hub when a parked reader's socket is readable; never blocks or raises.
 
-        ``recv`` reads the OS socket (the stream's ``hub_recv``).
+        ``recv_into`` reads the OS socket (the stream's ``hub_recv_into``).
         """
         waiter = self._parked
         if waiter is None or self.stopped:  # pragma: no cover - the watch stops before either
             return
         handed: list[Event] | BaseException
         try:
-            data = recv(_RECV_SIZE)
+            view = self._view
+            data = view[: recv_into(view)].tobytes()  # copied out of the thread's buffer
             protocol = self.protocol
             answered = protocol.publish_answers(data) if self.on_message is None else None
             if answered is not None:  # only OKs to publishes: no frames decoded, no events

@@ -23,53 +23,51 @@ import gevent.ssl
 
 from ..net import connect_tcp
 
-__all__ = ["READ_SIZE", "MemoryStream", "SocketStream", "Stream", "reading"]
+__all__ = ["READ_SIZE", "MemoryStream", "SocketStream", "Stream", "read_buffer"]
 
 #: The most one read takes, in bytes (a busy consumer's reads fill it).
 READ_SIZE = 64 * 1024
 
-_buffers = threading.local()  # each thread's read buffer (see reading())
+_buffers = threading.local()  # each thread's read buffer (see read_buffer())
 
 
-def reading(recv_into: Callable[[memoryview, int], int]) -> Callable[[int], bytes]:
-    """A ``recv(size)`` (``size`` at most :data:`READ_SIZE`) over a socket's ``recv_into``.
+def read_buffer() -> memoryview:
+    """The calling thread's read buffer, :data:`READ_SIZE` bytes, reused by every read.
 
     A socket's own ``recv(size)`` takes ``size`` bytes from the C heap for
     every read and shrinks them to what arrived: at a few hundred bytes a
     read, each of them carves 64 KiB out of glibc's heap, and a long run's
     heap fragments around what stays (a soak's RSS crept with its
-    reconnects). Here every read lands in one buffer of the calling
-    thread's, reused, and its bytes are copied out at their size (a small
-    read is Python's own small-object memory). Nothing can switch between a
-    read and its copy, so the connections of one thread share the buffer;
-    another thread (a Spark task's hub) gets its own. Blocks as
-    ``recv_into`` does.
+    reconnects). A connection's reads land here instead (``recv_into``)
+    and their bytes are copied out at their size at once, a small read in
+    Python's own small-object memory. Nothing can switch greenlets between
+    a read and its copy, so the connections of one thread share the
+    buffer; another thread (a Spark task's hub) gets its own.
     """
     view: memoryview | None = getattr(_buffers, "view", None)
     if view is None:
         view = _buffers.view = memoryview(bytearray(READ_SIZE))
-
-    def recv(size: int) -> bytes:
-        return view[: recv_into(view, size)].tobytes()
-
-    return recv
+    return view
 
 
 class Stream(Protocol):
     """A connected byte stream to nsqd, as the connection uses it.
 
-    ``recv`` and ``sendall`` block the calling greenlet; ``send_nowait``
+    ``recv_into`` and ``sendall`` block the calling greenlet; ``send_nowait``
     never waits. ``hub_readable`` is the OS socket the hub may read itself
-    (see :mod:`gnsqlite.connection.reader`), or ``None`` when the stream
-    cannot be read that way (TLS, memory).
+    (see :mod:`gnsqlite.connection.reader`) with ``hub_recv_into``, or
+    ``None`` when the stream cannot be read that way (TLS, memory).
     """
 
     tls: bool
     hub_readable: Any
-    hub_recv: Callable[[int], bytes] | None  # reads ``hub_readable``, when it is not None
+    hub_recv_into: Callable[[memoryview], int] | None  # never blocks: BlockingIOError
 
-    def recv(self, size: int) -> bytes:
-        """Up to ``size`` bytes; blocks until some arrive; ``b""`` when the peer closed."""
+    def recv_into(self, buffer: memoryview) -> int:
+        """Bytes into ``buffer`` (:func:`read_buffer`), how many; blocks until some arrive.
+
+        0: the peer closed.
+        """
         ...
 
     def wait_readable(self) -> object:
@@ -109,9 +107,8 @@ class SocketStream:
         # The OS socket under gevent's (non-blocking), for the hub's reads: plain TCP only.
         raw = None if tls else getattr(sock, "_sock", None)
         self.hub_readable: Any = raw
-        self.recv = reading(sock.recv_into)  # made once: the reader calls it per read
-        #: ``recv`` on the OS socket for the hub's own reads (``None`` with TLS).
-        self.hub_recv = reading(raw.recv_into) if raw is not None else None
+        self.recv_into: Callable[[memoryview], int] = sock.recv_into  # bound once: per read
+        self.hub_recv_into = raw.recv_into if raw is not None else None
         # Bound once, no Python frame per flush: the non-blocking OS socket's
         # own send takes what it can and raises BlockingIOError when full.
         self.send_nowait: Callable[[bytes], int] = (
@@ -176,7 +173,7 @@ class MemoryStream:
     """
 
     hub_readable = None
-    hub_recv = None
+    hub_recv_into = None
 
     def __init__(self, send_limit: int | None = None) -> None:
         self.tls = False
@@ -204,14 +201,15 @@ class MemoryStream:
         self.sends.clear()
         return data
 
-    def recv(self, size: int) -> bytes:
-        """See :meth:`Stream.recv`."""
+    def recv_into(self, buffer: memoryview) -> int:
+        """See :meth:`Stream.recv_into`."""
         while not self._incoming and not self._eof:
             self._readable.clear()
             self._readable.wait()
-        data = bytes(self._incoming[:size])
+        size = min(len(buffer), len(self._incoming))
+        buffer[:size] = self._incoming[:size]
         del self._incoming[:size]
-        return data
+        return size
 
     def wait_readable(self) -> None:
         """See :meth:`Stream.wait_readable` (``recv`` waits itself)."""
