@@ -173,7 +173,7 @@ class MemoryStream:
     """
 
     hub_readable = None
-    hub_recv_into = None
+    hub_recv_into: Callable[[memoryview], int] | None = None
 
     def __init__(self, send_limit: int | None = None) -> None:
         self.tls = False
