@@ -43,6 +43,10 @@ __all__ = ["redrive"]
 
 #: How long to wait for the subscription before giving up, in seconds.
 _SUBSCRIBE_TIMEOUT = 15.0
+#: Dead letters held at once, over every nsqd read (handled one at a time). Below the
+#: number of nsqd, some connections would wait at RDY 0 for the consumer's next
+#: redistribution, which can come after ``--idle-timeout``: their letters left unread.
+_IN_FLIGHT = 64
 
 
 class _Redrive:
@@ -137,7 +141,7 @@ def redrive(args: Any) -> int:
         handler,
         nsqd_tcp_addresses=nsqds,
         lookupd_http_addresses=lookupds,
-        max_in_flight=1,
+        max_in_flight=_IN_FLIGHT,
         concurrency=1,
         max_attempts=0,
         backoff=None,
