@@ -1,10 +1,12 @@
 """Smoke test of an installed gnsqlite wheel; run by ``.ci/release.py`` inside a clean virtualenv.
 
-Usage: ``<venv>/bin/python release_smoke.py VERSION`` from a directory outside the
-checkout (so the checkout's ``gnsqlite/`` cannot be imported). Checks, in order:
+Usage: ``<venv>/bin/python release_smoke.py VERSION BUILD`` from a directory outside the
+checkout (so the checkout's ``gnsqlite/`` cannot be imported); BUILD is ``pure`` or
+``compiled``, the wheel installed. Checks, in order:
 
-1. ``gnsqlite`` imports from the virtualenv's site-packages, not from a checkout;
-2. ``gnsqlite --version`` (the console script) prints VERSION;
+1. ``gnsqlite`` imports from the virtualenv's site-packages, not from a checkout, and
+   ``gnsqlite.compiled`` says BUILD;
+2. ``gnsqlite --version`` (the console script) prints VERSION and BUILD;
 3. a publish/consume round trip on the embedded broker (``python -m gnsqlite.broker``
    on free ports, ``Producer`` then ``Consumer``; the body must come back unchanged);
 4. ``gnsqlite dashboard`` (the ``[dashboard]`` extra) serves its index page and every
@@ -100,21 +102,26 @@ def running(argv: list[str], what: str) -> Iterator[subprocess.Popen[bytes]]:
         )
 
 
-def check_installed(version: str) -> None:
+def check_installed(version: str, build: str) -> None:
     import gnsqlite
 
     where = Path(gnsqlite.__file__).resolve()
     site = Path(sysconfig.get_paths()["purelib"]).resolve()
     check(site in where.parents, f"gnsqlite imported from {where}, not from the venv's {site}")
     check(gnsqlite.__version__ == version, f"gnsqlite.__version__ is {gnsqlite.__version__!r}")
+    check(
+        gnsqlite.compiled is (build == "compiled"),
+        f"gnsqlite.compiled is {gnsqlite.compiled!r} in the {build} wheel",
+    )
+    expected = f"gnsqlite {version} ({'compiled' if build == 'compiled' else 'pure Python'})"
     script = Path(sys.executable).with_name("gnsqlite")
     result = subprocess.run([str(script), "--version"], capture_output=True, text=True)
     check(
-        result.returncode == 0 and result.stdout.strip() == f"gnsqlite {version}",
+        result.returncode == 0 and result.stdout.strip() == expected,
         f"'gnsqlite --version' gave status {result.returncode}, output {result.stdout!r}"
-        f" {result.stderr!r}; expected 'gnsqlite {version}'",
+        f" {result.stderr!r}; expected {expected!r}",
     )
-    print(f"ok: gnsqlite {version} from {where.parent}; 'gnsqlite --version' agrees")
+    print(f"ok: gnsqlite {version} ({build}) from {where.parent}; 'gnsqlite --version' agrees")
 
 
 def check_round_trip(tcp: str) -> None:
@@ -166,13 +173,13 @@ def check_dashboard(nsqd_http: str) -> None:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: release_smoke.py VERSION", file=sys.stderr)
+    if len(argv) != 2 or argv[1] not in ("pure", "compiled"):
+        print("usage: release_smoke.py VERSION pure|compiled", file=sys.stderr)
         return 2
     try:
         here = Path.cwd()
         check(not (here / "gnsqlite").exists(), f"run from outside the checkout, not {here}")
-        check_installed(argv[0])
+        check_installed(argv[0], argv[1])
         tcp, http = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
         broker = [sys.executable, "-m", "gnsqlite.broker"]
         broker += ["--tcp-address", tcp, "--http-address", http]

@@ -18,6 +18,20 @@ from .errors import (
     NSQTimeoutError,
     ServerError,
 )
+from .protocol import frames as _frames
+
+
+def _compiled() -> bool:
+    """Whether the modules running are the compiled build's (setup.py): the frame
+    decoder, compiled first of all, is then an extension module."""
+    from importlib.machinery import EXTENSION_SUFFIXES
+
+    return (getattr(_frames, "__file__", None) or "").endswith(tuple(EXTENSION_SUFFIXES))
+
+
+#: True when the mypyc-compiled modules are the ones running (``GNSQLITE_COMPILE=1``
+#: at build time, see docs/getting-started.md), False for the pure-Python package.
+compiled: bool = _compiled()
 
 if TYPE_CHECKING:
     from .consumer import Consumer
@@ -44,6 +58,7 @@ def __getattr__(name: str) -> object:
 
 __all__ = [
     "__version__",
+    "compiled",
     "Consumer",
     "Producer",
     "Message",

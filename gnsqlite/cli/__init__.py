@@ -22,6 +22,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from .. import compiled
 from .._version import __version__
 
 __all__ = ["COMMANDS", "main"]
@@ -72,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(_usage(), end="")
         return 0 if args else 2
     if args[0] in ("-V", "--version"):
-        print(f"gnsqlite {__version__}")
+        print(f"gnsqlite {__version__} ({'compiled' if compiled else 'pure Python'})")
         return 0
     name = args[0]
     if name not in COMMANDS:

@@ -84,6 +84,7 @@ import math
 import random
 from collections.abc import Sequence, Sized
 
+from .._mypyc import mypyc_attr
 from ..protocol import defaults
 from .link_plan import (
     DEMAND_HEADROOM,
@@ -113,6 +114,7 @@ __all__ = [
 _NO_COMMANDS: tuple[Command, ...] = ()
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # the compiled build: tests subclass it
 class RdyPlanner:
     """Decides every RDY count of a consumer; see the module docstring.
 
@@ -366,7 +368,9 @@ class RdyPlanner:
         return targets
 
     def _rebalance(self, now: float | None = None) -> list[Command]:
-        return self._apply(self._targets(now), now)
+        # half given: mypyc's glue for an interpreted subclass (the compiled build)
+        # passes 0.0 for an omitted float argument, not its default
+        return self._apply(self._targets(now, -1.0), now)
 
     # -- events ------------------------------------------------------------
 

@@ -80,10 +80,10 @@ _PUBLISH_COMMANDS = ("PUB", "MPUB", "DPUB")
 # Events built without the frozen dataclass's __init__ (which goes through
 # object.__setattr__ once per field): one per message or publish on the hot paths.
 _new = object.__new__
-_set_data = Response.__dict__["data"].__set__
-_set_command = Response.__dict__["command"].__set__
-_set_waiter = Response.__dict__["waiter"].__set__
-_set_message = MessageReceived.__dict__["message"].__set__
+_set_data = vars(Response)["data"].__set__
+_set_command = vars(Response)["command"].__set__
+_set_waiter = vars(Response)["waiter"].__set__
+_set_message = vars(MessageReceived)["message"].__set__
 _OK_FRAME = encode_frame(FRAME_TYPE_RESPONSE, OK)  # a whole OK answer, as nsqd frames it
 _OK_FRAME_SIZE = len(_OK_FRAME)
 

@@ -13,9 +13,11 @@ without a large allocation.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar, overload
+from typing import Any, TypeVar, overload
 
+from .._mypyc import mypyc_attr
 from ..errors import RemoteProtocolError, WrongPortError
 from .defaults import MAX_FRAME_SIZE
 from .ports import (
@@ -61,6 +63,10 @@ _MESSAGE_FRAME = struct.Struct(">iiqH16s")
 _F = TypeVar("_F", bound="MessageFields")
 
 
+# Both classes stay Python classes in the compiled build (setup.py): instances are
+# made with object.__new__ and the frozen slots' setters, and MessageFields has
+# subclasses outside it.
+@mypyc_attr(native_class=False)
 @dataclass(frozen=True, slots=True)
 class WireMessage:
     """A message as nsqd sends it.
@@ -76,6 +82,7 @@ class WireMessage:
     attempts: int
 
 
+@mypyc_attr(native_class=False)
 class MessageFields:
     """The fields of a message frame, for a class that is built straight from the frame.
 
@@ -99,20 +106,20 @@ class MessageFields:
 
 # The slots' own setters: building a frozen WireMessage without its __init__,
 # which goes through object.__setattr__ once per field.
-_set_id = WireMessage.__dict__["id"].__set__
-_set_body = WireMessage.__dict__["body"].__set__
-_set_timestamp = WireMessage.__dict__["timestamp"].__set__
-_set_attempts = WireMessage.__dict__["attempts"].__set__
-_new = object.__new__
+_set_id = vars(WireMessage)["id"].__set__
+_set_body = vars(WireMessage)["body"].__set__
+_set_timestamp = vars(WireMessage)["timestamp"].__set__
+_set_attempts = vars(WireMessage)["attempts"].__set__
+# Any (and decode_message's Any): the compiled build would check that an instance
+# is exactly a MessageFields, not a subclass, MessageFields staying a Python class there.
+_new: Callable[[type], Any] = object.__new__
 
 
 @overload
 def decode_message(data: bytes | memoryview) -> WireMessage: ...
 @overload
 def decode_message(data: bytes | memoryview, into: type[_F]) -> _F: ...
-def decode_message(
-    data: bytes | memoryview, into: type[MessageFields] | None = None
-) -> WireMessage | MessageFields:
+def decode_message(data: bytes | memoryview, into: type[MessageFields] | None = None) -> Any:
     """Decode the data of a message frame, or raise RemoteProtocolError.
 
     With ``into`` (a :class:`MessageFields` subclass), an instance of it
@@ -290,7 +297,7 @@ class FrameDecoder:
                     if into is not None:  # the receiver's own class: one object per message
                         built = _new(into)
                         built.wire_id = message_id  # plain slot stores: no call each
-                        built.body = body  # type: ignore[assignment]  # bytes once copied
+                        built.body = body  # bytes once copied
                         built.timestamp = timestamp
                         built.attempts = attempts
                         out.append(built)
