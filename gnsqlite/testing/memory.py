@@ -28,12 +28,14 @@ from __future__ import annotations
 import collections
 import ctypes
 import ctypes.util
+import functools
 import gc
 import linecache
 import os
 import tempfile
 import tracemalloc
 from dataclasses import dataclass
+from typing import Any
 
 from .faults import live_greenlets, rss_bytes
 
@@ -84,15 +86,23 @@ def trim_malloc() -> bool:
     RSS that falls after it was free memory the allocator kept, not live
     data. ``False`` where there is no glibc. Blocks for milliseconds.
     """
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return False
-    try:
-        trim = ctypes.CDLL(name).malloc_trim
-    except (OSError, AttributeError):
+    trim = _libc("malloc_trim")
+    if trim is None:
         return False
     trim(0)
     return True
+
+
+@functools.cache
+def _libc(function: str) -> Any:
+    """glibc's ``function`` through ctypes, or ``None`` where there is none (looked up once)."""
+    name = ctypes.util.find_library("c")  # runs ldconfig: once per process
+    if name is None:
+        return None
+    try:
+        return getattr(ctypes.CDLL(name), function)
+    except (OSError, AttributeError):
+        return None
 
 
 class _Mallinfo2(ctypes.Structure):
@@ -132,12 +142,8 @@ class MallocInfo:
 
 def malloc_info() -> MallocInfo | None:
     """glibc's malloc figures now; ``None`` without glibc 2.33 or later. Does not block."""
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return None
-    try:
-        call = ctypes.CDLL(name).mallinfo2
-    except (OSError, AttributeError):
+    call = _libc("mallinfo2")
+    if call is None:
         return None
     call.restype = _Mallinfo2
     info = call()
