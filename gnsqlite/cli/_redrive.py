@@ -19,6 +19,7 @@ from __future__ import annotations
 import collections
 import sys
 import time
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 import gevent.event
@@ -62,6 +63,8 @@ class _Redrive:
         self.busy = 0
         self.last_activity = time.monotonic()
         self.stop = gevent.event.Event()
+        #: Stops the flow (``RDY 0``); the command sets it once the consumer exists.
+        self.pause: Callable[[], None] = lambda: None
 
     def __call__(self, message: Message) -> None:
         if self.stop.is_set():
@@ -95,13 +98,25 @@ class _Redrive:
         self.by_topic[topic] += 1
         print(f"re-published {ident} (attempts {attempts}) to {topic!r}", flush=True)
         if self.count and self.done >= self.count:
-            self.stop.set()
+            self._stop()
 
     def _fail(self, why: str) -> NoReturn:
         if self.failure is None:
             self.failure = " ".join(why.split())
-        self.stop.set()
+        self._stop()
         raise RequeueMessage(0.0)  # the dead letter stays in the channel
+
+    def _stop(self) -> None:
+        """Stop: RDY 0 goes out before this handler's FIN or REQ, so nsqd sends no more.
+
+        Otherwise nsqd, still counting RDY 64, hands a letter requeued here
+        straight back, and may write it after the ``CLOSE_WAIT`` that ends
+        the connection: unread, it stays in flight for nsqd's
+        ``--msg-timeout`` (a run just after found nothing).
+        """
+        if not self.stop.is_set():
+            self.pause()
+            self.stop.set()
 
 
 def _listed(topic: str, lookupds: list[str]) -> bool:
@@ -146,6 +161,7 @@ def redrive(args: Any) -> int:
         max_attempts=0,
         backoff=None,
     )
+    handler.pause = lambda: consumer.set_max_in_flight(0)
     interrupted = gevent.event.Event()
     with stop_on_signals(interrupted), producer:
         consumer.start()

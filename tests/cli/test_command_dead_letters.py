@@ -148,6 +148,28 @@ def test_pub_from_dead_letter_republishes_to_the_original_topic(nsqd: NsqdServer
     )
 
 
+def test_a_refused_dead_letter_is_back_in_the_channel_when_the_command_ends(
+    nsqd: NsqdServer,
+) -> None:
+    """Not left in flight until nsqd's --msg-timeout, where the next run cannot read it.
+
+    The command sends RDY 0 before the refused letter's REQ; at RDY 64 nsqd
+    sent it straight back, at times after CLOSE_WAIT (1 run in 10 or so on nsqd 1.3.0).
+    """
+    nsqd.http.create_topic(DEAD)
+    nsqd.http.create_channel(DEAD, "redrive")
+    nsqd.http.pub(DEAD, b"raw dead letter")
+    redrive = ["pub", "--from-dead-letter", DEAD, "--nsqd-tcp-address", nsqd.tcp_address]
+    for run in range(20):
+        result = gnsqlite(redrive)
+        assert_one_line_error(result, 1, "is not a dead-letter envelope", "give --to TOPIC")
+        wait_until(
+            lambda: nsqd.channel_stats(DEAD, "redrive")["depth"] == 1,
+            timeout=5,
+            message=f"run {run}: the letter back in the channel, not in flight",
+        )
+
+
 def test_pub_dead_letter_flags_are_checked() -> None:
     base = ["pub", "--nsqd-tcp-address", "127.0.0.1:4150"]
     result = gnsqlite([*base, "--from-dead-letter", DEAD, "--topic", TOPIC])
