@@ -264,6 +264,9 @@ def test_a_new_querys_first_batch_waits_for_the_backlog_instead_of_planning_noth
 ) -> None:
     # Spark runs a new query's first batch even when latestOffset answers "no new
     # data": the first answer waits for the backlog's segments and while they fill it.
+    # walFlushInterval 0.5 s: a flood is over after that long without a message; at
+    # 0.05 s, two busy cores starving nsqd ended it early (1,000 or 3,000 rows, 3 runs
+    # in 8 beside two busy loops).
     wal = tmp_path / "wal"
     count, per_batch = 6000, 4000
     publish(nsqd, [f"b-{i}".encode() for i in range(count)], TOPIC)
@@ -272,16 +275,25 @@ def test_a_new_querys_first_batch_waits_for_the_backlog_instead_of_planning_noth
         wal,
         maxInFlight=1000,
         walSegmentMessages=500,
+        walFlushInterval=0.5,
         maxMessagesPerBatch=per_batch,
         walBatchDelay=5.0,
     )
     try:
         start = reader.initialOffset()
+        # The backlog is arriving (the first answer waits 0.2 s for its first segment)
+        wait_until(lambda: arrived(reader) > 0, timeout=30, message="the backlog arriving")
         end = reader.latestOffset(start)
         assert len(bodies(reader, start, end)) == per_batch
         reader.commit(end)
     finally:
         reader.stop()
+
+
+def arrived(reader: NSQWalStreamReader) -> int:
+    """Messages the source received so far: durable in the WAL or about to be."""
+    report = reader.reportLatestOffset() or {}
+    return int(report.get("walRows", 0) + report.get("buffered", 0))
 
 
 class _HeldStore(WalStore):
