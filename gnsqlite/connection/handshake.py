@@ -173,8 +173,8 @@ class _Handshake:
     def _events(self) -> list[Event]:
         protocol = self.protocol
         events = protocol.events()
+        view = read_buffer()
         while not events and protocol.pending_upgrade is None:
-            view = read_buffer()
             size = self.stream.recv_into(view)
             if not size:
                 raise BrokenConnectionError(self.name, "nsqd closed the connection")

@@ -212,7 +212,7 @@ class MemoryStream:
         return size
 
     def wait_readable(self) -> None:
-        """See :meth:`Stream.wait_readable` (``recv`` waits itself)."""
+        """See :meth:`Stream.wait_readable` (``recv_into`` waits itself)."""
 
     def send_nowait(self, data: bytes) -> int:
         """See :meth:`Stream.send_nowait`: takes up to ``send_limit`` bytes."""
