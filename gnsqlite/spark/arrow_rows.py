@@ -27,6 +27,7 @@ from pyspark.sql.datasource import InputPartition
 
 from ..message import Message
 from ..protocol import MessageFields
+from ..protocol.frames import MESSAGE_HEADER_SIZE
 
 __all__ = [
     "COLUMNS",
@@ -91,6 +92,8 @@ def message_rows(messages: Sequence[Message]) -> pa.RecordBatch:
 #: stop near 2**63).
 _TO_THE_END = 2**31 - 1
 _SWAP = sys.byteorder == "little"  # nsqd's fields are big-endian
+#: Where a message frame's fields lie: timestamp (8 bytes), attempts (2), id (16), body.
+_ATTEMPTS_AT, _ID_AT = 8, MESSAGE_HEADER_SIZE - 16
 
 
 def frame_rows(frames: Sequence[bytes], nsqd: str) -> pa.RecordBatch:
@@ -110,14 +113,16 @@ def frame_rows(frames: Sequence[bytes], nsqd: str) -> pa.RecordBatch:
         return pa.RecordBatch.from_pylist([], schema=ROW_SCHEMA)
     data = pa.array(frames, pa.binary(), size=n)
     nanos = pa.Array.from_buffers(_NANOS_TYPE, n, [None, _big_endian(data, 0, "q", n)])
-    attempts = pa.Array.from_buffers(pa.uint16(), n, [None, _big_endian(data, 8, "H", n)])
-    ids = pc.binary_slice(data, 10, 10 + 16)
+    attempts = pa.Array.from_buffers(
+        pa.uint16(), n, [None, _big_endian(data, _ATTEMPTS_AT, "H", n)]
+    )
+    ids = pc.binary_slice(data, _ID_AT, MESSAGE_HEADER_SIZE)
     id_strings = pa.Array.from_buffers(pa.string(), n, ids.buffers(), null_count=0)
     id_strings.validate(full=True)
     return pa.RecordBatch.from_arrays(
         [
             id_strings,
-            pc.binary_slice(data, 10 + 16, _TO_THE_END),
+            pc.binary_slice(data, MESSAGE_HEADER_SIZE, _TO_THE_END),
             nanos.cast(_TIMESTAMP_TYPE, safe=False),
             attempts.cast(pa.int32()),
             pa.repeat(pa.scalar(nsqd, pa.string()), n),
