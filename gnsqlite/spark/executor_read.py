@@ -19,9 +19,11 @@ Python worker for each :class:`NSQSharePartition` of a batch (planned by
    dropped with a WARNING;
 3. the rows are written as the segment, atomically and only if no other
    attempt wrote it first (:meth:`~gnsqlite.spark.wal.WalStore.write_first`);
-4. the winner FINishes its messages once the segment is durable; a loser
-   gives its messages back (``REQ 0``) and yields the winner's rows; both
-   close their connections before yielding.
+4. the winner FINishes its messages once the segment is durable and
+   yields its rows while nsqd works through the FINs (the connections'
+   ``CLS``/``CLOSE_WAIT`` is waited for after the last row, so the task
+   ends only once nsqd has handled every FIN); a loser gives its messages
+   back (``REQ 0``), closes, and yields the winner's rows.
 
 The taker holds :class:`~gnsqlite.connection.Connection` objects itself, not a
 :class:`~gnsqlite.consumer.Consumer`: a share is one RDY per connection
@@ -126,14 +128,27 @@ def read_share(
     if _frozen_in != os.getpid() and TaskContext.get() is not None:
         _freeze_worker_objects()
     store = store if store is not None else WalStore(o.wal_location)
-    name = partition.segment
-    if store.exists(name):
-        rows: pa.Table | pa.RecordBatch = store.read_file(name)
-    else:
-        rows = _take(partition, store)
-    batches = rows.to_batches() if isinstance(rows, pa.Table) else [rows]
-    for batch in batches:
-        yield with_topic(batch, o.topic)
+    if store.exists(partition.segment):
+        yield from _batches(store.read_file(partition.segment), o.topic)
+        return
+    hub = HubThread(f"gnsqlite-read-{partition.batch}-{partition.index}")
+    hub.start()
+    taker = ShareTaker(o, partition.nsqd, partition.share, store, partition.segment)
+    try:
+        # The rows go to Spark while nsqd works through the FINs and answers CLS:
+        # the close is waited for after the last row, before the task can end.
+        yield from _batches(_take(partition, store, hub, taker), o.topic)
+    finally:
+        try:
+            hub.call(taker.close, timeout=o.stop_timeout + 10.0)
+        finally:
+            hub.stop()
+
+
+def _batches(rows: pa.Table | pa.RecordBatch, topic: str) -> Iterator[pa.RecordBatch]:
+    """``rows`` (a segment's or a take's) as the source's record batches, ``topic`` added."""
+    for batch in rows.to_batches() if isinstance(rows, pa.Table) else [rows]:
+        yield with_topic(batch, topic)
 
 
 def _freeze_worker_objects() -> None:
@@ -152,30 +167,27 @@ def _freeze_worker_objects() -> None:
     gc.freeze()
 
 
-def _take(partition: NSQSharePartition, store: WalStore) -> pa.Table | pa.RecordBatch:
-    """Take the share from nsqd, write the segment, FIN or give back; the rows that won."""
-    hub = HubThread(f"gnsqlite-read-{partition.batch}-{partition.index}")
-    hub.start()
-    taker = ShareTaker(partition.options, partition.nsqd, partition.share, store, partition.segment)
-    try:
-        rows = hub.call(taker.take)
-        _fault("taken")
-        if store.write_first(partition.segment, rows):
-            _fault("written")
-            hub.call(taker.finish)
-            return rows
-        log.info(
-            "%r: another attempt wrote the segment first; giving back %d messages",
-            partition,
-            rows.num_rows,
-        )
-        hub.call(taker.give_back)
-        return store.read_file(partition.segment)
-    finally:
-        try:
-            hub.call(taker.close, timeout=partition.options.stop_timeout + 10.0)
-        finally:
-            hub.stop()
+def _take(
+    partition: NSQSharePartition, store: WalStore, hub: HubThread, taker: ShareTaker
+) -> pa.Table | pa.RecordBatch:
+    """Take the share from nsqd, write the segment, FIN or give back; the rows that won.
+
+    The winner's FINs and CLS are written before this returns; the caller
+    waits for the connections to close (``taker.close``).
+    """
+    rows = hub.call(taker.take)
+    _fault("taken")
+    if store.write_first(partition.segment, rows):
+        _fault("written")
+        hub.call(taker.finish)
+        return rows
+    log.info(
+        "%r: another attempt wrote the segment first; giving back %d messages",
+        partition,
+        rows.num_rows,
+    )
+    hub.call(taker.give_back)
+    return store.read_file(partition.segment)
 
 
 def _fault(stage: str) -> None:
@@ -248,6 +260,7 @@ class ShareTaker:
         self._taking = False
         self._full: gevent.event.Event | None = None  # made in the hub, by take()
         self._unfilled = 0  # links whose cap is not reached yet
+        self._closing: list[gevent.Greenlet[..., None]] = []  # connections' close(), under way
 
     def take(self) -> pa.RecordBatch:
         """Subscribe and take up to the share (bounded by the read timeouts); the rows.
@@ -401,11 +414,15 @@ class ShareTaker:
         return out
 
     def finish(self) -> None:
-        """The segment is durable: FIN every message in it, one write a connection; close."""
+        """The segment is durable: FIN every message in it, one write a connection; close.
+
+        Returns once the FINs and CLS are queued; :meth:`close` waits for the
+        connections to end (nsqd has handled every FIN when it answers CLS).
+        """
         for link in self._links:
             ids = [frame[_ID] for frame in link.drop()]
             _answer(link.connection, link.connection.finish_many, ids)
-        self.close()
+        self._start_closing()
 
     def give_back(self) -> None:
         """Another attempt's segment won: ``REQ 0`` every message taken, then close."""
@@ -413,15 +430,19 @@ class ShareTaker:
 
     def close(self) -> None:
         """``REQ 0`` what is unanswered, close the connections (CLS first). Safe twice; blocks."""
+        self._start_closing()
+        closing, self._closing = self._closing, []
+        gevent.joinall(closing, raise_error=True)
+
+    def _start_closing(self) -> None:
+        """``REQ 0`` what is unanswered and start closing every connection; does not block."""
         self._taking = False
         links, self._links = self._links, []
         for link in links:
             for frame in link.drop():
                 _answer(link.connection, link.connection.requeue, frame[_ID])
         timeout = self.options.stop_timeout
-        gevent.joinall(
-            [gevent.spawn(link.connection.close, timeout) for link in links], raise_error=True
-        )
+        self._closing += [gevent.spawn(link.connection.close, timeout) for link in links]
 
 
 def _answer(connection: Connection, command: Callable[[Any], None], argument: Any) -> None:

@@ -285,6 +285,29 @@ def test_a_share_above_nsqds_max_rdy_count_is_taken_over_several_connections(
             reader.stop()
 
 
+def test_a_read_ends_only_once_nsqd_has_handled_its_fins(nsqd: NsqdServer, tmp_path: Path) -> None:
+    """The rows go to Spark while nsqd works through the FINs; the read still ends after them.
+
+    A Spark task ends when its read's iterator does: by then every message of
+    the share must be finished at nsqd, not merely sent a FIN.
+    """
+    reader = make_reader(nsqd, tmp_path / "wal", numPartitions=2)
+    try:
+        start = reader.initialOffset()
+        publish(nsqd, [f"f-{i}".encode() for i in range(6000)], TOPIC)
+        end = reader.latestOffset(start)
+        left = 6000
+        for part in reader.partitions(start, end):
+            assert isinstance(part, NSQSharePartition)
+            assert sum(b.num_rows for b in reader.read(part)) == part.share
+            left -= part.share
+            stats = channel_stats(nsqd, TOPIC, CHANNEL)  # at once: no waiting here
+            assert (stats["in_flight_count"], stats["depth"]) == (0, left)
+        assert left == 0
+    finally:
+        reader.stop()
+
+
 def test_a_read_frees_its_messages_when_it_ends_not_at_the_next_garbage_collection(
     nsqd: NsqdServer, tmp_path: Path
 ) -> None:
