@@ -15,7 +15,10 @@ Prints, in one run on one nsqd with its default flags:
   driver's Python) and of every Python process below it (the source's
   process, the executors' Python workers; read from ``/proc``, reaped
   workers through their parent's ``cutime``) over the run, per row, as a
-  ratio of the bare consumer's CPU per message;
+  ratio of the bare consumer's CPU per message; beside each, nsqd's own
+  CPU per message. Every consumer starts from the same state: its backlog
+  filed in an existing channel (:func:`backlog`), as a consumer of a
+  standing channel finds it;
 * with ``--executor-read K,K,...``: the executors' read path without Spark
   (:func:`gnsqlite.spark.executor_read.read_share`, segment write and FIN
   included) in K processes at once, against 1 and 3 nsqd: the summed rate,
@@ -51,6 +54,7 @@ import gevent
 import gevent.event
 
 from gnsqlite.consumer import Consumer
+from gnsqlite.http import NsqdHTTPClient
 from gnsqlite.message import Message
 from gnsqlite.producer import Producer
 from gnsqlite.testing import NsqdServer, nsq_bin_dir, wait_until
@@ -75,6 +79,13 @@ def _proc_cpu(pid: int) -> tuple[int, float] | None:
         return None
     ticks = os.sysconf("SC_CLK_TCK")
     return int(fields[1]), sum(int(x) for x in fields[11:15]) / ticks
+
+
+def nsqd_cpu(server: NsqdServer) -> float:
+    """CPU seconds nsqd's process has used so far (0.0 once it is gone)."""
+    pid = server.process.pid if server.process is not None else None
+    got = _proc_cpu(pid) if pid is not None else None
+    return got[1] if got is not None else 0.0
 
 
 def python_cpu() -> float:
@@ -219,8 +230,32 @@ def publish(server: NsqdServer, topic: str, count: int) -> float:
         return count / (time.perf_counter() - started)
 
 
-def bench_consumer(server: NsqdServer, topic: str, messages: int) -> tuple[float, float]:
-    """A bare Consumer draining ``messages``: (messages per second, CPU seconds per message)."""
+def backlog(server: NsqdServer, topic: str, count: int) -> None:
+    """``count`` messages queued in channel ``bench`` of ``topic``, as a consumer finds a backlog.
+
+    The channel is made before the publish, and this returns once nsqd has
+    filed every message in it (``depth`` == ``count``: beyond nsqd's
+    ``--mem-queue-size``, in its disk queue). So each consumer measured
+    starts from the same state and none pays for nsqd's copying of a
+    topic's messages into a channel made late (a consumer that creates the
+    channel as it subscribes would take the copies from memory as nsqd
+    makes them, and one that starts later would read them from disk).
+    """
+    http = NsqdHTTPClient(server.http_address)
+    http.create_topic(topic)
+    http.create_channel(topic, "bench")
+    publish(server, topic, count)
+    wait_until(
+        lambda: server.channel_stats(topic, "bench").get("depth") == count,
+        timeout=300,
+        interval=0.05,
+        message=f"nsqd filed {count} messages in {topic}/bench",
+    )
+
+
+def bench_consumer(server: NsqdServer, topic: str, messages: int) -> tuple[float, float, float]:
+    """A bare Consumer draining ``messages``: (messages per second, CPU seconds per
+    message, nsqd's CPU seconds per message)."""
     seen = [0]
     done = gevent.event.Event()
 
@@ -233,13 +268,18 @@ def bench_consumer(server: NsqdServer, topic: str, messages: int) -> tuple[float
         topic, "bench", handle, nsqd_tcp_addresses=[server.tcp_address], max_in_flight=2500
     )
     cpu = python_cpu()
+    broker = nsqd_cpu(server)
     started = time.perf_counter()
     consumer.start()
     try:
         if not done.wait(600):
             raise TimeoutError(f"the consumer got {seen[0]} of {messages} messages")
         elapsed = time.perf_counter() - started
-        return messages / elapsed, (python_cpu() - cpu) / messages
+        return (
+            messages / elapsed,
+            (python_cpu() - cpu) / messages,
+            (nsqd_cpu(server) - broker) / messages,
+        )
     finally:
         consumer.close(5.0)
 
@@ -270,6 +310,7 @@ class SourceRun(NamedTuple):
     batches: int
     cpu_per_row: float  # Python CPU seconds (driver and executors) per row
     cpu_split: dict[str, float]  # with --cpu-split: CPU seconds by process role, else empty
+    nsqd_cpu_per_row: float  # nsqd's CPU seconds per row, from query.start()
 
 
 def bench_source(
@@ -304,6 +345,7 @@ def bench_source(
     if sampler is not None:
         sampler.start()
     cpu = python_cpu()
+    broker = nsqd_cpu(server)
     started = time.perf_counter()
     wal_option = {"walLocation": os.path.join(scratch, "wal")} if wal else {}
     http = {"nsqdHttpAddresses": server.http_address}
@@ -333,6 +375,7 @@ def bench_source(
         done = time.perf_counter()
         roles = sampler.stop() if sampler is not None else {}
         used = python_cpu() - cpu - (sampler.sampling if sampler is not None else 0.0)
+        broker = nsqd_cpu(server) - broker
     finally:
         query.stop()
         shutil.rmtree(scratch, ignore_errors=True)
@@ -343,6 +386,7 @@ def bench_source(
         batches[0],
         used / messages,
         roles,
+        broker / messages,
     )
 
 
@@ -377,7 +421,7 @@ def bench_executor_read(
     scratch = tempfile.mkdtemp(prefix="bench-exec-read-")
     per_server = messages // len(servers)
     for server in servers:
-        publish(server, topic, per_server)
+        backlog(server, topic, per_server)
     options = parse_source_options(
         {
             "nsqdTcpAddresses": ",".join(s.tcp_address for s in servers),
@@ -389,10 +433,6 @@ def bench_executor_read(
             "readIdleTimeout": "0.5",
         }
     )
-    for server in servers:  # the channel exists before the clock starts, as a planner makes it
-        from gnsqlite.http import NsqdHTTPClient
-
-        NsqdHTTPClient(server.http_address).create_channel(topic, "bench")
     shares = [
         (b, i, s.tcp_address, share)
         for i, s in enumerate(servers)
@@ -462,6 +502,13 @@ def main() -> None:
     )
     parser.add_argument("--no-sink", action="store_true", help="measure the source only")
     parser.add_argument(
+        "--max-rdy-count",
+        type=int,
+        default=0,
+        help="start nsqd with this --max-rdy-count (0: nsqd's default, 2500); a task holds"
+        " its share in flight over share / max-rdy-count connections",
+    )
+    parser.add_argument(
         "--cpu-split",
         action="store_true",
         help="also each source run's Python CPU per row by process (a thread samples /proc)",
@@ -499,11 +546,17 @@ def main() -> None:
     broker = nsq_bin_dir() or "embedded"
     print(
         f"PySpark {pyspark.__version__}, {os.cpu_count()} cores,"
-        f" Python {sys.version.split()[0]}, nsqd: {broker} (default flags), 100-byte messages,"
-        f" {args.messages} messages, maxMessagesPerBatch={args.per_batch} {extra or ''}",
+        f" Python {sys.version.split()[0]}, nsqd: {broker}, 100-byte messages,"
+        f" {args.messages} messages, maxMessagesPerBatch={args.per_batch} {extra or ''}"
+        + (
+            f", nsqd --max-rdy-count={args.max_rdy_count}"
+            if args.max_rdy_count
+            else ", nsqd's default flags"
+        ),
         flush=True,
     )
-    with NsqdServer() as server:
+    flags = {"max_rdy_count": args.max_rdy_count} if args.max_rdy_count else {}
+    with NsqdServer(**flags) as server:
         if not args.no_sink:
             spark = session("local[2]")
             bench_sink(spark, server, 20_000)  # warm-up
@@ -516,29 +569,29 @@ def main() -> None:
                 flush=True,
             )
             spark.stop()
-        bares: list[tuple[float, float]] = []
+        bares: list[tuple[float, float, float]] = []
         for rep in range(args.repeat):
-            publish(server, f"bench_consumer{rep}", args.messages)
+            backlog(server, f"bench_consumer{rep}", args.messages)
             bares.append(bench_consumer(server, f"bench_consumer{rep}", args.messages))
             print(
                 f"bare Consumer (RDY 2500): {bares[-1][0]:>10,.0f} msg/s,"
-                f" {bares[-1][1] * 1e6:.2f} us CPU per message",
+                f" {bares[-1][1] * 1e6:.2f} us CPU per message (nsqd {bares[-1][2] * 1e6:.2f} us)",
                 flush=True,
             )
-        bare_rate = statistics.median(b for b, _ in bares)
-        bare_cpu = statistics.median(c for _, c in bares)
+        bare_rate = statistics.median(b for b, _, _ in bares)
+        bare_cpu = statistics.median(c for _, c, _ in bares)
         for name in pipelines:
             master, options = PIPELINES[name]
             spark = session(master)
             wal = name != "driver-nowal"
-            publish(server, f"bench_warmup_{name}", 20_000)
+            backlog(server, f"bench_warmup_{name}", 20_000)
             bench_source(
                 spark, server, f"bench_warmup_{name}", 20_000, 10_000, {**options, **extra}, wal
             )
             runs: list[SourceRun] = []
             for rep in range(args.repeat):
                 topic = f"bench_{name}_{rep}"
-                publish(server, topic, args.messages)
+                backlog(server, topic, args.messages)
                 runs.append(
                     bench_source(
                         spark,
@@ -556,7 +609,7 @@ def main() -> None:
                     f"  {name} on {master}: {run.with_startup:>8,.0f} rows/s with start-up"
                     f" ({run.startup:.2f} s), {run.subscribed:>8,.0f} from subscription,"
                     f" {run.batches} batches, {run.cpu_per_row * 1e6:.2f} us Python CPU per"
-                    " row",
+                    f" row (nsqd {run.nsqd_cpu_per_row * 1e6:.2f} us)",
                     flush=True,
                 )
                 for role, seconds in sorted(run.cpu_split.items()):
