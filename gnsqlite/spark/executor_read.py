@@ -172,8 +172,9 @@ def _take(
 ) -> pa.Table | pa.RecordBatch:
     """Take the share from nsqd, write the segment, FIN or give back; the rows that won.
 
-    The winner's FINs and CLS are written before this returns; the caller
-    waits for the connections to close (``taker.close``).
+    The winner's FINs are queued and its connections' closes started (each
+    ``CLS`` behind its FINs) before this returns; the caller waits for the
+    connections to end (``taker.close``).
     """
     rows = hub.call(taker.take)
     _fault("taken")
@@ -416,8 +417,9 @@ class ShareTaker:
     def finish(self) -> None:
         """The segment is durable: FIN every message in it, one write a connection; close.
 
-        Returns once the FINs and CLS are queued; :meth:`close` waits for the
-        connections to end (nsqd has handled every FIN when it answers CLS).
+        Returns once the FINs are queued and the connections' closes started
+        (each ``CLS`` behind its FINs); :meth:`close` waits for them to end
+        (nsqd has handled every FIN when it answers ``CLS``).
         """
         for link in self._links:
             ids = [frame[_ID] for frame in link.drop()]
