@@ -32,7 +32,7 @@ from .process import kill_all
 from .proxy import FaultProxy
 from .servers import LookupdServer, NsqdServer, nsq_bin_dir, start_all
 from .tls import TLSFiles, make_tls_files
-from .waiting import wait_until
+from .waiting import WaitTimeout, wait_until
 
 __all__ = [
     "NsqCluster",
@@ -56,6 +56,30 @@ class NsqCluster:
 
     lookupd: LookupdServer
     nsqds: list[NsqdServer] = field(default_factory=list)
+
+    def wait_registered(self, timeout: float = 30.0) -> None:
+        """Block until lookupd lists every nsqd of :attr:`nsqds` (``timeout`` seconds).
+
+        Registration takes milliseconds; the generous bound covers an nsqd whose
+        first IDENTIFY timed out on a loaded machine and is retried. Raises
+        :class:`~gnsqlite.testing.WaitTimeout` naming the nodes lookupd did
+        list, followed by every process's log tail.
+        """
+        http = self.lookupd.http
+        listed: list[str] = []
+
+        def all_listed() -> bool:
+            listed[:] = http.node_addresses()
+            return len(listed) == len(self.nsqds)
+
+        try:
+            wait_until(all_listed, timeout=timeout, message="every nsqd registered with lookupd")
+        except WaitTimeout as exc:
+            logs = "".join(
+                f"\n--- {server.kind} {server.tcp_address}:\n{server.stderr_text()[-2000:]}"
+                for server in (self.lookupd, *self.nsqds)
+            )
+            raise WaitTimeout(f"{exc}; lookupd listed {listed}{logs}") from None
 
 
 def pytest_report_header() -> str:
@@ -112,12 +136,7 @@ def nsq_cluster() -> Iterator[NsqCluster]:
         cluster.lookupd.start()
         cluster.nsqds = [NsqdServer(lookupd=cluster.lookupd) for _ in range(CLUSTER_SIZE)]
         start_all(cluster.nsqds)
-        http = cluster.lookupd.http
-        wait_until(
-            lambda: len(http.nodes()) == CLUSTER_SIZE,
-            timeout=10,
-            message="three nsqd registered with lookupd",
-        )
+        cluster.wait_registered()
         yield cluster
     finally:
         for server in cluster.nsqds:

@@ -18,6 +18,7 @@ from gnsqlite.testing import (
     NsqdServer,
     ServerProcess,
     ServerStartError,
+    WaitTimeout,
     free_port,
     wait_until,
 )
@@ -168,6 +169,19 @@ def test_cluster_fixture_registers_three_nsqd(nsq_cluster: NsqCluster) -> None:
     assert sorted(lookup.producer_addresses("shared")) == sorted(
         s.tcp_address for s in nsq_cluster.nsqds
     )
+
+
+def test_a_cluster_whose_nsqd_never_registers_says_what_lookupd_listed(
+    nsqlookupd: LookupdServer,
+) -> None:
+    cluster = NsqCluster(nsqlookupd)
+    with NsqdServer(lookupd=nsqlookupd) as registered, NsqdServer() as unregistered:
+        cluster.nsqds = [registered, unregistered]
+        with pytest.raises(WaitTimeout) as caught:
+            cluster.wait_registered(timeout=1.0)
+    text = str(caught.value)
+    assert f"lookupd listed ['{registered.tcp_address}']" in text
+    assert f"--- nsqd {unregistered.tcp_address}:" in text  # each process's log tail follows
 
 
 def test_nsqlookupd_fixture(nsqlookupd: LookupdServer) -> None:
