@@ -211,9 +211,21 @@ def test_trigger_available_now_with_a_wal_drains_the_backlog_once_and_stops(
     assert drained(nsqd, topic, CHANNEL)
 
     # What arrives after the run ended waits at nsqd for the next run, on the same checkpoint.
+    # awaitTermination returns as the query ends; its source's connection leaves nsqd just
+    # after (stop() runs in the source's process), and must leave.
+    wait_until(
+        lambda: not channel_stats(nsqd, topic, CHANNEL).get("clients"),
+        timeout=30,
+        message="the ended run's connection left nsqd",
+    )
     second = [f"b-{i}".encode() for i in range(700)]
     publish(nsqd, second, topic)
-    assert channel_stats(nsqd, topic, CHANNEL)["depth"] == len(second)
+    # nsqd copies a topic's messages to its channels in the background: wait for all 700
+    wait_until(
+        lambda: channel_stats(nsqd, topic, CHANNEL)["depth"] == len(second),
+        timeout=10,
+        message="the 700 messages wait in the channel",
+    )
     again = Sizes(topic)
     run(again)
     assert sorted(again.bodies) == sorted(second)
