@@ -31,6 +31,10 @@ COMPILED = [
     "gnsqlite/protocol/replies.py",
     "gnsqlite/flow/rdy.py",
     "gnsqlite/flow/link_plan.py",
+    "gnsqlite/consumer/link.py",
+    "gnsqlite/consumer/dispatch.py",
+    "gnsqlite/consumer/flow_control.py",
+    "gnsqlite/consumer/settle.py",
 ]
 
 

@@ -51,7 +51,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, cast
 
 from ..config import ConnectionConfig, ConsumerConfig, split_options
 from ..connection import Connection
@@ -477,7 +477,8 @@ class Consumer:
     @property
     def connections(self) -> list[Connection]:
         """The subscribed connections."""
-        return [link.conn for link in self._links.links.values()]
+        # the link set attaches Connections; a link asks only for LinkConnection's part
+        return [cast(Connection, link.conn) for link in self._links.links.values()]
 
     # -- introspection -----------------------------------------------------------
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import gevent
 import gevent.pool
@@ -30,15 +30,33 @@ from gevent.hub import Waiter, get_hub
 
 from ..message import Message
 from .batch import Batch, Batcher, messages_of
-from .flow_control import FlowControl
 from .lifecycle import Lifecycle
-from .settle import Settler
 
 __all__ = ["Dispatcher", "requeue_now"]
 
 log = logging.getLogger(__name__)
 
 Item = Message | Batch
+
+
+class Settles(Protocol):
+    """What a dispatcher needs of the :class:`~gnsqlite.consumer.settle.Settler`."""
+
+    def settle(self, message: Message, handler: Callable[[Message], Any]) -> None:
+        """Run ``handler(message)`` and answer the message; blocks while it runs."""
+
+
+class _InFlight(Protocol):
+    @property
+    def max_in_flight(self) -> int: ...
+
+
+class Planned(Protocol):
+    """What a dispatcher reads of :class:`~gnsqlite.consumer.flow_control.FlowControl`:
+    its planner's ``max_in_flight``, the default concurrency."""
+
+    @property
+    def planner(self) -> _InFlight: ...
 
 
 def requeue_now(item: Item | None) -> None:
@@ -60,8 +78,8 @@ class Dispatcher:
 
     def __init__(
         self,
-        settler: Settler,
-        flow: FlowControl,
+        settler: Settles,
+        flow: Planned,
         lifecycle: Lifecycle,
         concurrency: int | None,
         batcher: Batcher | None = None,

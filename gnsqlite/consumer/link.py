@@ -33,20 +33,56 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
-from ..connection import Connection
 from ..errors import NSQConnectionError
 from ..flow import LinkPlan
 from ..message import Message, deliver
 from ..protocol import defaults
 from .lifecycle import Lifecycle
 
-__all__ = ["Link", "LinkRoutes"]
+__all__ = ["Link", "LinkConnection", "LinkRoutes"]
 
 log = logging.getLogger(__name__)
 
 _monotonic = time.monotonic
+
+
+class LinkConnection(Protocol):
+    """What a link uses of its :class:`~gnsqlite.connection.Connection`.
+
+    Written out so the link depends on these and no more (a test hands it a
+    recording fake; the compiled build checks no class at the call).
+    ``msg_timeout`` is in seconds, ``last_received`` a ``time.monotonic()``
+    reading; none of the methods but ``close`` blocks (they queue their command).
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def msg_timeout(self) -> float: ...
+
+    @property
+    def last_received(self) -> float: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+    def ready(self, count: int) -> None: ...
+
+    def finish(self, message_id: bytes | str, now: bool = False) -> None: ...
+
+    def finish_many(self, message_ids: Sequence[bytes | str]) -> None: ...
+
+    def requeue(self, message_id: bytes | str, delay: float = 0.0) -> None: ...
+
+    def touch(self, message_id: bytes | str) -> None: ...
+
+    def start_close(self) -> None: ...
+
+    def close(self, timeout: float | None = None) -> None:
+        """Close the connection; blocks up to ``timeout`` seconds."""
 
 
 class LinkRoutes(NamedTuple):
@@ -116,7 +152,7 @@ class Link:
             self.observers,
             self.lifecycle,
         ) = routes
-        self.conn: Connection = None  # type: ignore[assignment]  # attached before connect()
+        self.conn: LinkConnection = None  # type: ignore[assignment]  # attached before connect()
         self.name = address
         self.msg_timeout = defaults.MSG_TIMEOUT  # until IDENTIFY says otherwise
         self.active = False  # subscribed and counted (in the link set)
@@ -130,7 +166,7 @@ class Link:
     def __repr__(self) -> str:
         return f"<Link {self.name} {'active' if self.active else 'inactive'}>"
 
-    def attach(self, conn: Connection) -> None:
+    def attach(self, conn: LinkConnection) -> None:
         """Use ``conn`` (not yet connected); its callbacks already point here."""
         self.conn = conn
         self.name = conn.name
@@ -142,7 +178,7 @@ class Link:
 
     # -- the connection's callback (the hub or the reader greenlet) ---------------
 
-    def on_message(self, conn: Connection, message: Message) -> None:
+    def on_message(self, conn: LinkConnection, message: Message) -> None:
         """Count, hand over. Runs in the hub or the reader greenlet; never blocks.
 
         ``message`` is as the frame decoder built it (the connection's

@@ -21,6 +21,10 @@ COMPILED_MODULES = [
     "gnsqlite.protocol.replies",
     "gnsqlite.flow.rdy",
     "gnsqlite.flow.link_plan",
+    "gnsqlite.consumer.link",
+    "gnsqlite.consumer.dispatch",
+    "gnsqlite.consumer.flow_control",
+    "gnsqlite.consumer.settle",
 ]
 
 

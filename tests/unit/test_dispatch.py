@@ -24,7 +24,7 @@ class Settler:
 
 def dispatcher(concurrency: int) -> Dispatcher:
     flow = SimpleNamespace(planner=SimpleNamespace(max_in_flight=concurrency))
-    return Dispatcher(Settler(), flow, Lifecycle(owner="test"), concurrency)  # type: ignore[arg-type]
+    return Dispatcher(Settler(), flow, Lifecycle(owner="test"), concurrency)
 
 
 def test_blocking_handlers_run_up_to_concurrency_and_every_item_is_handled() -> None:
