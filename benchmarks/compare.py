@@ -32,6 +32,11 @@ with each client's share of the bare gevent round trip. max_in_flight 1 also
 runs ``bare-handoff``: a reader greenlet handing each message to a handler
 greenlet through a gevent queue, the consumer structure with nothing else.
 
+``--compiled-python PYTHON`` adds the ``gnsqlite-compiled`` column: the same cells
+run by ``PYTHON``, a Python with the compiled build installed
+(``GNSQLITE_COMPILE=1 pip install .``), and a table setting it beside the pure build
+and go-nsq with issue 40's targets for it; each cell checks it runs the build asked.
+
 ``--memory-messages N`` adds the memory rows: a gnsqlite consumer's and a
 producer's RSS over N messages (the issue's target is 5,000,000).
 ``--profile`` runs gnsqlite's cells once under cProfile and prints where the
@@ -61,6 +66,12 @@ from typing import Any
 
 BODY_SIZE = 100
 CLIENTS = ("gnsqlite", "pynsq", "gnsq", "go")
+#: gnsqlite's compiled build (``--compiled-python``): the same cells, run by a Python
+#: that has the compiled wheel installed; its own table sets it beside the pure build.
+COMPILED = "gnsqlite-compiled"
+#: Issue 40's targets for the compiled build: its rate at least this times go-nsq's,
+#: and its client CPU per message at most the reciprocal times go's.
+COMPILED_GO_TARGETS = {"consume_2500": 1.0, "consume_100": 1.0}
 PEERS = ("pynsq", "gnsq")
 #: No client library: the least a round trip costs (``floor.py``); latency-bound rows only.
 FLOORS = ("bare-gevent", "bare-socket", "bare-handoff")
@@ -214,6 +225,11 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
 
         consume, publish = floor.consume(client), floor.publish(client)
     elif client == "gnsqlite":
+        import gnsqlite
+
+        if gnsqlite.compiled != spec.get("compiled", False):
+            build = "the compiled build" if gnsqlite.compiled else "pure Python"
+            raise RuntimeError(f"{sys.executable} runs {build} of gnsqlite: not the build asked")
         consume, publish = consume_rate, publish_rate
     else:
         consume, publish = CONSUME[client], PUBLISH[client]
@@ -311,12 +327,15 @@ def wait_idle(
     return True
 
 
-def run_child(script: str, argv: list[str], timeout: float) -> dict[str, Any]:
-    """Run ``script`` with ``argv`` in a fresh Python; the JSON of its last line of output.
+def run_child(
+    script: str, argv: list[str], timeout: float, python: str | None = None
+) -> dict[str, Any]:
+    """Run ``script`` with ``argv`` in a fresh Python (``python``, default this one); the
+    JSON of its last line of output.
 
     Blocks up to ``timeout`` seconds; a failure raises ``RuntimeError`` with its last words.
     """
-    cmd = [sys.executable, os.path.abspath(script), *argv]
+    cmd = [python or sys.executable, os.path.abspath(script), *argv]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -456,8 +475,10 @@ class Bench:
             if client == "go":
                 return self._go_cell(row, topic)
             count = self.count(row)
+            compiled = client == COMPILED
             spec = {
-                "client": client,
+                "client": "gnsqlite" if compiled else client,
+                "compiled": compiled,
                 "kind": row.kind,
                 "param": row.param,
                 "transport": row.transport,
@@ -468,7 +489,8 @@ class Bench:
                 "profile": profile,
             }
             nsqd_cpu = _proc_cpu(self.pid)
-            result = self._child(["--cell", json.dumps(spec)], self.args.cell_timeout)
+            python = self.args.compiled_python if compiled else None
+            result = self._child(["--cell", json.dumps(spec)], self.args.cell_timeout, python)
             result["nsqd_cpu"] = _proc_cpu(self.pid) - nsqd_cpu
             return result
         except Exception as exc:
@@ -476,8 +498,8 @@ class Bench:
         finally:
             self._delete(topic)
 
-    def _child(self, argv: list[str], timeout: float) -> dict[str, Any]:
-        return run_child(__file__, argv, timeout)
+    def _child(self, argv: list[str], timeout: float, python: str | None = None) -> dict[str, Any]:
+        return run_child(__file__, argv, timeout, python)
 
     def _go_cell(self, row: Row, topic: str) -> dict[str, Any]:
         assert self.go_dir is not None
@@ -610,9 +632,11 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _cpu_ratio(cells: dict[str, dict[str, Any]], client: str | None) -> float | None:
-    """gnsqlite's client CPU per message over ``client``'s, from the same run (lower is better)."""
-    ours = cells.get("gnsqlite", {})
+def _cpu_ratio(
+    cells: dict[str, dict[str, Any]], client: str | None, ours_is: str = "gnsqlite"
+) -> float | None:
+    """``ours_is``'s client CPU per message over ``client``'s in the same run (lower: better)."""
+    ours = cells.get(ours_is, {})
     theirs = cells.get(client or "", {})
     if "median" not in ours or "median" not in theirs or not theirs.get("cpu_us_per_msg"):
         return None
@@ -645,7 +669,59 @@ def ratios(cells: dict[str, dict[str, Any]]) -> dict[str, Any]:
         # the same against a reader greenlet handing messages to a handler greenlet
         "of_handoff": ours / handoff if ours and handoff else None,
         "peer_of_handoff": peers[best] / handoff if best and handoff else None,
+        # the compiled build's (--compiled-python): its rate and CPU over the pure build's and go's
+        **_compiled_ratios(cells),
     }
+
+
+def _compiled_ratios(cells: dict[str, dict[str, Any]]) -> dict[str, float | None]:
+    compiled = cells.get(COMPILED, {}).get("median")
+    if not compiled:
+        return {}
+    pure = cells.get("gnsqlite", {}).get("median")
+    go = cells.get("go", {}).get("median")
+    return {
+        "compiled_vs_pure": compiled / pure if pure else None,
+        "compiled_cpu_vs_pure": _cpu_ratio(cells, "gnsqlite", COMPILED),
+        "compiled_vs_go": compiled / go if go else None,
+        "compiled_cpu_vs_go": _cpu_ratio(cells, "go", COMPILED),
+    }
+
+
+def compiled_table(report: dict[str, Any]) -> list[str]:
+    """The compiled build beside the pure one and go-nsq, with issue 40's verdicts."""
+    lines = [
+        "| workload | pure | compiled | compiled / pure: rate, CPU/msg"
+        " | compiled / go: rate, CPU/msg | target |",
+        "|---" * 6 + "|",
+    ]
+    for row in ROWS:
+        entry = report["rows"].get(row.key)
+        if entry is None or COMPILED not in entry["cells"]:
+            continue
+        cells, r = entry["cells"], entry["ratios"]
+        verdict = "-"
+        want = COMPILED_GO_TARGETS.get(row.key)
+        rate, cpu = r.get("compiled_vs_go"), r.get("compiled_cpu_vs_go")
+        if want is not None:
+            short = min(_runs(cells.get(COMPILED, {})), _runs(cells.get("go", {})))
+            if rate is None or cpu is None:
+                verdict = "n/a"
+            elif short < MIN_RUNS:
+                verdict = f"n/a ({short} runs < {MIN_RUNS})"
+            else:
+                verdict = (
+                    f"{'met' if rate >= want else 'NOT met'} (>= {want}x go),"
+                    f" {'met' if cpu <= 1 / want else 'NOT met'} (CPU <= {1 / want:.2f}x go's)"
+                )
+        lines.append(
+            f"| {row.title} | {_fmt_cell(cells.get('gnsqlite', {}))}"
+            f" | {_fmt_cell(cells[COMPILED])}"
+            f" | {_fmt_ratio(r.get('compiled_vs_pure'))},"
+            f" {_fmt_ratio(r.get('compiled_cpu_vs_pure'))}"
+            f" | {_fmt_ratio(rate)}, {_fmt_ratio(cpu)} | {verdict} |"
+        )
+    return lines
 
 
 def _runs(cell: dict[str, Any]) -> int:
@@ -815,6 +891,9 @@ def print_table(report: dict[str, Any]) -> None:
                 cells.append("-")
         print(f"| {row.title} | " + " | ".join(cells) + " |")
     print("\nclient CPU µs/msg (client CPU as a share of one core) / nsqd CPU µs/msg.")
+    if COMPILED in clients:
+        print("\nThe compiled build (--compiled-python), medians of the same runs:\n")
+        print("\n".join(compiled_table(report)))
     print_floor_table(report)
     for kind, mem in report.get("memory", {}).items():
         if "error" in mem:
@@ -957,6 +1036,12 @@ def main(argv: list[str] | None = None) -> int:
         "--rows", default="", help=f"comma-separated subset of: {','.join(r.key for r in ROWS)}"
     )
     parser.add_argument("--clients", default=",".join(CLIENTS))
+    parser.add_argument(
+        "--compiled-python",
+        metavar="PYTHON",
+        help="a Python with gnsqlite's compiled build installed (GNSQLITE_COMPILE=1 pip install .)"
+        f": adds the {COMPILED} column, run by it, and its table",
+    )
     parser.add_argument("--go-runfor", type=float, default=1.0, help="seconds per Go run")
     parser.add_argument(
         "--go-messages",
@@ -1014,6 +1099,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.profile:
             return _profile(bench, rows)
         clients = [c for c in args.clients.split(",") if c in CLIENTS]
+        if args.compiled_python:
+            clients.insert(clients.index("gnsqlite") + 1 if "gnsqlite" in clients else 0, COMPILED)
         if "go" in clients and not bench.has_go():
             print("go-nsq's bench_reader/bench_writer not found (GNSQLITE_NSQD): no Go row")
             clients.remove("go")
@@ -1058,7 +1145,7 @@ def _compare(bench: Bench, rows: list[Row], clients: list[str]) -> dict[str, Any
                     else f"failed: {result['error']}"
                 )
                 print(
-                    f"  [{rep + 1}/{args.repeat}] {row.title:<28} {client:<9} {shown}", flush=True
+                    f"  [{rep + 1}/{args.repeat}] {row.title:<28} {client:<17} {shown}", flush=True
                 )
     report: dict[str, Any] = {
         "broker": broker,

@@ -211,3 +211,43 @@ def test_settling_waits_until_the_deleted_topic_is_gone(
     settled = bench.settle()
     assert settled["settled"] and http.reads == 3
     assert compare.settle_summary([{"settle": settled}, {"error": "x"}])["runs"] == 1
+
+
+def test_the_compiled_build_is_set_beside_the_pure_one_and_judged_against_go(
+    compare: ModuleType,
+) -> None:
+    cells = {
+        "gnsqlite": cell(300_000, 2.0),
+        compare.COMPILED: cell(360_000, 1.6),
+        "go": cell(400_000, 1.5),
+    }
+    r = compare.ratios(cells)
+    assert r["compiled_vs_pure"] == pytest.approx(1.2)
+    assert r["compiled_cpu_vs_pure"] == pytest.approx(0.8)
+    assert r["compiled_vs_go"] == pytest.approx(0.9)
+    assert r["compiled_cpu_vs_go"] == pytest.approx(1.6 / 1.5)
+    rows = {
+        "consume_2500": {"cells": cells, "ratios": r, "met": ""},
+        "pub_sync": {"cells": cells, "ratios": r, "met": ""},
+    }
+    lines = compare.compiled_table({"rows": rows})
+    assert len(lines) == 4 and len(lines[1].split("|")) == len(lines[0].split("|"))
+    consume = [c.strip() for c in lines[2].split("|")[1:-1]]
+    assert consume[0] == "consume, max_in_flight 2500"
+    assert consume[3:] == [
+        "1.20x, 0.80x",
+        "0.90x, 1.07x",
+        "NOT met (>= 1.0x go), NOT met (CPU <= 1.00x go's)",
+    ]
+    assert lines[3].split("|")[-2].strip() == "-"  # no compiled target on that row
+    few = {**cells, compare.COMPILED: cell(360_000, 1.6, runs=3)}
+    rows = {"consume_100": {"cells": few, "ratios": compare.ratios(few), "met": ""}}
+    assert compare.compiled_table({"rows": rows})[2].endswith("| n/a (3 runs < 5) |")
+
+
+def test_a_cell_refuses_to_run_the_build_not_asked_for(compare: ModuleType) -> None:
+    import gnsqlite
+
+    spec = {"client": "gnsqlite", "compiled": not gnsqlite.compiled, "transport": "plain"}
+    with pytest.raises(RuntimeError, match="not the build asked"):
+        compare.run_cell(spec)
