@@ -704,11 +704,11 @@ def compiled_table(report: dict[str, Any]) -> list[str]:
         want = COMPILED_GO_TARGETS.get(row.key)
         rate, cpu = r.get("compiled_vs_go"), r.get("compiled_cpu_vs_go")
         if want is not None:
-            short = min(_runs(cells.get(COMPILED, {})), _runs(cells.get("go", {})))
+            short = _short_of_runs(cells, "go", COMPILED)
             if rate is None or cpu is None:
                 verdict = "n/a"
-            elif short < MIN_RUNS:
-                verdict = f"n/a ({short} runs < {MIN_RUNS})"
+            elif short:
+                verdict = f"n/a ({short})"
             else:
                 verdict = (
                     f"{'met' if rate >= want else 'NOT met'} (>= {want}x go),"
@@ -772,9 +772,11 @@ def _met(row: Row, ratio: dict[str, Any], cells: dict[str, dict[str, Any]]) -> s
     return ", ".join(verdicts)
 
 
-def _short_of_runs(cells: dict[str, dict[str, Any]], client: str | None) -> str:
-    """Why gnsqlite's and ``client``'s medians are too few runs to judge on, or ``""``."""
-    runs = min(_runs(cells.get("gnsqlite", {})), _runs(cells.get(client or "", {})))
+def _short_of_runs(
+    cells: dict[str, dict[str, Any]], client: str | None, ours_is: str = "gnsqlite"
+) -> str:
+    """Why ``ours_is``'s and ``client``'s medians are too few runs to judge on, or ``""``."""
+    runs = min(_runs(cells.get(ours_is, {})), _runs(cells.get(client or "", {})))
     return f"{runs} runs < {MIN_RUNS}" if runs < MIN_RUNS else ""
 
 
