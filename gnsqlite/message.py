@@ -21,7 +21,8 @@ import time
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-from .protocol import Delivery
+from ._mypyc import mypyc_attr
+from .protocol import MessageFields
 
 __all__ = ["Message", "RequeueMessage", "Responder", "connection_gone", "deliver", "finish_all"]
 
@@ -87,7 +88,8 @@ class RequeueMessage(Exception):
         self.backoff = backoff
 
 
-class Message(Delivery):
+@mypyc_attr(allow_interpreted_subclasses=True)  # the compiled build: users may subclass it
+class Message(MessageFields):
     """A message delivered to a Consumer.
 
     ``id`` is the 16-character message id, ``body`` the bytes published,
@@ -98,9 +100,9 @@ class Message(Delivery):
     seconds.
 
     The Consumer's connections decode message frames straight into this
-    class (a :class:`~gnsqlite.protocol.Delivery`: ``wire_id``, ``body``,
-    ``timestamp`` and ``attempts`` are set by the frame decoder) and
-    :func:`deliver` fills in the rest: one object per message.
+    class (a :class:`~gnsqlite.protocol.MessageFields`: ``wire_id``,
+    ``body``, ``timestamp`` and ``attempts`` are set by the frame decoder)
+    and :func:`deliver` fills in the rest: one object per message.
     """
 
     __slots__ = (
@@ -112,6 +114,14 @@ class Message(Delivery):
         "msg_timeout",
         "nsqd",
     )
+
+    nsqd: str
+    msg_timeout: float
+    connection: Any
+    _responder: Responder
+    _responded: bool
+    _async: bool
+    _deadline: float
 
     def __init__(
         self,

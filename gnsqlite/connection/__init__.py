@@ -45,6 +45,7 @@ from typing import Any, Protocol
 import gevent
 import gevent.event
 
+from .._mypyc import mypyc_attr
 from ..config import ConnectionConfig
 from ..errors import (
     BrokenConnectionError,
@@ -54,7 +55,7 @@ from ..errors import (
     ServerError,
 )
 from ..net import format_address, parse_address
-from ..protocol import ClientConnection, ClientState, Delivery, commands
+from ..protocol import ClientConnection, ClientState, MessageFields, commands
 from ..protocol.commands import Body
 from .handshake import open_stream
 from .reader import ConnectionReader
@@ -94,6 +95,7 @@ class AnswerWaiter(Protocol):
         ...
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # the compiled build: a subclass may refuse
 class Connection:
     """A connection to one nsqd; see the module docstring.
 
@@ -107,9 +109,11 @@ class Connection:
     :meth:`connect` raises instead and does not call it).
     ``on_heartbeat(conn)`` runs after each heartbeat was answered; like
     ``on_message`` it runs in the reader greenlet and must not block.
-    ``message_class`` (a :class:`~gnsqlite.protocol.Delivery` subclass):
-    ``on_message`` gets each message as an instance of it (built by the
-    frame decoder, see :class:`~gnsqlite.protocol.Delivery`) rather than a
+    ``message_class`` (a :class:`~gnsqlite.protocol.MessageFields` subclass:
+    a :class:`~gnsqlite.protocol.Delivery` subclass, or the consumer's
+    :class:`~gnsqlite.message.Message`): ``on_message`` gets each message as
+    an instance of it (built by the frame decoder, see
+    :class:`~gnsqlite.protocol.Delivery`) rather than a
     :class:`~gnsqlite.protocol.WireMessage`; ``bytes``: each message as its
     frame's data, undecoded (see :class:`~gnsqlite.protocol.ClientConnection`).
     With either, on a plain TCP connection
@@ -131,7 +135,7 @@ class Connection:
         on_error: ErrorCallback | None = None,
         on_close: CloseCallback | None = None,
         on_heartbeat: HeartbeatCallback | None = None,
-        message_class: type[Delivery] | type[bytes] | None = None,
+        message_class: type[MessageFields] | type[bytes] | None = None,
         connect_stream: Callable[[tuple[str, int]], Stream] | None = None,
     ) -> None:
         self.address = parse_address(address)

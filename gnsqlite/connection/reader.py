@@ -52,7 +52,6 @@ from ..errors import BrokenConnectionError, NSQError, RemoteProtocolError, map_i
 from ..protocol import (
     ClientConnection,
     CloseWait,
-    Delivery,
     ErrorReceived,
     Event,
     Heartbeat,
@@ -60,7 +59,7 @@ from ..protocol import (
     Response,
     Upgraded,
 )
-from ..protocol.frames import OK
+from ..protocol.frames import OK, MessageFields
 from ..timers import Timer, TimerWheel
 from .stream import READ_SIZE, Stream, read_buffer
 
@@ -211,7 +210,7 @@ class ConnectionReader:
         owner = self.owner
         for index in range(start, len(events)):
             event = events[index]
-            kind = type(event)
+            kind: type[Any] = type(event)  # a message_class need not be an Event
             if kind is bare and on_message is not None:
                 try:
                     on_message(owner, event)
@@ -263,7 +262,7 @@ class ConnectionReader:
             log.debug("%s: heartbeat", self.name)
             if self.on_heartbeat is not None:
                 self._call(self.on_heartbeat)
-        elif isinstance(event, (MessageReceived, Delivery, bytes)):  # bytes: a message's data
+        elif isinstance(event, (MessageReceived, MessageFields, bytes)):  # bytes: a message's data
             log.warning("%s: a message arrived on a connection without on_message", self.name)
         elif isinstance(event, Upgraded):  # pragma: no cover - only during the handshake
             raise RemoteProtocolError(f"unexpected upgrade confirmation {event.kind!r}")
@@ -407,7 +406,10 @@ class ConnectionReader:
         handed: list[Event] | BaseException
         try:
             view = self._view
-            data = view[: recv_into(view)].tobytes()  # copied out of the thread's buffer
+            # Two statements: mypyc (2.4.1) evaluates a memoryview slice's bound twice,
+            # so the compiled build would read twice and lose the first read's bytes.
+            size = recv_into(view)
+            data = view[:size].tobytes()  # copied out of the thread's buffer
             protocol = self.protocol
             answered = protocol.publish_answers(data) if self.on_message is None else None
             if answered is not None:  # only OKs to publishes: no frames decoded, no events

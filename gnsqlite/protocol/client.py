@@ -41,7 +41,6 @@ from .defaults import MAX_FRAME_SIZE, MAX_RDY_COUNT
 from .events import (
     Authenticated,
     CloseWait,
-    Delivery,
     ErrorReceived,
     Event,
     Heartbeat,
@@ -58,6 +57,7 @@ from .frames import (
     HEARTBEAT,
     OK,
     FrameDecoder,
+    MessageFields,
     WireMessage,
     decode_message,
     encode_frame,
@@ -108,9 +108,10 @@ class ClientConnection:
     waiter back, and :meth:`connection_lost` hands back the waiters nsqd
     never answered.
 
-    ``message_class`` (a :class:`~.events.Delivery` subclass) makes each
-    message an event of that class rather than a :class:`MessageReceived`
-    (see :class:`~.events.Delivery`); ``None``: :class:`MessageReceived`.
+    ``message_class`` (a :class:`~.frames.MessageFields` subclass, such as a
+    :class:`~.events.Delivery` subclass) makes each message an event of that
+    class rather than a :class:`MessageReceived` (see :class:`~.events.Delivery`);
+    ``None``: :class:`MessageReceived`.
     ``bytes`` makes each message its frame's data, undecoded: the
     :data:`~.frames.MESSAGE_HEADER_SIZE`-byte header (timestamp in ns,
     attempts, id; big-endian), then the body. A receiver that decodes many
@@ -121,7 +122,7 @@ class ClientConnection:
     def __init__(
         self,
         max_frame_size: int = MAX_FRAME_SIZE,
-        message_class: type[Delivery] | type[bytes] | None = None,
+        message_class: type[MessageFields] | type[bytes] | None = None,
     ) -> None:
         # A subclass of bytes would not be the type of its events (they are bytes).
         if (
@@ -131,7 +132,7 @@ class ClientConnection:
         ):
             raise TypeError(
                 f"message_class {message_class.__name__}: bytes itself (each message's"
-                " frame data) or a Delivery subclass"
+                " frame data) or a MessageFields subclass"
             )
         self.state = ClientState.INIT
         self.message_class = message_class
@@ -432,7 +433,7 @@ class ClientConnection:
             if into is not None and issubclass(into, bytes):
                 return data  # type: ignore[return-value]  # sized for its header (the decoder checks)
             if into is not None:
-                return decode_message(data, into)
+                return decode_message(data, into)  # type: ignore[return-value]  # its own event
             return MessageReceived(decode_message(data))
         return self._frame_event(frame_type, data)
 

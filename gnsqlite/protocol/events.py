@@ -96,10 +96,10 @@ class Delivery(Event, MessageFields):
     """A message pushed by nsqd, reported as itself rather than in a :class:`MessageReceived`.
 
     A :class:`~.client.ClientConnection` built with ``message_class`` (a
-    subclass of this) reports each message as an instance of that class,
-    made without ``__init__`` with the four fields of
-    :class:`~.frames.MessageFields` set: the receiver's own message object
-    is then the only object per message.
+    subclass of this, or of :class:`~.frames.MessageFields`) reports each
+    message as an instance of that class, made without ``__init__`` with
+    the four fields of :class:`~.frames.MessageFields` set: the receiver's
+    own message object is then the only object per message.
     """
 
     __slots__ = ()

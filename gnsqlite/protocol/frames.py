@@ -15,7 +15,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar, overload
+from typing import Any, Final, TypeVar, overload
 
 from .._mypyc import mypyc_attr
 from ..errors import RemoteProtocolError, WrongPortError
@@ -44,9 +44,10 @@ __all__ = [
     "encode_message",
 ]
 
-FRAME_TYPE_RESPONSE = 0
-FRAME_TYPE_ERROR = 1
-FRAME_TYPE_MESSAGE = 2
+# Final: the compiled build inlines them (a plain global is a dict lookup per use there).
+FRAME_TYPE_RESPONSE: Final = 0
+FRAME_TYPE_ERROR: Final = 1
+FRAME_TYPE_MESSAGE: Final = 2
 FRAME_TYPES = (FRAME_TYPE_RESPONSE, FRAME_TYPE_ERROR, FRAME_TYPE_MESSAGE)
 
 HEARTBEAT = b"_heartbeat_"
@@ -54,7 +55,7 @@ OK = b"OK"
 CLOSE_WAIT = b"CLOSE_WAIT"
 
 #: timestamp (8) + attempts (2) + id (16)
-MESSAGE_HEADER_SIZE = 26
+MESSAGE_HEADER_SIZE: Final = 26
 
 _HEADER = struct.Struct(">ii")
 _MESSAGE = struct.Struct(">qH16s")
@@ -63,9 +64,8 @@ _MESSAGE_FRAME = struct.Struct(">iiqH16s")
 _F = TypeVar("_F", bound="MessageFields")
 
 
-# Both classes stay Python classes in the compiled build (setup.py): instances are
-# made with object.__new__ and the frozen slots' setters, and MessageFields has
-# subclasses outside it.
+# WireMessage stays a Python class in the compiled build: instances are made with
+# object.__new__ and the frozen slots' setters.
 @mypyc_attr(native_class=False)
 @dataclass(frozen=True, slots=True)
 class WireMessage:
@@ -82,14 +82,14 @@ class WireMessage:
     attempts: int
 
 
-@mypyc_attr(native_class=False)
+@mypyc_attr(allow_interpreted_subclasses=True)  # the compiled build: others subclass it
 class MessageFields:
     """The fields of a message frame, for a class that is built straight from the frame.
 
     A subclass (its own ``__slots__`` for its other attributes) handed to
     :meth:`FrameDecoder.frames_decoding_messages` or :func:`decode_message`
-    gets its instances made without ``__init__`` (``object.__new__``; plain
-    attribute assignment must work on them) with these four set:
+    gets its instances made without ``__init__`` (``cls.__new__(cls)``;
+    plain attribute assignment must work on them) with these four set:
     ``wire_id`` (the 16 id bytes), ``body``, ``timestamp`` (nanoseconds
     since the epoch) and ``attempts``; the rest is the
     receiver's to fill in. One object per message instead of a frame
@@ -110,8 +110,6 @@ _set_id = vars(WireMessage)["id"].__set__
 _set_body = vars(WireMessage)["body"].__set__
 _set_timestamp = vars(WireMessage)["timestamp"].__set__
 _set_attempts = vars(WireMessage)["attempts"].__set__
-# Any (and decode_message's Any): the compiled build would check that an instance
-# is exactly a MessageFields, not a subclass, MessageFields staying a Python class there.
 _new: Callable[[type], Any] = object.__new__
 
 
@@ -133,7 +131,7 @@ def decode_message(data: bytes | memoryview, into: type[MessageFields] | None = 
     body = bytes(data[MESSAGE_HEADER_SIZE:])
     if into is None:
         return WireMessage(message_id, body, timestamp, attempts)
-    built = _new(into)
+    built = into.__new__(into)  # not object.__new__: a compiled class refuses that
     built.wire_id = message_id
     built.body = body
     built.timestamp = timestamp
@@ -153,9 +151,9 @@ def encode_frame(frame_type: int, data: bytes) -> bytes:
 
 #: Bytes left undecoded below which :meth:`FrameDecoder.feed` copies them with
 #: the new bytes into one ``bytes`` (above: they grow in a ``bytearray``).
-_SHORT_REST = 4 * 1024
+_SHORT_REST: Final = 4 * 1024
 #: The smallest size prefix of a message frame: the frame type and the message header.
-_SMALLEST_MESSAGE = 4 + MESSAGE_HEADER_SIZE
+_SMALLEST_MESSAGE: Final = 4 + MESSAGE_HEADER_SIZE
 
 
 class FrameDecoder:
@@ -272,6 +270,15 @@ class FrameDecoder:
         largest = self.max_frame_size
         whole = _SMALLEST_MESSAGE + 4  # the shortest whole message frame, in bytes
         copy = type(buf) is not bytes  # a slice of a bytearray is a bytearray
+        # Declared, so the compiled build compares and adds them as machine integers
+        # (struct gives Any); the interpreter never evaluates these annotations.
+        size: int
+        frame_type: int
+        body: bytes
+        as_bytes: bytes = buf if isinstance(buf, bytes) else b""  # sliced with no type test
+        # Instances of ``into`` are made without __init__, by its own __new__: a
+        # compiled class refuses object.__new__.
+        new = _new if into is None else into.__new__
         while True:
             left = n - pos
             if left < 8:
@@ -291,11 +298,11 @@ class FrameDecoder:
                 if n < end:
                     break
                 if decode:
-                    body = buf[pos + body_at : end]
-                    if copy:
-                        body = bytes(body)
+                    body = (
+                        bytes(buf[pos + body_at : end]) if copy else as_bytes[pos + body_at : end]
+                    )
                     if into is not None:  # the receiver's own class: one object per message
-                        built = _new(into)
+                        built: MessageFields = new(into)
                         built.wire_id = message_id  # plain slot stores: no call each
                         built.body = body  # bytes once copied
                         built.timestamp = timestamp

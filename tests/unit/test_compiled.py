@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.machinery
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -25,7 +26,19 @@ COMPILED_MODULES = [
     "gnsqlite.consumer.dispatch",
     "gnsqlite.consumer.flow_control",
     "gnsqlite.consumer.settle",
+    "gnsqlite.connection",
+    "gnsqlite.connection.reader",
+    "gnsqlite.connection.writer",
+    "gnsqlite.message",
 ]
+
+
+def source_path(module_name: str) -> str:
+    """The module's source file as setup.py names it (a package's is its ``__init__.py``)."""
+    spec = importlib.util.find_spec(module_name)
+    assert spec is not None, module_name
+    package = spec.submodule_search_locations is not None
+    return module_name.replace(".", "/") + ("/__init__.py" if package else ".py")
 
 
 def is_extension(module_name: str) -> bool:
@@ -46,7 +59,7 @@ def test_the_list_matches_setup_py() -> None:
     setup_py = Path(__file__).resolve().parents[2] / "setup.py"
     if not setup_py.is_file():
         pytest.skip("no setup.py next to the tests (not a checkout)")
-    paths = [name.replace(".", "/") + ".py" for name in COMPILED_MODULES]
+    paths = [source_path(name) for name in COMPILED_MODULES]
     text = setup_py.read_text()
     assert all(f'"{path}"' in text for path in paths)
     assert text.count('.py",') == len(paths)

@@ -19,7 +19,7 @@ from gnsqlite.codecs import make_codec
 from gnsqlite.config import ConnectionConfig
 from gnsqlite.connection import Connection
 from gnsqlite.connection.stream import MemoryStream
-from gnsqlite.connection.writer import FLUSH_AT
+from gnsqlite.connection.writer import FLUSH_AT, ConnectionWriter
 from gnsqlite.errors import BadTopicError, BrokenConnectionError, FinFailedError, InvalidError
 from gnsqlite.protocol import MAGIC_V2, ClientState, WireMessage
 from gnsqlite.protocol.frames import (
@@ -258,13 +258,19 @@ def test_finish_queues_a_fin_by_the_writers_own_rule(
 ) -> None:
     # Connection.finish inlines ConnectionWriter.queue (one FIN per message): both must
     # leave the same outbox and ask the writer to send in the same cases.
+    class Recording(ConnectionWriter):  # a subclass: the compiled build's writer takes no patch
+        def __init__(self, name: str) -> None:
+            super().__init__(name, lambda error: None)
+            self.asked: list[bool] = []
+
+        def queued(self, now: bool = False) -> None:
+            self.asked.append(now)
+
     def prepared(conn: Connection) -> list[bool]:
-        writer = conn.writer
+        writer = conn.writer = Recording(conn.name)
         writer.tls, writer.flush_scheduled = tls, scheduled
         writer.outbox[:] = [b"NOP\n"] * queued_before
-        asked: list[bool] = []
-        writer.queued = asked.append  # type: ignore[method-assign, assignment]
-        return asked
+        return writer.asked
 
     by_finish, by_queue = Connection("127.0.0.1:4150"), Connection("127.0.0.1:4150")
     by_finish._usable = True
