@@ -35,6 +35,7 @@ COMPILED = [
     "gnsqlite/consumer/dispatch.py",
     "gnsqlite/consumer/flow_control.py",
     "gnsqlite/consumer/settle.py",
+    "gnsqlite/consumer/lifecycle.py",
     "gnsqlite/connection/__init__.py",
     "gnsqlite/connection/reader.py",
     "gnsqlite/connection/writer.py",

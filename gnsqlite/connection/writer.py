@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 import gevent
 import gevent.event
@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 #: Commands queued in one turn of the loop after which they are sent at once
 #: (about 4 KiB of FINs, as go-nsq's buffered writer sends them).
-FLUSH_AT = 200
+FLUSH_AT: Final = 200
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # the compiled build: tests record its calls

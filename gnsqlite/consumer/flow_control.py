@@ -21,6 +21,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Sequence
+from typing import Final
 
 import gevent.event
 
@@ -30,7 +31,7 @@ from ..timers import TimerWheel
 from .lifecycle import Lifecycle
 from .link import Link
 
-_monotonic = time.monotonic  # bound once: read once per answer
+_monotonic: Final = time.monotonic  # bound once: read once per answer
 
 __all__ = ["FlowControl"]
 

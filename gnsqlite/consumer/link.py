@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Final, NamedTuple, Protocol
 
 from ..errors import NSQConnectionError
 from ..flow import LinkPlan
@@ -45,7 +45,7 @@ __all__ = ["Link", "LinkConnection", "LinkRoutes"]
 
 log = logging.getLogger(__name__)
 
-_monotonic = time.monotonic
+_monotonic: Final = time.monotonic
 
 
 class LinkConnection(Protocol):

@@ -37,7 +37,7 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 from time import perf_counter, time_ns  # bound once: read on the per-message path
-from typing import Any
+from typing import Any, Final
 
 import gevent
 
@@ -51,7 +51,7 @@ __all__ = ["GiveUpHook", "Settler", "finish_handled", "log_giving_up"]
 log = logging.getLogger(__name__)
 
 GiveUpHook = Callable[[Message], Any]
-_PREVIEW = 64
+_PREVIEW: Final = 64
 
 
 def finish_handled(message: Message) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sized
 from dataclasses import dataclass
+from typing import Final
 
 __all__ = [
     "DEMAND_HEADROOM",
@@ -29,14 +30,14 @@ __all__ = [
 
 #: The guide's constant: a connection is starved when its in-flight count
 #: reaches 85% of its last RDY, anticipating starvation rather than waiting.
-STARVATION_RATIO = 0.85
+STARVATION_RATIO: Final = 0.85
 #: Budget freed by answers is handed on in steps of at least this share of
 #: the receiving connection's target (or all it still lacks), not one by one.
-GRANT_STEP_RATIO = 0.25
+GRANT_STEP_RATIO: Final = 0.25
 #: Headroom over a connection's peak in-flight count when it is not hungry.
-DEMAND_HEADROOM = 1.25
+DEMAND_HEADROOM: Final = 1.25
 #: Evaluations a new connection that received nothing keeps its share reserved.
-NEW_EVALUATIONS = 1
+NEW_EVALUATIONS: Final = 1
 
 #: Why a connection holds its RDY count (:attr:`LinkPlan.reason`).
 REASONS = {

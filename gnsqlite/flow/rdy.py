@@ -83,6 +83,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Sequence, Sized
+from typing import Final
 
 from .._mypyc import mypyc_attr
 from ..protocol import defaults
@@ -111,7 +112,7 @@ __all__ = [
 ]
 
 #: What the per-message calls return when there is nothing to send (no list per message).
-_NO_COMMANDS: tuple[Command, ...] = ()
+_NO_COMMANDS: Final[tuple[Command, ...]] = ()
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # the compiled build: tests subclass it

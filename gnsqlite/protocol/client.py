@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Final
 
 from ..errors import (
     LocalProtocolError,
@@ -63,18 +63,19 @@ from .frames import (
     encode_frame,
 )
 from .replies import agreed_upgrades, auth_identity, identify_features
-from .states import PUBLISH_STATES as _PUBLISH_STATES
-from .states import RESPOND_STATES as _RESPOND_STATES
-from .states import ClientState
+from .states import PUBLISH_STATES, RESPOND_STATES, ClientState
 
 __all__ = ["ClientState", "ClientConnection", "ANSWERED_COMMANDS"]
 
 #: The requests whose answer goes back to the caller (the handshake's and
 #: CLS's answers are the machine's own business).
-ANSWERED_COMMANDS = frozenset({"SUB", "PUB", "MPUB", "DPUB"})
+ANSWERED_COMMANDS: Final = frozenset({"SUB", "PUB", "MPUB", "DPUB"})
 
-_NON_FATAL_CODES = frozenset({"E_FIN_FAILED", "E_REQ_FAILED", "E_TOUCH_FAILED"})
-_PUBLISH_COMMANDS = ("PUB", "MPUB", "DPUB")
+_NON_FATAL_CODES: Final = frozenset({"E_FIN_FAILED", "E_REQ_FAILED", "E_TOUCH_FAILED"})
+_PUBLISH_COMMANDS: Final = ("PUB", "MPUB", "DPUB")
+# Final here: the compiled build keeps them in C globals (a plain global is a dict lookup).
+_PUBLISH_STATES: Final = PUBLISH_STATES
+_RESPOND_STATES: Final = RESPOND_STATES
 
 
 # Events built without the frozen dataclass's __init__ (which goes through

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import struct
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 from ..errors import LocalProtocolError
 from .names import check_channel_name, check_topic_name
@@ -45,7 +45,7 @@ __all__ = [
 #: The four bytes a client sends first to choose protocol V2.
 MAGIC_V2 = b"  V2"
 #: Message ids are 16 ASCII hex characters.
-MESSAGE_ID_LENGTH = 16
+MESSAGE_ID_LENGTH: Final = 16
 
 _SIZE = struct.Struct(">I")
 #: ``PUB <topic>\n`` of the topics seen (bounded): a publisher names the same

@@ -26,6 +26,7 @@ COMPILED_MODULES = [
     "gnsqlite.consumer.dispatch",
     "gnsqlite.consumer.flow_control",
     "gnsqlite.consumer.settle",
+    "gnsqlite.consumer.lifecycle",
     "gnsqlite.connection",
     "gnsqlite.connection.reader",
     "gnsqlite.connection.writer",
