@@ -226,20 +226,30 @@ def test_the_compiled_build_is_set_beside_the_pure_one_and_judged_against_go(
     assert r["compiled_cpu_vs_pure"] == pytest.approx(0.8)
     assert r["compiled_vs_go"] == pytest.approx(0.9)
     assert r["compiled_cpu_vs_go"] == pytest.approx(1.6 / 1.5)
+    latency = {
+        "gnsqlite": cell(14_000, 30.0),
+        compare.COMPILED: cell(15_000, 28.0),
+        "bare-gevent": cell(16_000, 27.0),
+    }
     rows = {
         "consume_2500": {"cells": cells, "ratios": r, "met": ""},
-        "pub_sync": {"cells": cells, "ratios": r, "met": ""},
+        "pub_sync": {"cells": latency, "ratios": compare.ratios(latency), "met": ""},
+        "consume_2500_tls": {"cells": cells, "ratios": r, "met": ""},
     }
     lines = compare.compiled_table({"rows": rows})
-    assert len(lines) == 4 and len(lines[1].split("|")) == len(lines[0].split("|"))
+    assert len(lines) == 5 and len(lines[1].split("|")) == len(lines[0].split("|"))
     consume = [c.strip() for c in lines[2].split("|")[1:-1]]
     assert consume[0] == "consume, max_in_flight 2500"
     assert consume[3:] == [
         "1.20x, 0.80x",
         "0.90x, 1.07x",
+        "-",
         "NOT met (>= 1.0x go), NOT met (CPU <= 1.00x go's)",
     ]
-    assert lines[3].split("|")[-2].strip() == "-"  # no compiled target on that row
+    pub = [c.strip() for c in lines[3].split("|")[1:-1]]
+    assert pub[0] == "sync PUB"
+    assert pub[5:] == ["0.94x", "NOT met (>= 0.95x bare-gevent)"]  # 15,000 / 16,000
+    assert lines[4].split("|")[-2].strip() == "-"  # no compiled target on that row
     few = {**cells, compare.COMPILED: cell(360_000, 1.6, runs=3)}
     rows = {"consume_100": {"cells": few, "ratios": compare.ratios(few), "met": ""}}
     assert compare.compiled_table({"rows": rows})[2].endswith("| n/a (3 runs < 5) |")
