@@ -81,6 +81,11 @@ def _sys_cpu() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_stime
 
 
+def _wakeups() -> int:
+    """Times this process slept waiting (voluntary context switches): each a wake-up."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw
+
+
 def _rss() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
@@ -133,6 +138,7 @@ def consume_cell(spec: dict[str, Any]) -> dict[str, Any]:
             steady_at.append(_cpu())
             steady_at.append(time.perf_counter())
             steady_at.append(_sys_cpu())
+            steady_at.append(_wakeups())
         if handled == count:
             done.set()
 
@@ -156,6 +162,7 @@ def consume_cell(spec: dict[str, Any]) -> dict[str, Any]:
         if not done.wait(spec["timeout"]):
             raise RuntimeError(f"handled {handled} of {count} in {spec['timeout']} s")
         cpu_end, end, sys_end = _cpu(), time.perf_counter(), _sys_cpu()
+        wakeups_end = _wakeups()
         rss = _rss()
     finally:
         for consumer in consumers:
@@ -170,6 +177,7 @@ def consume_cell(spec: dict[str, Any]) -> dict[str, Any]:
         "steady_cpu": cpu_end - steady_at[0],
         "steady_seconds": end - steady_at[1],
         "steady_sys_cpu": sys_end - steady_at[2],
+        "steady_wakeups": wakeups_end - steady_at[3],
         "rss_growth": rss - rss_before,
         "links": links,
         "rdy_passes": len(all_passes),
@@ -394,7 +402,13 @@ class Scale:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.serial = 0
-        self.report: dict[str, Any] = {"connections": {}, "consumers": {}, "idle": {}, "rdy": {}}
+        self.report: dict[str, Any] = {
+            "connections": {},
+            "same_rdy": {},
+            "consumers": {},
+            "idle": {},
+            "rdy": {},
+        }
 
     def _topics(self, n: int) -> list[str]:
         self.serial += 1
@@ -458,6 +472,14 @@ class Scale:
                     result = self.consume(servers[:n], 1, self.max_in_flight(n))
                     self.report["connections"].setdefault(n, []).append(result)
                     _show(rep, f"1 consumer, {n} connections", result)
+                most = max(counts)
+                if most > 1 and not args.rdy_per_connection:
+                    # One connection with the RDY each of the most connections holds:
+                    # their batches, without their number.
+                    per = self.max_in_flight(most) // most
+                    result = self.consume(servers[:1], 1, per)
+                    self.report["same_rdy"].setdefault(most, []).append(result)
+                    _show(rep, f"1 consumer, 1 connection, max_in_flight {per}", result)
                 if args.consumers:
                     for k in (1, args.consumers):
                         result = self.consume(servers[:1], k, args.consumer_max_in_flight)
@@ -490,7 +512,9 @@ def _show(rep: int, what: str, result: dict[str, Any]) -> None:
     elif "messages" in result:
         shown = (
             f"{result['steady_cpu'] / result['steady_messages'] * 1e6:.2f} µs CPU/msg steady,"
-            f" {result['messages'] / result['seconds']:,.0f} msg/s"
+            f" {result['messages'] / result['seconds']:,.0f} msg/s,"
+            f" {result['steady_wakeups'] / result['steady_messages'] * 1000:.1f}"
+            " wake-ups per 1,000 msg"
         )
     else:
         shown = (
@@ -508,8 +532,8 @@ def summarise(report: dict[str, Any]) -> list[str]:
     lines = [
         f"{report['broker']}, medians of the runs\n",
         "| workload | runs | msg/s | CPU µs/msg (steady) | of which kernel"
-        " | CPU µs/msg (whole run) | RSS growth MiB | RDY pass µs (passes) |",
-        "|---|---|---|---|---|---|---|---|",
+        " | wake-ups /1k msg | CPU µs/msg (whole run) | RSS growth MiB | RDY pass µs (passes) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
 
     def consume_line(title: str, runs: list[dict[str, Any]]) -> float | None:
@@ -520,13 +544,18 @@ def summarise(report: dict[str, Any]) -> list[str]:
         for r in good:
             r["steady_us"] = r["steady_cpu"] / r["steady_messages"] * 1e6
             r["kernel_us"] = r.get("steady_sys_cpu", 0.0) / r["steady_messages"] * 1e6
+            if "steady_wakeups" in r:
+                r["wakeups_k"] = r["steady_wakeups"] / r["steady_messages"] * 1000
             r["whole_us"] = r["cpu"] / r["messages"] * 1e6
             r["rate"] = r["messages"] / r["seconds"]
         steady = median_of(good, "steady_us")
         passes = median_of(good, "rdy_pass_us")
+        wakeups = median_of(good, "wakeups_k")
         lines.append(
             f"| {title} | {len(good)} | {median_of(good, 'rate'):,.0f} | {steady:.2f}"
-            f" | {median_of(good, 'kernel_us'):.2f} | {median_of(good, 'whole_us'):.2f}"
+            f" | {median_of(good, 'kernel_us'):.2f}"
+            f" | {f'{wakeups:.1f}' if wakeups is not None else '-'}"
+            f" | {median_of(good, 'whole_us'):.2f}"
             f" | {median_of(good, 'rss_growth') / 2**20:.1f}"
             f" | {f'{passes:.1f}' if passes is not None else '-'}"
             f" ({median_of(good, 'rdy_passes'):.0f}) |"
@@ -537,17 +566,31 @@ def summarise(report: dict[str, Any]) -> list[str]:
         int(n): consume_line(f"1 consumer, {n} connections", runs)
         for n, runs in report["connections"].items()
     }
+    same_rdy = {
+        int(n): consume_line(f"1 consumer, 1 connection, RDY as each of {n}", runs)
+        for n, runs in report.get("same_rdy", {}).items()
+    }
     for k, runs in report["consumers"].items():
         consume_line(f"{k} consumers, 1 connection each", runs)
     verdicts: list[str] = []
-    if len(by_conns) > 1 and by_conns.get(1) and by_conns.get(max(by_conns)):
-        most = max(by_conns)
-        ratio = by_conns[most] / by_conns[1]  # type: ignore[operator]
+    most = max(by_conns, default=1)
+    one, at_most, alone = by_conns.get(1), by_conns.get(most), same_rdy.get(most)
+    if most > 1 and one and at_most:
+        ratio = at_most / one
         verdicts.append(
             f"CPU per message at {most} connections / at 1: {ratio:.2f}x"
             f" ({'met' if ratio <= CONNECTIONS_CPU_RATIO else 'NOT met'}:"
             f" <= {CONNECTIONS_CPU_RATIO}x)"
         )
+        if alone:
+            # The ratio in two factors: one connection with the RDY each of the
+            # most holds (smaller batches: more reads, writes and wake-ups per
+            # message), and the most connections over that one (their number).
+            verdicts.append(
+                f"  = {alone / one:.2f}x for the smaller batches (1 connection at the RDY"
+                f" each of {most} holds / at 1) times {at_most / alone:.2f}x for the"
+                f" connections themselves ({most} / 1 at that RDY each)"
+            )
     for n, runs in report["idle"].items():
         good = [r for r in runs if "error" not in r]
         if not good:

@@ -61,6 +61,21 @@ def test_the_connections_target_is_judged_on_the_medians(scale: ModuleType) -> N
     assert "CPU per message at 50 connections / at 1: 1.25x (NOT met: <= 1.2x)" in lines
 
 
+def test_the_connections_ratio_is_split_into_batches_and_connections(scale: ModuleType) -> None:
+    # One connection at the RDY each of 50 holds costs 2.4 µs: the batches' factor is
+    # 1.2x; the 50 connections at that RDY cost 2.5 µs, 1.04x more: 1.25x in all.
+    runs = report([2.5] * 5, wheel_us=1.3)
+    runs["same_rdy"] = {50: [{**consume(2.4), "steady_wakeups": 3_600}] * 5}
+    lines = scale.summarise(runs)
+    assert "CPU per message at 50 connections / at 1: 1.25x (NOT met: <= 1.2x)" in lines
+    assert (
+        "  = 1.20x for the smaller batches (1 connection at the RDY each of 50 holds / at 1)"
+        " times 1.04x for the connections themselves (50 / 1 at that RDY each)"
+    ) in lines
+    row = next(line for line in lines if "RDY as each of 50" in line)
+    assert row.split(" | ")[3:6] == ["2.40", "0.00", "20.0"]  # CPU, kernel, wake-ups per 1k
+
+
 def test_the_idle_bounds_are_printed_with_their_verdicts(scale: ModuleType) -> None:
     met = next(line for line in scale.summarise(report([2.0], 1.3)) if "idle" in line)
     assert "RSS 24.0 KiB per connection (met: <= 32 KiB)" in met
