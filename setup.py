@@ -40,6 +40,10 @@ COMPILED = [
     "gnsqlite/connection/reader.py",
     "gnsqlite/connection/writer.py",
     "gnsqlite/message.py",
+    "gnsqlite/producer/attempt.py",
+    "gnsqlite/producer/deadlines.py",
+    "gnsqlite/producer/router.py",
+    "gnsqlite/producer/stats.py",
 ]
 
 

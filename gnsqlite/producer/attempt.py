@@ -15,10 +15,27 @@ from typing import Protocol
 import gevent.event
 from gevent.hub import Waiter
 
-from ..connection import Connection
 from ..timers import Timer
 
-__all__ = ["Attempt", "AttemptRoute"]
+__all__ = ["Attempt", "AttemptRoute", "PublishConnection"]
+
+
+class PublishConnection(Protocol):
+    """What a producer's attempts, route and counters use of a connection.
+
+    A :class:`~gnsqlite.connection.Connection`; named by what is used, so
+    the producer's objects take fakes in tests, compiled or not (the
+    compiled build checks a declared class at every assignment).
+    """
+
+    name: str
+    #: The ``time.monotonic()`` of the last bytes read (heartbeats included).
+    last_received: float
+
+    def request_encoded(
+        self, waiter: Attempt, command: str, data: bytes, now: bool = False
+    ) -> None:
+        """Queue a publish built once (see ``Connection.request_encoded``); does not block."""
 
 
 class AttemptRoute(Protocol):
@@ -28,7 +45,9 @@ class AttemptRoute(Protocol):
         """``attempt`` has just ended: answered OK (``error`` ``None``) or failed for good."""
         ...
 
-    def answered_with_error(self, attempt: Attempt, conn: Connection, error: BaseException) -> None:
+    def answered_with_error(
+        self, attempt: Attempt, conn: PublishConnection, error: BaseException
+    ) -> None:
         """``conn`` refused ``attempt`` or closed before answering it; it may be retried."""
         ...
 
@@ -82,8 +101,8 @@ class Attempt:
         self.deadline = deadline  # time.monotonic() after which it is not retried
         self.timeout = timeout  # seconds: what the caller allowed
         self.errors: dict[str, BaseException] = {}
-        self.tried: set[Connection] = set()
-        self.conn: Connection | None = None  # where it was sent last
+        self.tried: set[PublishConnection] = set()
+        self.conn: PublishConnection | None = None  # where it was sent last
         #: While a caller blocks in :meth:`Deadlines.wait` for it: what wakes that
         #: caller (cheaper than a link on the result, which publish_async callers use).
         self.wake: Waiter[None] | None = None

@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-from ..connection import Connection
 from ..errors import (
     ConnectionClosedError,
     DPubFailedError,
@@ -30,7 +29,7 @@ from ..errors import (
     PubFailedError,
 )
 from ..timers import TimerWheel
-from .attempt import Attempt
+from .attempt import Attempt, PublishConnection
 from .deadlines import Deadlines
 from .pool import Pool
 from .stats import PublishStats
@@ -130,7 +129,8 @@ class Router:
         """
         if attempt.ended:
             return
-        healthy, tried = self._pool.healthy, attempt.tried
+        healthy: Sequence[PublishConnection] = self._pool.healthy
+        tried = attempt.tried
         for _ in range(len(healthy)):  # the next one in turn not tried yet
             self._next = (self._next + 1) % len(healthy)
             conn = healthy[self._next]
@@ -169,7 +169,9 @@ class Router:
         started = attempt.deadline - attempt.timeout  # the time.monotonic() of the call
         stats.count(attempt.topic, _COUNTED_AS[attempt.command], attempt.messages, started, error)
 
-    def answered_with_error(self, attempt: Attempt, conn: Connection, error: BaseException) -> None:
+    def answered_with_error(
+        self, attempt: Attempt, conn: PublishConnection, error: BaseException
+    ) -> None:
         """Retry on another connection when that may help; runs in a reader greenlet."""
         if attempt.ended:
             return

@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from ..connection import Connection
 from ..errors import (
     ConnectionClosedError,
     NoConnectionsError,
@@ -23,6 +22,7 @@ from ..errors import (
     ServerError,
 )
 from ..health import ConnectionHealth, Health, build_health
+from .attempt import PublishConnection
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ class PublishStats:
     def report(
         self,
         addresses: Iterable[str],
-        healthy: Iterable[Connection],
+        healthy: Iterable[PublishConnection],
         last_error: Mapping[str, BaseException],
     ) -> dict[str, Any]:
         """The document of :meth:`Producer.stats <gnsqlite.producer.Producer.stats>`.
@@ -138,7 +138,11 @@ class PublishStats:
 
 
 def health_of(
-    addresses: Iterable[str], healthy: Iterable[Connection], *, started: bool, closed: bool
+    addresses: Iterable[str],
+    healthy: Iterable[PublishConnection],
+    *,
+    started: bool,
+    closed: bool,
 ) -> Health:
     """The document of :meth:`Producer.health <gnsqlite.producer.Producer.health>`.
 

@@ -31,6 +31,10 @@ COMPILED_MODULES = [
     "gnsqlite.connection.reader",
     "gnsqlite.connection.writer",
     "gnsqlite.message",
+    "gnsqlite.producer.attempt",
+    "gnsqlite.producer.deadlines",
+    "gnsqlite.producer.router",
+    "gnsqlite.producer.stats",
 ]
 
 
