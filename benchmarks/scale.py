@@ -76,14 +76,11 @@ def _cpu() -> float:
     return time.process_time()
 
 
-def _sys_cpu() -> float:
-    """The kernel's share of this process's CPU seconds so far (syscalls: reads, writes)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_stime
-
-
-def _wakeups() -> int:
-    """Times this process slept waiting (voluntary context switches): each a wake-up."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw
+def _kernel() -> tuple[float, int]:
+    """This process's kernel CPU seconds so far (syscalls: reads, writes), and the times
+    it slept waiting (voluntary context switches: each a wake-up); one ``getrusage``."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_stime, usage.ru_nvcsw
 
 
 def _rss() -> int:
@@ -137,8 +134,7 @@ def consume_cell(spec: dict[str, Any]) -> dict[str, Any]:
         if handled == steady_from:
             steady_at.append(_cpu())
             steady_at.append(time.perf_counter())
-            steady_at.append(_sys_cpu())
-            steady_at.append(_wakeups())
+            steady_at.extend(_kernel())
         if handled == count:
             done.set()
 
@@ -161,8 +157,8 @@ def consume_cell(spec: dict[str, Any]) -> dict[str, Any]:
     try:
         if not done.wait(spec["timeout"]):
             raise RuntimeError(f"handled {handled} of {count} in {spec['timeout']} s")
-        cpu_end, end, sys_end = _cpu(), time.perf_counter(), _sys_cpu()
-        wakeups_end = _wakeups()
+        cpu_end, end = _cpu(), time.perf_counter()
+        sys_end, wakeups_end = _kernel()
         rss = _rss()
     finally:
         for consumer in consumers:
