@@ -521,27 +521,9 @@ class Bench:
             f"--size={BODY_SIZE}",
             f"--runfor={runfor}s",
         ]
-        env = {**os.environ, "GOMAXPROCS": "1"}  # one connection, one thread for goroutines
         nsqd_cpu = _proc_cpu(self.pid)
-        proc = subprocess.Popen(tool, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-        try:
-            _, _, usage = os.wait4(proc.pid, 0)
-        finally:
-            proc.returncode = 0
-        nsqd_cpu = _proc_cpu(self.pid) - nsqd_cpu
-        assert proc.stderr is not None and proc.stdout is not None
-        out = proc.stderr.read().decode() + proc.stdout.read().decode()
-        found = re.search(r"duration: (\S+) - \S+ - ([\d.]+)ops/s", out)
-        if not found:
-            raise RuntimeError(f"no figures from {os.path.basename(tool[0])}: {out[-200:]!r}")
-        rate = float(found.group(2))
-        seconds = _go_duration(found.group(1))
-        result = {
-            "seconds": seconds,
-            "messages": int(rate * seconds),
-            "cpu": usage.ru_utime + usage.ru_stime,
-            "nsqd_cpu": nsqd_cpu,
-        }
+        result: dict[str, Any] = run_go_bench(tool, threads=1)  # one connection, one thread
+        result["nsqd_cpu"] = _proc_cpu(self.pid) - nsqd_cpu
         if row.kind == "consume" and result["messages"] >= self.args.go_messages:
             result["note"] = "drained the topic: a lower bound"
         return result
@@ -593,6 +575,40 @@ class Bench:
             if t["topic_name"] == topic:
                 return int(t["depth"]) + sum(int(c["depth"]) for c in t.get("channels") or [])
         return 0
+
+
+def run_go_bench(argv: list[str], threads: int) -> dict[str, Any]:
+    """Run one of go-nsq's bench tools (``argv``) with ``GOMAXPROCS=threads``; blocks until
+    it ends (its ``--runfor``).
+
+    ``bench_reader`` opens one connection per ``GOMAXPROCS``, each with the
+    whole ``--rdy``. Its figures: ``seconds`` (the run it timed),
+    ``messages`` (its rate times that), ``cpu`` and ``sys_cpu`` (its user + system
+    and system CPU seconds, start-up included) and ``wakeups`` (the times it slept
+    waiting: voluntary context switches). Raises ``RuntimeError`` when it prints no
+    figures.
+    """
+    env = {**os.environ, "GOMAXPROCS": str(threads)}
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        _, _, usage = os.wait4(proc.pid, 0)
+    finally:
+        proc.returncode = 0
+    assert proc.stderr is not None and proc.stdout is not None
+    out = proc.stderr.read().decode() + proc.stdout.read().decode()
+    proc.stderr.close()
+    proc.stdout.close()
+    found = re.search(r"duration: (\S+) - \S+ - ([\d.]+)ops/s", out)
+    if not found:
+        raise RuntimeError(f"no figures from {os.path.basename(argv[0])}: {out[-200:]!r}")
+    seconds = _go_duration(found.group(1))
+    return {
+        "seconds": seconds,
+        "messages": int(float(found.group(2)) * seconds),
+        "cpu": usage.ru_utime + usage.ru_stime,
+        "sys_cpu": usage.ru_stime,
+        "wakeups": usage.ru_nvcsw,
+    }
 
 
 def _go_duration(text: str) -> float:

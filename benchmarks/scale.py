@@ -28,6 +28,15 @@ cell's CPU and memory are its own. The cells:
   alone (no I/O) over 1 to 1,000 busy links, µs per pass: shares by demand
   (``max_in_flight`` 2,500) and rotation (``max_in_flight`` half the links).
 
+* **go-nsq** (when ``--nsqd-bin`` holds go-nsq's ``bench_reader``): the same
+  shape for the Go reference, over one nsqd (``bench_reader`` takes one
+  address): one connection at ``--max-in-flight``, and as many connections as
+  the most above with ``--max-in-flight`` shared among them (``GOMAXPROCS`` of
+  them: ``bench_reader`` opens one connection per ``GOMAXPROCS``, each with the
+  whole ``--rdy``, which is given the share), for
+  ``--go-runfor`` seconds each over ``--go-messages`` queued. CPU per message
+  over the whole run, start-up included; ``--no-go`` skips them.
+
 ``--callgrind M`` counts instead the client's user-space instructions per
 message of the connections cells under ``valgrind --tool=callgrind`` (not
 swayed by the machine's load or by 50 nsqd sharing its caches): the
@@ -349,6 +358,23 @@ def _consume_spec(
     }
 
 
+def go_result(run: dict[str, Any], queued: int) -> dict[str, Any]:
+    """A ``bench_reader`` run (:func:`compare.run_go_bench`) in the consume cells' shape:
+    its whole run stands for the steady part (it reports no other); ``drained``
+    when it read every message queued (its rate is then a lower bound)."""
+    return {
+        "messages": run["messages"],
+        "seconds": run["seconds"],
+        "cpu": run["cpu"],
+        "steady_messages": run["messages"],
+        "steady_cpu": run["cpu"],
+        "steady_seconds": run["seconds"],
+        "steady_sys_cpu": run["sys_cpu"],
+        "steady_wakeups": run["wakeups"],
+        "drained": run["messages"] >= queued,
+    }
+
+
 def _callgrind(spec: dict[str, Any]) -> int:
     """The instructions callgrind counted in a child running ``spec``'s cell."""
     with tempfile.TemporaryDirectory(prefix="gnsqlite-scale-") as tmp:
@@ -404,7 +430,14 @@ class Scale:
             "consumers": {},
             "idle": {},
             "rdy": {},
+            "go": {},
         }
+
+    def has_go(self, bin_dir: str | None) -> bool:
+        """Whether the go-nsq cells run: ``bench_reader`` beside the real nsqd, not ``--no-go``."""
+        if self.args.no_go or not bin_dir:
+            return False
+        return os.path.exists(os.path.join(bin_dir, "bench_reader"))
 
     def _topics(self, n: int) -> list[str]:
         self.serial += 1
@@ -421,6 +454,32 @@ class Scale:
             return {"error": f"{type(exc).__name__}: {exc}"[:300]}
         finally:
             _delete(servers, topics)
+
+    def go(self, server: Any, connections: int) -> dict[str, Any]:
+        """go-nsq's ``bench_reader`` over ``connections`` connections to ``server``,
+        ``--max-in-flight`` shared among them (each sends the whole ``--rdy``: it
+        gets the share), on ``--go-messages`` queued."""
+        from compare import run_go_bench  # beside this script
+
+        topics = self._topics(1)
+        args = self.args
+        try:
+            _queue_spread([server], topics, args.go_messages)
+            tool = [
+                os.path.join(args.nsqd_bin, "bench_reader"),
+                f"--nsqd-tcp-address={server.tcp_address}",
+                f"--topic={topics[0]}",
+                "--channel=scale",
+                f"--size={len(BODY)}",
+                f"--rdy={args.max_in_flight // connections}",  # each connection's
+                f"--runfor={args.go_runfor}s",
+            ]
+            result = go_result(run_go_bench(tool, threads=connections), args.go_messages)
+        except Exception as exc:
+            return {"error": f"{type(exc).__name__}: {exc}"[:300]}
+        finally:
+            _delete([server], topics)
+        return result
 
     def max_in_flight(self, connections: int) -> int:
         """The connections cells' ``max_in_flight``: ``--max-in-flight``, or with
@@ -449,7 +508,7 @@ class Scale:
             bin_dir = None
         self.report["broker"] = "real nsqd" if bin_dir else "embedded broker"
         counts = [int(n) for n in args.connections.split(",") if n]
-        mem_queue = args.messages + 10_000
+        mem_queue = max(args.messages, args.go_messages if self.has_go(bin_dir) else 0) + 10_000
         with _servers(max([*counts, 1]), bin_dir, mem_queue) as servers:
             if args.callgrind:
                 self.report = {"broker": self.report["broker"], "instructions": {}}
@@ -476,6 +535,11 @@ class Scale:
                     result = self.consume(servers[:1], 1, per)
                     self.report["same_rdy"].setdefault(most, []).append(result)
                     _show(rep, f"1 consumer, 1 connection, max_in_flight {per}", result)
+                if self.has_go(bin_dir):
+                    for n in sorted({1, max(counts)}):
+                        result = self.go(servers[0], n)
+                        self.report["go"].setdefault(n, []).append(result)
+                        _show(rep, f"go-nsq bench_reader, {n} connections", result)
                 if args.consumers:
                     for k in (1, args.consumers):
                         result = self.consume(servers[:1], k, args.consumer_max_in_flight)
@@ -547,14 +611,18 @@ def summarise(report: dict[str, Any]) -> list[str]:
         steady = median_of(good, "steady_us")
         passes = median_of(good, "rdy_pass_us")
         wakeups = median_of(good, "wakeups_k")
+        rss = median_of(good, "rss_growth")
+        counted = median_of(good, "rdy_passes")
+        drained = sum(bool(r.get("drained")) for r in good)
         lines.append(
-            f"| {title} | {len(good)} | {median_of(good, 'rate'):,.0f} | {steady:.2f}"
+            f"| {title}{f' (drained the topic in {drained}: a lower bound)' if drained else ''}"
+            f" | {len(good)} | {median_of(good, 'rate'):,.0f} | {steady:.2f}"
             f" | {median_of(good, 'kernel_us'):.2f}"
             f" | {f'{wakeups:.1f}' if wakeups is not None else '-'}"
             f" | {median_of(good, 'whole_us'):.2f}"
-            f" | {median_of(good, 'rss_growth') / 2**20:.1f}"
+            f" | {f'{rss / 2**20:.1f}' if rss is not None else '-'}"
             f" | {f'{passes:.1f}' if passes is not None else '-'}"
-            f" ({median_of(good, 'rdy_passes'):.0f}) |"
+            f" ({f'{counted:.0f}' if counted is not None else '-'}) |"
         )
         return steady
 
@@ -568,6 +636,10 @@ def summarise(report: dict[str, Any]) -> list[str]:
     }
     for k, runs in report["consumers"].items():
         consume_line(f"{k} consumers, 1 connection each", runs)
+    go = {
+        int(n): consume_line(f"go-nsq bench_reader, {n} connections to one nsqd (whole run)", runs)
+        for n, runs in report.get("go", {}).items()
+    }
     verdicts: list[str] = []
     most = max(by_conns, default=1)
     one, at_most, alone = by_conns.get(1), by_conns.get(most), same_rdy.get(most)
@@ -587,6 +659,21 @@ def summarise(report: dict[str, Any]) -> list[str]:
                 f" each of {most} holds / at 1) times {at_most / alone:.2f}x for the"
                 f" connections themselves ({most} / 1 at that RDY each)"
             )
+    go_most = max(go, default=1)
+    if go_most > 1 and go.get(1) and go.get(go_most):
+        # The Go reference's own ratio, over one nsqd: bench_reader reads 4 KiB
+        # at a time (about 30 messages) and writes its FINs in small batches
+        # whatever its RDY, so smaller batches cost it little more per message.
+        line = (
+            f"go-nsq's bench_reader, CPU per message at {go_most} connections / at 1:"
+            f" {go[go_most] / go[1]:.2f}x (one nsqd)"
+        )
+        if at_most and most == go_most:
+            line += (
+                f"; at {most} connections gnsqlite's CPU per message is"
+                f" {at_most / go[go_most]:.2f}x go-nsq's, at 1 {(one or 0) / go[1]:.2f}x"
+            )
+        verdicts.append(line)
     for n, runs in report["idle"].items():
         good = [r for r in runs if "error" not in r]
         if not good:
@@ -656,6 +743,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--idle-seconds", type=float, default=10.0)
     parser.add_argument("--cell-timeout", type=float, default=120.0)
     parser.add_argument("--nsqd-bin", default=os.environ.get("GNSQLITE_NSQD"))
+    parser.add_argument("--no-go", action="store_true", help="skip the go-nsq cells")
+    parser.add_argument("--go-runfor", type=float, default=2.0, help="seconds per go-nsq run")
+    parser.add_argument(
+        "--go-messages", type=int, default=1_000_000, help="messages queued per go-nsq run"
+    )
     parser.add_argument(
         "--callgrind",
         type=int,

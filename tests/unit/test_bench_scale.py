@@ -89,3 +89,35 @@ def test_the_instructions_table_gives_the_ratio_to_one_connection(scale: ModuleT
         {"broker": "real nsqd", "instructions": {"1": [24_000.0] * 3, "50": [26_400.0] * 3}}
     )
     assert lines[-1] == "| 1 consumer, 50 connections | 3 | 26,400 | 1.10x |"
+
+
+def go_run(messages: int, cpu: float) -> dict[str, Any]:
+    """What compare.run_go_bench reads of one bench_reader run of 2 s."""
+    return {"seconds": 2.0, "messages": messages, "cpu": cpu, "sys_cpu": cpu / 2, "wakeups": 40}
+
+
+def test_the_go_reference_has_its_own_ratio_beside_gnsqlite_s(scale: ModuleType) -> None:
+    # go-nsq: 2.0 µs a message over one connection, 2.2 over 50 (1.10x); gnsqlite's
+    # 50 connections cost 2.5 µs, 1.14x go-nsq's there, and its one 2.0, 1.00x.
+    runs = report([2.5] * 5, wheel_us=1.3)
+    runs["go"] = {
+        1: [scale.go_result(go_run(400_000, 0.8), queued=1_000_000)] * 5,
+        50: [scale.go_result(go_run(400_000, 0.88), queued=1_000_000)] * 5,
+    }
+    lines = scale.summarise(runs)
+    assert (
+        "go-nsq's bench_reader, CPU per message at 50 connections / at 1: 1.10x (one nsqd);"
+        " at 50 connections gnsqlite's CPU per message is 1.14x go-nsq's, at 1 1.00x"
+    ) in lines
+    row = next(line for line in lines if "bench_reader, 50 connections" in line)
+    # rate, CPU, kernel, wake-ups per 1k; no RSS or RDY passes of its own
+    assert row.split(" | ")[2:6] == ["200,000", "2.20", "1.10", "0.1"]
+    assert row.endswith(" | - | - (-) |")
+
+
+def test_a_go_run_that_drained_the_topic_is_marked_a_lower_bound(scale: ModuleType) -> None:
+    runs = report([2.5] * 5, wheel_us=1.3)
+    drained = scale.go_result(go_run(1_000_000, 2.0), queued=1_000_000)
+    runs["go"] = {1: [drained, scale.go_result(go_run(400_000, 0.8), queued=1_000_000)]}
+    row = next(line for line in scale.summarise(runs) if "bench_reader, 1 connections" in line)
+    assert "(drained the topic in 1: a lower bound)" in row
