@@ -6,13 +6,41 @@ they are skipped with the reason (the pure tests still run).
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import sys
 from collections.abc import Iterator
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
 import pytest
+
+_HERE = Path(__file__).resolve().parent
+_turn: list[IO[str]] = []  # the lock file while this run holds the Spark turn
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """With ``GNSQLITE_CI_SPARK_LOCK`` set, this directory's tests wait for their turn.
+
+    ``.ci/run`` runs several suites side by side; their Spark tests keep both
+    cores busy, so the suites take turns at them: the first of them takes an
+    exclusive ``flock`` on that file (blocking until the suite before is done),
+    the last gives it back (:func:`pytest_runtest_teardown`). Unset: nothing.
+    """
+    path = os.environ.get("GNSQLITE_CI_SPARK_LOCK")
+    if path and not _turn:
+        lock = open(path, "a")  # noqa: SIM115 (held across tests, closed in teardown)
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _turn.append(lock)
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Give the Spark turn back after this directory's last test of the run."""
+    if _turn and (nextitem is None or _HERE not in Path(nextitem.path).resolve().parents):
+        lock = _turn.pop()
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        lock.close()
 
 
 @pytest.fixture(scope="session")
