@@ -214,9 +214,12 @@ class RdyPlanner:
         if self.mode != self.FULL:
             free = self.max_in_flight - self.total_rdy
             return free, free
-        flows = self.conns.values()
-        held = sum(may_hold(f.last_rdy, f.in_flight) for f in flows)  # reserves left out
-        return self.max_in_flight - sum(f.committed for f in flows), self.max_in_flight - held
+        committed = held = 0
+        for f in self.conns.values():  # one pass: an answer may call this with many links
+            in_flight = len(f.held)
+            committed += may_hold(f.last_rdy, in_flight, f.reserve)
+            held += may_hold(f.last_rdy, in_flight)  # reserves left out
+        return self.max_in_flight - committed, self.max_in_flight - held
 
     def _fill(self, now: float | None, out: list[Command], eager: bool = True) -> None:
         """Hand free budget to the connections below their target, longest waiting first.

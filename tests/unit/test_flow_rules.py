@@ -9,6 +9,7 @@ the rule says. The seed is printed on failure.
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
@@ -64,3 +65,7 @@ def test_what_nsqd_may_hold_is_the_rdy_or_more_in_flight_or_the_reserve() -> Non
     assert may_hold(5, 2) == 5
     assert may_hold(1, 3) == 3  # a lowered RDY: what was sent before still arrives
     assert may_hold(1, 0, reserve=4) == 4
+    # the largest of the three wherever it stands (written out, not max(): see its comment)
+    for last_rdy, in_flight, reserve in itertools.permutations((0, 7, 9)):
+        assert may_hold(last_rdy, in_flight, reserve) == 9
+    assert may_hold(4, 4, 4) == 4
