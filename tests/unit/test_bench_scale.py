@@ -88,7 +88,12 @@ def test_the_instructions_table_gives_the_ratio_to_one_connection(scale: ModuleT
     lines = scale.summarise(
         {"broker": "real nsqd", "instructions": {"1": [24_000.0] * 3, "50": [26_400.0] * 3}}
     )
-    assert lines[-1] == "| 1 consumer, 50 connections | 3 | 26,400 | 1.10x |"
+    assert "| 1 consumer, 50 connections | 3 | 26,400 | 1.10x |" in lines
+    assert lines[-1].endswith(
+        "instructions per message at 50 connections / at 1: 1.10x (met: <= 1.2x)"
+    )
+    grown = {"broker": "real nsqd", "instructions": {"1": [24_000.0], "50": [30_000.0]}}
+    assert scale.summarise(grown)[-1].endswith("1.25x (NOT met: <= 1.2x)")
 
 
 def go_run(messages: int, cpu: float) -> dict[str, Any]:
