@@ -42,7 +42,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, Final
 
 from ..message import Message
 from ..timers import Timer, TimerWheel
@@ -50,7 +50,7 @@ from ..timers import Timer, TimerWheel
 __all__ = ["TOUCH_RATIO", "Leases", "touch_delay"]
 
 #: A held message is touched when less than this share of its msg_timeout is left.
-TOUCH_RATIO = 0.5
+TOUCH_RATIO: Final = 0.5
 #: The touch timer never runs more often than this, in seconds.
 _MIN_TOUCH_DELAY = 0.01
 #: The lease start of a running message whose lease is over: not touched again.

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from typing import Final
 
 from ..errors import (
     ConnectionClosedError,
@@ -40,7 +41,7 @@ log = logging.getLogger(__name__)
 
 _RETRYABLE = (NSQConnectionError, PubFailedError, MPubFailedError, DPubFailedError)
 #: The command names stats() counts publishes under: the wire's, in lower case.
-_COUNTED_AS = {command: command.lower() for command in ("PUB", "MPUB", "DPUB")}
+_COUNTED_AS: Final = {command: command.lower() for command in ("PUB", "MPUB", "DPUB")}
 
 
 class Router:

@@ -80,13 +80,18 @@ _RESPOND_STATES: Final = RESPOND_STATES
 
 # Events built without the frozen dataclass's __init__ (which goes through
 # object.__setattr__ once per field): one per message or publish on the hot paths.
-_new = object.__new__
-_set_data = vars(Response)["data"].__set__
-_set_command = vars(Response)["command"].__set__
-_set_waiter = vars(Response)["waiter"].__set__
-_set_message = vars(MessageReceived)["message"].__set__
-_OK_FRAME = encode_frame(FRAME_TYPE_RESPONSE, OK)  # a whole OK answer, as nsqd frames it
-_OK_FRAME_SIZE = len(_OK_FRAME)
+# Final, as above: the compiled build reads these on every read or publish.
+_new: Final = object.__new__
+_set_data: Final = vars(Response)["data"].__set__
+_set_command: Final = vars(Response)["command"].__set__
+_set_waiter: Final = vars(Response)["waiter"].__set__
+_set_message: Final = vars(MessageReceived)["message"].__set__
+_OK_FRAME: Final = encode_frame(FRAME_TYPE_RESPONSE, OK)  # a whole OK answer, as nsqd frames it
+_OK_FRAME_SIZE: Final = len(_OK_FRAME)
+# The states the per-read paths test (an enum member is a class attribute: a
+# dict lookup for the class and one for the member each time, compiled or not).
+_READY: Final = ClientState.READY
+_SUBSCRIBED: Final = ClientState.SUBSCRIBED
 
 
 class _Pending:
@@ -353,7 +358,7 @@ class ClientConnection:
         """
         count = len(data) // _OK_FRAME_SIZE
         take = self._pending.popleft
-        if self.state is not ClientState.READY or not 0 < count <= len(self._pending):
+        if self.state is not _READY or not 0 < count <= len(self._pending):
             return None
         if data != _OK_FRAME * count or self._decoder.buffered:
             return None
@@ -371,7 +376,7 @@ class ClientConnection:
         # original: every other state goes through it); they skip its state
         # check and, for a publish's answer, the frozen dataclass's __init__.
         # tests/unit/test_client_fast_paths.py checks that they agree with it.
-        if self.state is ClientState.SUBSCRIBED:
+        if self.state is _SUBSCRIBED:
             # The hot path: messages, heartbeats and the odd error.
             into = self.message_class
             if into is not None and issubclass(into, bytes):  # each message is its frame's data

@@ -51,7 +51,7 @@ FRAME_TYPE_MESSAGE: Final = 2
 FRAME_TYPES = (FRAME_TYPE_RESPONSE, FRAME_TYPE_ERROR, FRAME_TYPE_MESSAGE)
 
 HEARTBEAT = b"_heartbeat_"
-OK = b"OK"
+OK: Final = b"OK"
 CLOSE_WAIT = b"CLOSE_WAIT"
 
 #: timestamp (8) + attempts (2) + id (16)
