@@ -41,7 +41,10 @@ cell's CPU and memory are its own. The cells:
 message of the connections cells under ``valgrind --tool=callgrind`` (not
 swayed by the machine's load or by 50 nsqd sharing its caches): the
 difference between a run of ``M`` messages and one of ``3 M``, over ``2 M``,
-so start-up is not counted.
+so start-up is not counted. A run under callgrind is some fifty times slower,
+so the work done per second rather than per message (the RDY evaluation every
+``rdy_redistribute_interval``, and the grants that follow it) weighs that much
+more per message than in a real run: this count is an upper bound on it.
 
 Each figure is the median of ``--repeat`` runs. The bounds checked (printed
 met / NOT met): CPU per message at the most connections at most 1.2x that at

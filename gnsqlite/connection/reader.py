@@ -41,7 +41,7 @@ import logging
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Final
 
 import gevent
 import gevent.event
@@ -72,6 +72,10 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+#: Bound once: a Final is a C global in the compiled build (``time.monotonic`` is a
+#: module attribute lookup each time); read on every read.
+_monotonic: Final = time.monotonic
 
 #: Heartbeat intervals of silence after which a connection is dead.
 DEAD_AFTER_HEARTBEATS = 2
@@ -346,7 +350,7 @@ class ConnectionReader:
                         raise BrokenConnectionError(self.name, "nsqd closed the connection")
                     short = size < READ_SIZE
                     data = view[:size].tobytes()  # copied out before anything can switch
-                    owner.last_received = time.monotonic()
+                    owner.last_received = _monotonic()
                     if self.codec is None:
                         protocol.receive_data(data)
                     else:
@@ -413,7 +417,7 @@ class ConnectionReader:
             protocol = self.protocol
             answered = protocol.publish_answers(data) if self.on_message is None else None
             if answered is not None:  # only OKs to publishes: no frames decoded, no events
-                self.owner.last_received = time.monotonic()
+                self.owner.last_received = _monotonic()
                 for answer in answered:
                     if answer is not None:
                         answer.set(OK)
@@ -421,7 +425,7 @@ class ConnectionReader:
             if not data:
                 handed = BrokenConnectionError(self.name, "nsqd closed the connection")
             else:
-                self.owner.last_received = time.monotonic()
+                self.owner.last_received = _monotonic()
                 protocol.receive_data(data)
                 events = protocol.events()
                 index = self.deliver(events)

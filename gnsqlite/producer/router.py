@@ -39,6 +39,9 @@ __all__ = ["Router"]
 
 log = logging.getLogger(__name__)
 
+#: Bound once (a C global in the compiled build): read on every publish.
+_monotonic: Final = time.monotonic
+
 _RETRYABLE = (NSQConnectionError, PubFailedError, MPubFailedError, DPubFailedError)
 #: The command names stats() counts publishes under: the wire's, in lower case.
 _COUNTED_AS: Final = {command: command.lower() for command in ("PUB", "MPUB", "DPUB")}
@@ -116,7 +119,7 @@ class Router:
         if self._wheel is None:
             raise self._closed_error("the producer is not started: call start() first")
         timeout = self._timeout if timeout is None else timeout
-        attempt = Attempt(self, command, data, time.monotonic() + timeout, timeout, topic, messages)
+        attempt = Attempt(self, command, data, _monotonic() + timeout, timeout, topic, messages)
         self._stats.in_flight += 1
         deadlines = self.deadlines
         self.dispatch(attempt, blocking and not deadlines.blocked and not deadlines.resuming)
@@ -176,7 +179,7 @@ class Router:
         """Retry on another connection when that may help; runs in a reader greenlet."""
         if attempt.ended:
             return
-        retry = not self._closed and time.monotonic() < attempt.deadline
+        retry = not self._closed and _monotonic() < attempt.deadline
         if isinstance(error, _RETRYABLE) and retry:
             attempt.errors[conn.name] = error
             log.info("producer: retrying a publish after %s", error)
@@ -209,7 +212,7 @@ class Router:
 
     def _park(self, attempt: Attempt) -> None:
         """No connection to try now: wait for a reconnect until the deadline."""
-        remaining = attempt.deadline - time.monotonic()
+        remaining = attempt.deadline - _monotonic()
         if remaining <= 0 or self._closed or self._wheel is None:
             self._give_up(attempt)
             return
