@@ -447,10 +447,15 @@ class Scale:
         return [f"scale_{os.getpid()}_{self.serial}_{i}" for i in range(n)]
 
     def consume(self, servers: list[Any], consumers: int, max_in_flight: int) -> dict[str, Any]:
+        from compare import consume_backlog  # beside this script
+
         topics = self._topics(consumers)
         count = self.args.messages
         try:
-            _queue_spread(servers, topics, count)
+            # More than the consumers are timed on, as compare.py queues: a channel run
+            # dry holds nsqd's last partial buffer for its output_buffer_timeout
+            # (250 ms), which the whole run's msg/s would time.
+            _queue_spread(servers, topics, consume_backlog(count))
             spec = _consume_spec(servers, topics, count, max_in_flight, self.args.cell_timeout)
             return _child(spec, self.args.cell_timeout + 30)
         except Exception as exc:
@@ -511,7 +516,10 @@ class Scale:
             bin_dir = None
         self.report["broker"] = "real nsqd" if bin_dir else "embedded broker"
         counts = [int(n) for n in args.connections.split(",") if n]
-        mem_queue = max(args.messages, args.go_messages if self.has_go(bin_dir) else 0) + 10_000
+        from compare import consume_backlog  # beside this script
+
+        go_queued = args.go_messages if self.has_go(bin_dir) else 0
+        mem_queue = max(consume_backlog(args.messages), go_queued) + 10_000
         with _servers(max([*counts, 1]), bin_dir, mem_queue) as servers:
             if args.callgrind:
                 self.report = {"broker": self.report["broker"], "instructions": {}}
