@@ -36,6 +36,7 @@ COMPILED = [
     "gnsqlite/consumer/flow_control.py",
     "gnsqlite/consumer/settle.py",
     "gnsqlite/consumer/lifecycle.py",
+    "gnsqlite/consumer/lease.py",
     "gnsqlite/connection/__init__.py",
     "gnsqlite/connection/reader.py",
     "gnsqlite/connection/writer.py",

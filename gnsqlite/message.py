@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from typing import Any, Protocol
 
 from ._mypyc import mypyc_attr
+from .connection import Connection
 from .protocol import MessageFields
 
 __all__ = ["Message", "RequeueMessage", "Responder", "connection_gone", "deliver", "finish_all"]
@@ -117,7 +118,9 @@ class Message(MessageFields):
 
     nsqd: str
     msg_timeout: float
-    connection: Any
+    # A Connection or anything else (a test's fake, None): the compiled build reads a
+    # Connection's ``closed`` directly, after a test of its exact class.
+    connection: Connection | Any
     _responder: Responder
     _responded: bool
     _async: bool
@@ -132,7 +135,7 @@ class Message(MessageFields):
         nsqd: str,
         responder: Responder,
         msg_timeout: float,
-        connection: Any = None,
+        connection: Connection | Any = None,
     ) -> None:
         # The 16 bytes FIN/REQ/TOUCH carry; ``id`` decodes them on demand.
         if type(id) is not bytes:
@@ -238,7 +241,7 @@ def deliver(
     nsqd: str,
     responder: Responder,
     msg_timeout: float,
-    connection: Any,
+    connection: Connection | Any,
     now: float,
 ) -> None:
     """Make ``message``, as the frame decoder built it, one delivered to a Consumer (the hot path).

@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import gevent
 import gevent.pool
@@ -31,6 +31,7 @@ from gevent.hub import Waiter, get_hub
 from ..message import Message
 from .batch import Batch, Batcher, messages_of
 from .lifecycle import Lifecycle
+from .settle import Settler
 
 __all__ = ["Dispatcher", "requeue_now"]
 
@@ -40,10 +41,19 @@ Item = Message | Batch
 
 
 class Settles(Protocol):
-    """What a dispatcher needs of the :class:`~gnsqlite.consumer.settle.Settler`."""
+    """What a dispatcher needs of the :class:`~gnsqlite.consumer.settle.Settler`.
+
+    The dispatcher types its settler as ``Settler | Settles``: the compiled
+    build calls a :class:`Settler` directly (a native call, after a test of its
+    exact class) and anything else, such as a test's fake, through Python.
+    """
 
     def settle(self, message: Message, handler: Callable[[Message], Any]) -> None:
         """Run ``handler(message)`` and answer the message; blocks while it runs."""
+
+
+# Final: the compiled build keeps it in a C global (a plain global is a dict lookup per item).
+_Batch: Final = Batch
 
 
 class _InFlight(Protocol):
@@ -78,7 +88,7 @@ class Dispatcher:
 
     def __init__(
         self,
-        settler: Settles,
+        settler: Settler | Settles,
         flow: Planned,
         lifecycle: Lifecycle,
         concurrency: int | None,
@@ -213,7 +223,7 @@ class Dispatcher:
                 continue
             running[me] = item
             try:
-                if type(item) is Batch:
+                if type(item) is _Batch:
                     if self.batcher is not None:
                         self.batcher.run(item)
                 else:
@@ -222,6 +232,7 @@ class Dispatcher:
                         raise RuntimeError("the consumer set no handler")
                     settler.settle(item, handler)  # type: ignore[arg-type]
             finally:
-                running.pop(me, None)
+                if me in running:  # stop() may have cleared it
+                    del running[me]  # not pop(): a method call (generic, compiled)
             if life.closing:
                 return  # close() requeues what is still queued

@@ -94,29 +94,34 @@ class FlowControl:
 
     def finished(self, link: Link) -> None:
         """A message of ``link`` was finished: its in-flight slot frees; a success for backoff."""
-        now = _monotonic()
-        flow = link.plan
-        commands = self.planner.message_done(flow, now) if flow is not None else ()
-        if commands or (not self._starved_names) is self._starved_flag:
-            self.send(commands, link)
+        self._answered(link)
         if self._life.closing:
             if self.in_flight() == 0:
                 self._life.drained.set()
             return
         backoff = self.backoff
         if backoff is not None and backoff.level:  # at level 0 a success changes nothing
-            action = backoff.success(now)
+            action = backoff.success(_monotonic())
             if action is not None:
                 self._apply(action)
 
     def requeued(self, link: Link) -> None:
         """A message of ``link`` was requeued: its in-flight slot frees."""
-        flow = link.plan
-        commands = self.planner.message_done(flow, _monotonic()) if flow is not None else ()
-        if commands or (not self._starved_names) is self._starved_flag:
-            self.send(commands, link)
+        self._answered(link)
         if self._life.closing and self.in_flight() == 0:
             self._life.drained.set()
+
+    def _answered(self, link: Link) -> None:
+        """The planner counts an answer on ``link`` (the planner's ``message_done``,
+        in its two steps): the grant it frees goes out, and a change of starvation.
+
+        The clock is read only for a grant (not per answer).
+        """
+        flow = link.plan
+        if flow is not None and self.planner.answered(flow):
+            self.send(self.planner.grant_freed(_monotonic()), link)
+        elif (not self._starved_names) is self._starved_flag:
+            self._update_starved()  # send() with no commands
 
     def failed(self) -> None:
         """A handler failed (a requeue with backoff): counts toward backoff, before the REQ."""

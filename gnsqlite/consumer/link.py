@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Final, NamedTuple, Protocol
 
+from ..connection import Connection
 from ..errors import NSQConnectionError
 from ..flow import LinkPlan
 from ..message import Message, deliver
@@ -52,7 +53,10 @@ class LinkConnection(Protocol):
     """What a link uses of its :class:`~gnsqlite.connection.Connection`.
 
     Written out so the link depends on these and no more (a test hands it a
-    recording fake; the compiled build checks no class at the call).
+    recording fake). The link types its connection as ``Connection |
+    LinkConnection``: the compiled build calls a :class:`Connection` directly
+    (a native call, after a test of its exact class) and anything else through
+    Python's calling convention, so a fake still works.
     ``msg_timeout`` is in seconds, ``last_received`` a ``time.monotonic()``
     reading; none of the methods but ``close`` blocks (they queue their command).
     """
@@ -152,7 +156,7 @@ class Link:
             self.observers,
             self.lifecycle,
         ) = routes
-        self.conn: LinkConnection = None  # type: ignore[assignment]  # attached before connect()
+        self.conn: Connection | LinkConnection = None  # type: ignore[assignment]  # attached before connect()
         self.name = address
         self.msg_timeout = defaults.MSG_TIMEOUT  # until IDENTIFY says otherwise
         self.active = False  # subscribed and counted (in the link set)
@@ -166,7 +170,7 @@ class Link:
     def __repr__(self) -> str:
         return f"<Link {self.name} {'active' if self.active else 'inactive'}>"
 
-    def attach(self, conn: LinkConnection) -> None:
+    def attach(self, conn: Connection | LinkConnection) -> None:
         """Use ``conn`` (not yet connected); its callbacks already point here."""
         self.conn = conn
         self.name = conn.name
@@ -178,7 +182,7 @@ class Link:
 
     # -- the connection's callback (the hub or the reader greenlet) ---------------
 
-    def on_message(self, conn: LinkConnection, message: Message) -> None:
+    def on_message(self, conn: Connection | LinkConnection, message: Message) -> None:
         """Count, hand over. Runs in the hub or the reader greenlet; never blocks.
 
         ``message`` is as the frame decoder built it (the connection's

@@ -453,9 +453,21 @@ class RdyPlanner:
         waits for: that grant is returned, to travel in the same write as the
         answer. The per-message path: O(1) unless the answer frees such budget;
         no commands come as a shared empty tuple (no list per answer).
+        :meth:`answered` then :meth:`grant_freed`, for a caller that reads the
+        clock only when a grant is due.
+        """
+        if self.answered(flow):
+            return self.grant_freed(now)
+        return _NO_COMMANDS
+
+    def answered(self, flow: LinkPlan) -> bool:
+        """:meth:`message_done`'s counting, O(1): whether a grant pass is now due.
+
+        When it returns ``True`` the caller must call :meth:`grant_freed` (with
+        the clock) and send what it returns.
         """
         if not flow.active:
-            return _NO_COMMANDS
+            return False
         name = flow.name
         in_flight = len(flow.held)  # after the answer; one more before it
         last_rdy = flow.last_rdy
@@ -473,18 +485,20 @@ class RdyPlanner:
         ):
             self._starved.discard(name)
         if not holding_more or self.mode != self.FULL:
-            return _NO_COMMANDS
+            return False
         if not self._short:
-            return _NO_COMMANDS
+            return False
         freed = before - flow.committed
         if freed <= 0:
-            return _NO_COMMANDS
+            return False
         # Budget reaches a short connection only through answers like this one
         # (everything else that changes it fills at once): until the answers
         # since the last fill freed what it waits for, no pass can grant it.
         self._freed += freed
-        if self._freed < self._fill_after:
-            return _NO_COMMANDS
+        return self._freed >= self._fill_after
+
+    def grant_freed(self, now: float | None = None) -> list[Command]:
+        """The grant pass :meth:`answered` found due: the RDY commands to send."""
         out: list[Command] = []
         self._fill(now, out, eager=False)
         return out

@@ -250,7 +250,8 @@ class ClientConnection:
 
     def rdy(self, count: int) -> bytes:
         """RDY ``count``; no answer unless it is refused."""
-        if self.state not in _RESPOND_STATES:
+        state = self.state  # SUBSCRIBED by identity first: ``in`` compares with == (compiled)
+        if state is not _SUBSCRIBED and state not in _RESPOND_STATES:
             self._require(_RESPOND_STATES, "RDY")
         if type(count) is int and count >= 0:
             return b"RDY %d\n" % count  # a copy of commands.rdy's common case (tested)
@@ -258,7 +259,8 @@ class ClientConnection:
 
     def fin(self, message_id: bytes | str) -> bytes:
         """FIN a message."""
-        if self.state not in _RESPOND_STATES:
+        state = self.state  # SUBSCRIBED by identity first: ``in`` compares with == (compiled)
+        if state is not _SUBSCRIBED and state not in _RESPOND_STATES:
             self._require(_RESPOND_STATES, "FIN")
         if type(message_id) is bytes and len(message_id) == MESSAGE_ID_LENGTH:
             return b"FIN %s\n" % message_id  # a copy of commands.fin's common case (tested)

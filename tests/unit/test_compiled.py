@@ -27,6 +27,7 @@ COMPILED_MODULES = [
     "gnsqlite.consumer.flow_control",
     "gnsqlite.consumer.settle",
     "gnsqlite.consumer.lifecycle",
+    "gnsqlite.consumer.lease",
     "gnsqlite.connection",
     "gnsqlite.connection.reader",
     "gnsqlite.connection.writer",
