@@ -25,7 +25,15 @@ from ._mypyc import mypyc_attr
 from .connection import Connection
 from .protocol import MessageFields
 
-__all__ = ["Message", "RequeueMessage", "Responder", "connection_gone", "deliver", "finish_all"]
+__all__ = [
+    "Answers",
+    "Message",
+    "RequeueMessage",
+    "Responder",
+    "connection_gone",
+    "deliver",
+    "finish_all",
+]
 
 
 def connection_gone(connection: Any) -> bool:
@@ -56,6 +64,30 @@ class Responder(Protocol):
     def on_touch(self, message: Message) -> None:
         """Send TOUCH for ``message``."""
         ...
+
+
+@mypyc_attr(allow_interpreted_subclasses=True)  # the compiled build: a test may subclass it
+class Answers:
+    """A :class:`Responder` as a base class: the Consumer's links are ones.
+
+    A message calls a subclass's methods directly in the compiled build (a C
+    call through the class's method table); any other :class:`Responder`
+    through Python's calling convention, as before.
+    """
+
+    __slots__ = ()
+
+    def on_finish(self, message: Message) -> None:
+        """Send FIN for ``message``."""
+        raise NotImplementedError
+
+    def on_requeue(self, message: Message, delay: float | None, backoff: bool) -> None:
+        """Send REQ for ``message``, delivered again after ``delay`` seconds."""
+        raise NotImplementedError
+
+    def on_touch(self, message: Message) -> None:
+        """Send TOUCH for ``message``."""
+        raise NotImplementedError
 
 
 class _SingleMethodResponder:
@@ -121,7 +153,7 @@ class Message(MessageFields):
     # A Connection or anything else (a test's fake, None): the compiled build reads a
     # Connection's ``closed`` directly, after a test of its exact class.
     connection: Connection | Any
-    _responder: Responder
+    _responder: Answers | Responder
     _responded: bool
     _async: bool
     _deadline: float
@@ -239,7 +271,7 @@ class Message(MessageFields):
 def deliver(
     message: Message,
     nsqd: str,
-    responder: Responder,
+    responder: Answers | Responder,
     msg_timeout: float,
     connection: Connection | Any,
     now: float,

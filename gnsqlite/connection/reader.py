@@ -40,7 +40,7 @@ from __future__ import annotations
 import logging
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, Final
 
 import gevent
@@ -198,7 +198,7 @@ class ConnectionReader:
 
     # -- routing: the one rule ---------------------------------------------------
 
-    def deliver(self, events: Sequence[Event], start: int = 0) -> int:
+    def deliver(self, events: list[Event], start: int = 0) -> int:
         """Route the messages and answers among ``events`` from ``start``, up to the first other.
 
         The per-message half of the routing rule: a message (of the
@@ -231,7 +231,7 @@ class ConnectionReader:
                 return index
         return len(events)
 
-    def route(self, events: Sequence[Event]) -> None:
+    def route(self, events: list[Event]) -> None:
         """Route every one of ``events``, in order: :meth:`deliver`, and the rest here.
 
         A fatal error frame raises it (ending the connection); a heartbeat

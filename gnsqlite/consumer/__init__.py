@@ -203,10 +203,7 @@ class Consumer:
         self._observers: list[Callable[[Message], object]] = []
         flow = self._flow
         routes = LinkRoutes(
-            flow.received,
-            flow.finished,
-            flow.requeued,
-            flow.failed,
+            flow,
             self._batcher.add if self._batcher is not None else self._dispatcher.enqueue,
             self._settler.requeue_delay,
             self._observers,

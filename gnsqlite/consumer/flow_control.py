@@ -29,7 +29,7 @@ from ..config import ConsumerConfig
 from ..flow import Backoff, BackoffStrategy, Pause, Probe, RdyPlanner, Resume
 from ..timers import TimerWheel
 from .lifecycle import Lifecycle
-from .link import Link
+from .link import FlowEvents, Link
 
 _monotonic: Final = time.monotonic  # bound once: read once per answer
 
@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 Command = tuple[str, int]
 
 
-class FlowControl:
+class FlowControl(FlowEvents):
     """Executes the RDY and backoff policies; see the module docstring.
 
     The links it counts are those :meth:`add` was given (by name, until

@@ -35,14 +35,15 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Final, NamedTuple, Protocol
 
+from .._mypyc import mypyc_attr
 from ..connection import Connection
 from ..errors import NSQConnectionError
 from ..flow import LinkPlan
-from ..message import Message, deliver
+from ..message import Answers, Message, deliver
 from ..protocol import defaults
 from .lifecycle import Lifecycle
 
-__all__ = ["Link", "LinkConnection", "LinkRoutes"]
+__all__ = ["FlowEvents", "Link", "LinkConnection", "LinkRoutes"]
 
 log = logging.getLogger(__name__)
 
@@ -89,30 +90,54 @@ class LinkConnection(Protocol):
         """Close the connection; blocks up to ``timeout`` seconds."""
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # the compiled build: a test may subclass it
+class FlowEvents:
+    """What flow control hears from the links: each message and each answer (none blocks).
+
+    :class:`~gnsqlite.consumer.flow_control.FlowControl` is one. A class of
+    its own, not a protocol, so that the compiled build calls it directly (a
+    C call through the class's method table, not Python's calling
+    convention) on the per-message path.
+    """
+
+    __slots__ = ()
+
+    def received(self, link: Link, now: float) -> None:
+        """A message arrived on ``link`` at ``now`` (``time.monotonic()`` seconds)."""
+        raise NotImplementedError
+
+    def finished(self, link: Link) -> None:
+        """A message of ``link`` was finished."""
+        raise NotImplementedError
+
+    def requeued(self, link: Link) -> None:
+        """A message of ``link`` was requeued."""
+        raise NotImplementedError
+
+    def failed(self) -> None:
+        """A handler failed: a requeue with backoff follows."""
+        raise NotImplementedError
+
+
 class LinkRoutes(NamedTuple):
     """Where the links of one consumer send their events (none of them blocks).
 
-    Flow control hears of each message (``received(link, now)``, ``now``
-    in ``time.monotonic()`` seconds) and answer (``finished(link)``,
-    ``requeued(link)``; ``failed()`` before a REQ with backoff);
-    ``intake(message)`` takes each received message (the dispatcher's
-    ``enqueue`` or the batcher's ``add``); ``requeue_delay(attempts)`` is the
-    settler's delay for a REQ without one, in seconds; ``observers`` is the
-    consumer's live list of message observers; ``lifecycle`` says whether
-    the consumer is closing.
+    ``flow`` (flow control) hears of each message and answer (see
+    :class:`FlowEvents`); ``intake(message)`` takes each received message
+    (the dispatcher's ``enqueue`` or the batcher's ``add``);
+    ``requeue_delay(attempts)`` is the settler's delay for a REQ without
+    one, in seconds; ``observers`` is the consumer's live list of message
+    observers; ``lifecycle`` says whether the consumer is closing.
     """
 
-    received: Callable[[Link, float], None]
-    finished: Callable[[Link], None]
-    requeued: Callable[[Link], None]
-    failed: Callable[[], None]
+    flow: FlowEvents
     intake: Callable[[Message], None]
     requeue_delay: Callable[[int], float]
     observers: list[Callable[[Message], object]]
     lifecycle: Lifecycle
 
 
-class Link:
+class Link(Answers):
     """One subscribed connection and its counts; see the module docstring.
 
     ``routes`` says where its events go (:class:`LinkRoutes`: the same for
@@ -127,15 +152,12 @@ class Link:
         "conn",
         "discovered",
         "finished",
+        "flow",
         "intake",
         "lifecycle",
         "msg_timeout",
         "name",
         "observers",
-        "on_failed",
-        "on_finished",
-        "on_received",
-        "on_requeued",
         "plan",
         "received",
         "requeue_delay",
@@ -147,10 +169,7 @@ class Link:
         self.address = address
         self.discovered = discovered
         (
-            self.on_received,
-            self.on_finished,
-            self.on_requeued,
-            self.on_failed,
+            self.flow,
             self.intake,
             self.requeue_delay,
             self.observers,
@@ -199,7 +218,7 @@ class Link:
         deliver(message, self.name, self, self.msg_timeout, conn, now)
         self.received += 1
         self.unanswered.add(message)  # first: the planner reads its size
-        self.on_received(self, now)
+        self.flow.received(self, now)
         if self.lifecycle.closing:
             message.requeue(0.0, backoff=False)  # takes it out of unanswered again
             return
@@ -232,7 +251,7 @@ class Link:
         if self.active:
             self.unanswered.discard(message)
             self.finished += 1
-            self.on_finished(self)
+            self.flow.finished(self)
 
     def on_finish_many(self, messages: Sequence[Message]) -> None:
         """FIN ``messages`` (all received on this link) in one write and count them.
@@ -243,9 +262,9 @@ class Link:
         if self.active:
             self.unanswered.difference_update(messages)
             self.finished += len(messages)
-            finished = self.on_finished
+            flow = self.flow
             for _ in messages:
-                finished(self)
+                flow.finished(self)
 
     def on_requeue(self, message: Message, delay: float | None, backoff: bool) -> None:
         """REQ ``message`` after ``delay`` seconds (``None``: the settler's delay).
@@ -257,13 +276,13 @@ class Link:
         if active:
             self.unanswered.discard(message)
             if backoff:
-                self.on_failed()
+                self.flow.failed()
         if delay is None:
             delay = self.requeue_delay(message.attempts)
         self._quietly(self.conn.requeue, message.wire_id, delay)
         if active:
             self.requeued += 1
-            self.on_requeued(self)
+            self.flow.requeued(self)
 
     def on_touch(self, message: Message) -> None:
         """TOUCH ``message``; called by :meth:`Message.touch`. Never blocks."""

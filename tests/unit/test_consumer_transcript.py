@@ -119,10 +119,7 @@ class Rig:
         )
         self.taken: list[Message] = []
         self.routes = LinkRoutes(
-            self.flow.received,
-            self.flow.finished,
-            self.flow.requeued,
-            self.flow.failed,
+            self.flow,
             self.taken.append,
             lambda attempts: 1.5 * attempts,
             [],
