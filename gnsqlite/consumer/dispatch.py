@@ -31,6 +31,7 @@ from gevent.hub import Waiter, get_hub
 from ..message import Message
 from .batch import Batch, Batcher, messages_of
 from .lifecycle import Lifecycle
+from .running import Running
 from .settle import Settler
 
 __all__ = ["Dispatcher", "requeue_now"]
@@ -105,8 +106,9 @@ class Dispatcher:
         self._wake_due = False  # _wake is scheduled on the hub
         self._loop: Any = None  # the hub's loop, which runs _wake (read once: not per message)
         self._workers = gevent.pool.Pool()
+        self._cells: dict[Any, list[Item | None]] = {}  # worker -> its cell (see Running)
         #: worker greenlet -> what it handles now
-        self.running: dict[Any, Item] = {}
+        self.running: Running[Item] = Running(self._cells)
 
     @property
     def concurrency(self) -> int:
@@ -156,7 +158,7 @@ class Dispatcher:
 
     def stop(self) -> None:
         """The workers ended (:meth:`kill`): forget what they ran, requeue what is queued."""
-        self.running.clear()
+        self._cells.clear()
         self.requeue_queued()
 
     def drain(self, timeout: float) -> None:
@@ -196,12 +198,21 @@ class Dispatcher:
             sleepers.popleft().switch(None)
 
     def _work(self) -> None:
+        me = gevent.getcurrent()
+        cell: list[Item | None] = [None]  # what this worker handles now (see Running)
+        cells = self._cells
+        cells[me] = cell
+        try:
+            self._work_on(cell)
+        finally:
+            if cells.get(me) is cell:  # stop() may have cleared them
+                del cells[me]
+
+    def _work_on(self, cell: list[Item | None]) -> None:
         queue = self._queue
         sleepers = self._sleepers
         life = self._life
         settler = self._settler
-        running = self.running
-        me = gevent.getcurrent()
         hub = get_hub()  # handed to each Waiter: no thread-local read per wait
         while True:
             if not queue:
@@ -221,7 +232,7 @@ class Dispatcher:
             if life.closing:
                 requeue_now(item)
                 continue
-            running[me] = item
+            cell[0] = item
             try:
                 if type(item) is _Batch:
                     if self.batcher is not None:
@@ -232,7 +243,6 @@ class Dispatcher:
                         raise RuntimeError("the consumer set no handler")
                     settler.settle(item, handler)  # type: ignore[arg-type]
             finally:
-                if me in running:  # stop() may have cleared it
-                    del running[me]  # not pop(): a method call (generic, compiled)
+                cell[0] = None
             if life.closing:
                 return  # close() requeues what is still queued

@@ -89,7 +89,9 @@ class FlowControl(FlowEvents):
         commands = self.planner.message_received(flow, now) if flow is not None else ()
         if commands:
             self.send(commands, link)
-        elif (not self._starved_names) is self._starved_flag:  # starved now != the flag
+        # Starved now != the flag. len(): the compiled build reads a set's size in
+        # place, while its truth is a generic call.
+        elif (len(self._starved_names) > 0) is not self._starved_flag:
             self._update_starved()  # send() with no commands
 
     def finished(self, link: Link) -> None:
@@ -120,7 +122,7 @@ class FlowControl(FlowEvents):
         flow = link.plan
         if flow is not None and self.planner.answered(flow):
             self.send(self.planner.grant_freed(_monotonic()), link)
-        elif (not self._starved_names) is self._starved_flag:
+        elif (len(self._starved_names) > 0) is not self._starved_flag:  # as in received()
             self._update_starved()  # send() with no commands
 
     def failed(self) -> None:

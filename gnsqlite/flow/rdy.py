@@ -412,7 +412,7 @@ class RdyPlanner:
         flow.active = False
         return self._rebalance(now)
 
-    def message_received(self, flow: LinkPlan, now: float) -> Sequence[Command]:
+    def message_received(self, flow: LinkPlan, now: float) -> tuple[Command, ...]:
         """A message arrived on ``flow``'s connection (already in its ``held``).
 
         ``flow`` is the record :meth:`add` made (the caller keeps it: no
@@ -442,7 +442,7 @@ class RdyPlanner:
             flow.window_saturated = False
             flow.window_peak = 0
             if self.mode == self.FULL and not self.scarce:
-                return self._rebalance(now)
+                return tuple(self._rebalance(now))  # a tuple: its truth is a size test, compiled
         return _NO_COMMANDS
 
     def message_done(self, flow: LinkPlan, now: float | None = None) -> Sequence[Command]:

@@ -11,6 +11,7 @@ import pytest
 
 from gnsqlite.consumer.dispatch import Dispatcher
 from gnsqlite.consumer.lifecycle import Lifecycle
+from gnsqlite.testing.waiting import wait_until
 
 pytestmark = pytest.mark.no_server
 
@@ -105,3 +106,31 @@ def test_a_worker_killed_while_idle_is_no_longer_woken() -> None:
     d.enqueue("b")  # type: ignore[arg-type]  # a new worker is spawned for it
     gevent.sleep(0.01)
     assert handled == ["a", "b"]
+
+
+def test_running_maps_each_busy_worker_to_its_item_and_forgets_it_when_done() -> None:
+    # The leases read it at each tick (the messages to extend), stats() counts it.
+    d = dispatcher(2)
+    started = {"a": gevent.event.Event(), "b": gevent.event.Event()}
+    release = gevent.event.Event()
+    workers: dict[str, Any] = {}
+
+    def handler(item: Any) -> None:
+        workers[item] = gevent.getcurrent()
+        started[item].set()
+        release.wait(5)
+
+    d.handler = handler
+    d.enqueue("a")  # type: ignore[arg-type]
+    d.enqueue("b")  # type: ignore[arg-type]
+    assert started["a"].wait(5) and started["b"].wait(5)
+    assert dict(d.running) == {workers["a"]: "a", workers["b"]: "b"}  # type: ignore[comparison-overlap]
+    assert len(d.running) == 2
+    assert d.running.get(gevent.getcurrent()) is None  # not a worker
+    release.set()
+    wait_until(lambda: len(d.running) == 0, timeout=5)
+    assert dict(d.running) == {} and list(d.running) == []
+    assert all(not worker.dead for worker in workers.values())  # idle, not gone
+    d.kill()
+    d.stop()
+    assert len(d.running) == 0
