@@ -26,10 +26,10 @@ from .connection import Connection
 from .protocol import MessageFields
 
 __all__ = [
-    "Answers",
     "Message",
     "RequeueMessage",
     "Responder",
+    "ResponderBase",
     "connection_gone",
     "deliver",
     "finish_all",
@@ -67,7 +67,7 @@ class Responder(Protocol):
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # the compiled build: a test may subclass it
-class Answers:
+class ResponderBase:
     """A :class:`Responder` as a base class: the Consumer's links are ones.
 
     A message calls a subclass's methods directly in the compiled build (a C
@@ -153,7 +153,7 @@ class Message(MessageFields):
     # A Connection or anything else (a test's fake, None): the compiled build reads a
     # Connection's ``closed`` directly, after a test of its exact class.
     connection: Connection | Any
-    _responder: Answers | Responder
+    _responder: ResponderBase | Responder
     _responded: bool
     _async: bool
     _deadline: float
@@ -271,7 +271,7 @@ class Message(MessageFields):
 def deliver(
     message: Message,
     nsqd: str,
-    responder: Answers | Responder,
+    responder: ResponderBase | Responder,
     msg_timeout: float,
     connection: Connection | Any,
     now: float,

@@ -39,7 +39,7 @@ from .._mypyc import mypyc_attr
 from ..connection import Connection
 from ..errors import NSQConnectionError
 from ..flow import LinkPlan
-from ..message import Answers, Message, deliver
+from ..message import Message, ResponderBase, deliver
 from ..protocol import defaults
 from .lifecycle import Lifecycle
 
@@ -137,7 +137,7 @@ class LinkRoutes(NamedTuple):
     lifecycle: Lifecycle
 
 
-class Link(Answers):
+class Link(ResponderBase):
     """One subscribed connection and its counts; see the module docstring.
 
     ``routes`` says where its events go (:class:`LinkRoutes`: the same for

@@ -296,7 +296,7 @@ class Producer:
     @property
     def connections(self) -> Sequence[Connection]:
         """The connections that can publish now."""
-        return tuple(self._pool.healthy)
+        return tuple(cast("list[Connection]", self._pool.healthy))  # Connections, but in tests
 
     @property
     def closed(self) -> bool:

@@ -15,9 +15,10 @@ from typing import Protocol
 import gevent.event
 from gevent.hub import Waiter
 
+from .._mypyc import mypyc_attr
 from ..timers import Timer
 
-__all__ = ["Attempt", "AttemptRoute", "PublishConnection"]
+__all__ = ["Attempt", "AttemptRoute", "AttemptRouteBase", "PublishConnection"]
 
 
 class PublishConnection(Protocol):
@@ -52,6 +53,28 @@ class AttemptRoute(Protocol):
         ...
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # the compiled build: a test may subclass it
+class AttemptRouteBase:
+    """An :class:`AttemptRoute` as a base class: the producer's router is one.
+
+    An attempt calls a subclass's methods directly in the compiled build (a C
+    call through the class's method table); any other :class:`AttemptRoute`
+    (a test's recording fake) through Python's calling convention.
+    """
+
+    __slots__ = ()
+
+    def done(self, attempt: Attempt, error: BaseException | None) -> None:
+        """``attempt`` has just ended: answered OK (``error`` ``None``) or failed for good."""
+        raise NotImplementedError
+
+    def answered_with_error(
+        self, attempt: Attempt, conn: PublishConnection, error: BaseException
+    ) -> None:
+        """``conn`` refused ``attempt`` or closed before answering it; it may be retried."""
+        raise NotImplementedError
+
+
 class Attempt:
     """One publish call travelling over connections until it succeeds or gives up.
 
@@ -81,7 +104,7 @@ class Attempt:
 
     def __init__(
         self,
-        route: AttemptRoute,
+        route: AttemptRouteBase | AttemptRoute,
         command: str,
         data: bytes,
         deadline: float,

@@ -31,6 +31,7 @@ from ..connection import Connection
 from ..errors import ServerError
 from ..flow import Reconnect
 from ..timers import Timer, TimerWheel
+from .attempt import PublishConnection
 
 __all__ = ["DRAIN_CHECK", "Pool"]
 
@@ -67,8 +68,9 @@ class Pool:
         self._on_connected = on_connected
         self._owner = owner
         self._drain_timeout = drain_timeout
-        #: The connections that can publish now, in the order they came up.
-        self.healthy: list[Connection] = []
+        #: The connections that can publish now, in the order they came up (typed with
+        #: the protocol too: the router's compiled code then takes a test's fake).
+        self.healthy: list[Connection | PublishConnection] = []
         #: The last error of each address that has one (cleared when it connects).
         self.last_error: dict[str, BaseException] = {}
         #: Connections of nsqd that left the pool, until their last answer (or

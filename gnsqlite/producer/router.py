@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Final
 
 from ..errors import (
@@ -30,7 +30,7 @@ from ..errors import (
     PubFailedError,
 )
 from ..timers import TimerWheel
-from .attempt import Attempt, PublishConnection
+from .attempt import Attempt, AttemptRouteBase, PublishConnection
 from .deadlines import Deadlines
 from .pool import Pool
 from .stats import PublishStats
@@ -47,7 +47,7 @@ _RETRYABLE = (NSQConnectionError, PubFailedError, MPubFailedError, DPubFailedErr
 _COUNTED_AS: Final = {command: command.lower() for command in ("PUB", "MPUB", "DPUB")}
 
 
-class Router:
+class Router(AttemptRouteBase):
     """Where a producer's attempts go; see the module docstring.
 
     ``timeout`` (seconds) is the deadline of a publish given none. Timers
@@ -133,7 +133,9 @@ class Router:
         """
         if attempt.ended:
             return
-        healthy: Sequence[PublishConnection] = self._pool.healthy
+        # A list, and each one a Connection or else a PublishConnection: the compiled
+        # build indexes it in place and calls a Connection directly.
+        healthy = self._pool.healthy
         tried = attempt.tried
         for _ in range(len(healthy)):  # the next one in turn not tried yet
             self._next = (self._next + 1) % len(healthy)

@@ -236,7 +236,8 @@ class ClientConnection:
         """
         if command not in _PUBLISH_COMMANDS:
             raise LocalProtocolError(f"publish_encoded takes PUB, MPUB or DPUB, not {command!r}")
-        if self.state not in _PUBLISH_STATES:
+        state = self.state  # READY by identity first: ``in`` compares with == (compiled)
+        if state is not _READY and state not in _PUBLISH_STATES:
             self._require(_PUBLISH_STATES, command)
         self._pending.append(_Pending(command, waiter))
         return data
