@@ -204,7 +204,7 @@ class Consumer:
         flow = self._flow
         routes = LinkRoutes(
             flow,
-            self._batcher.add if self._batcher is not None else self._dispatcher.enqueue,
+            self._batcher if self._batcher is not None else self._dispatcher,
             self._settler.requeue_delay,
             self._observers,
             life,

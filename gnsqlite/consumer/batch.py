@@ -62,6 +62,7 @@ from ..message import Message
 from ..options import Validated, option
 from ..timers import Timer, TimerWheel
 from .lease import Leases
+from .link import Intake
 
 __all__ = ["Batch", "BatchConfig", "BatchHandler", "Batcher", "REASONS", "messages_of"]
 
@@ -142,7 +143,7 @@ def messages_of(item: Message | Batch) -> Sequence[Message]:
     return item.messages if isinstance(item, Batch) else (item,)
 
 
-class Batcher:
+class Batcher(Intake):
     """Collects a consumer's messages into batches and runs its batch handler.
 
     ``dispatch(batch)`` queues a batch for a worker (it must not block);
@@ -204,6 +205,8 @@ class Batcher:
             self._flush("starved")
         elif len(self._pending) == 1 and self._wheel is not None:
             self._expiry = self._wheel.call_later(self.batch_timeout, self._expire, owner=self)
+
+    enqueue = add  # what the links call it (Intake)
 
     def starved(self) -> None:
         """The consumer just became starved: hand the pending batch over. Never blocks.

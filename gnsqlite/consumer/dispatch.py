@@ -31,6 +31,7 @@ from gevent.hub import Waiter, get_hub
 from ..message import Message
 from .batch import Batch, Batcher, messages_of
 from .lifecycle import Lifecycle
+from .link import Intake
 from .running import Running
 from .settle import Settler
 
@@ -79,7 +80,7 @@ def requeue_now(item: Item | None) -> None:
         message.requeue(0.0, backoff=False)
 
 
-class Dispatcher:
+class Dispatcher(Intake):
     """Queues work and runs it in a pool of handler greenlets; see the module docstring.
 
     ``handler(message)`` is what a worker calls for a single message (the

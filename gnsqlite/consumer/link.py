@@ -43,7 +43,7 @@ from ..message import Message, ResponderBase, deliver
 from ..protocol import defaults
 from .lifecycle import Lifecycle
 
-__all__ = ["FlowEvents", "Link", "LinkConnection", "LinkRoutes"]
+__all__ = ["FlowEvents", "Intake", "Link", "LinkConnection", "LinkRoutes"]
 
 log = logging.getLogger(__name__)
 
@@ -119,19 +119,35 @@ class FlowEvents:
         raise NotImplementedError
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # the compiled build: the batcher is pure Python
+class Intake:
+    """What takes each message the links receive (none blocks): the consumer's dispatcher,
+    or its batcher when it hands out batches.
+
+    A class of its own, as :class:`FlowEvents` is, so that the compiled build
+    calls the dispatcher directly on the per-message path.
+    """
+
+    __slots__ = ()
+
+    def enqueue(self, message: Message) -> None:
+        """Take ``message``, just received and counted; never blocks."""
+        raise NotImplementedError
+
+
 class LinkRoutes(NamedTuple):
     """Where the links of one consumer send their events (none of them blocks).
 
     ``flow`` (flow control) hears of each message and answer (see
-    :class:`FlowEvents`); ``intake(message)`` takes each received message
-    (the dispatcher's ``enqueue`` or the batcher's ``add``);
+    :class:`FlowEvents`); ``intake`` takes each received message (see
+    :class:`Intake`);
     ``requeue_delay(attempts)`` is the settler's delay for a REQ without
     one, in seconds; ``observers`` is the consumer's live list of message
     observers; ``lifecycle`` says whether the consumer is closing.
     """
 
     flow: FlowEvents
-    intake: Callable[[Message], None]
+    intake: Intake
     requeue_delay: Callable[[int], float]
     observers: list[Callable[[Message], object]]
     lifecycle: Lifecycle
@@ -224,8 +240,7 @@ class Link(ResponderBase):
             return
         if self.observers:
             self._observe(message)
-        intake = self.intake  # a slot holding a callable: read, then call (no method lookup)
-        intake(message)
+        self.intake.enqueue(message)
 
     def _observe(self, message: Message) -> None:
         for observer in self.observers:

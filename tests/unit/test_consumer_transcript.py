@@ -22,7 +22,7 @@ from gnsqlite.consumer import links as links_module
 from gnsqlite.consumer.dispatch import Dispatcher
 from gnsqlite.consumer.flow_control import FlowControl
 from gnsqlite.consumer.lifecycle import Lifecycle
-from gnsqlite.consumer.link import Link, LinkRoutes
+from gnsqlite.consumer.link import Intake, Link, LinkRoutes
 from gnsqlite.consumer.links import ConnectionHooks, LinkSet, Subscription
 from gnsqlite.consumer.settle import Settler
 from gnsqlite.errors import BrokenConnectionError
@@ -118,9 +118,15 @@ class Rig:
             self.config, make_backoff_strategy(backoff), random.Random(1), self.life
         )
         self.taken: list[Message] = []
+        taken = self.taken
+
+        class Taking(Intake):
+            def enqueue(self, message: Message) -> None:
+                taken.append(message)
+
         self.routes = LinkRoutes(
             self.flow,
-            self.taken.append,
+            Taking(),
             lambda attempts: 1.5 * attempts,
             [],
             self.life,
