@@ -151,7 +151,7 @@ class Message(MessageFields):
     nsqd: str
     msg_timeout: float
     # A Connection or anything else (a test's fake, None): the compiled build reads a
-    # Connection's ``closed`` directly, after a test of its exact class.
+    # Connection's ``closed`` directly, after a test of its class (subclasses too).
     connection: Connection | Any
     _responder: ResponderBase | Responder
     _responded: bool

@@ -47,7 +47,7 @@ class Settles(Protocol):
 
     The dispatcher types its settler as ``Settler | Settles``: the compiled
     build calls a :class:`Settler` directly (a native call, after a test of its
-    exact class) and anything else, such as a test's fake, through Python.
+    class) and anything else, such as a test's fake, through Python.
     """
 
     def settle(self, message: Message, handler: Callable[[Message], Any]) -> None:

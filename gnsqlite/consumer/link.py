@@ -56,7 +56,7 @@ class LinkConnection(Protocol):
     Written out so the link depends on these and no more (a test hands it a
     recording fake). The link types its connection as ``Connection |
     LinkConnection``: the compiled build calls a :class:`Connection` directly
-    (a native call, after a test of its exact class) and anything else through
+    (a native call, after an isinstance test) and anything else through
     Python's calling convention, so a fake still works.
     ``msg_timeout`` is in seconds, ``last_received`` a ``time.monotonic()``
     reading; none of the methods but ``close`` blocks (they queue their command).
