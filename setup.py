@@ -29,6 +29,7 @@ COMPILED = [
     "gnsqlite/protocol/frames.py",
     "gnsqlite/protocol/client.py",
     "gnsqlite/protocol/replies.py",
+    "gnsqlite/protocol/publishing.py",
     "gnsqlite/flow/rdy.py",
     "gnsqlite/flow/link_plan.py",
     "gnsqlite/consumer/link.py",

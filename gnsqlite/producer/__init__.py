@@ -75,6 +75,7 @@ from ..health import Health
 from ..net import normalize_addresses
 from ..protocol import as_body, check_topic_name, commands, to_milliseconds
 from ..protocol.commands import Body
+from ..protocol.publishing import pub_bytes
 from ..timers import TimerWheel
 from .attempt import Attempt
 from .pool import Pool
@@ -385,7 +386,8 @@ class Producer:
         if not 0 < len(raw) <= self.config.max_message_size:
             check_message_size(len(raw), self.config)  # raises the error that says why
         if defer is None:
-            return self._router.submit("PUB", commands.pub(topic, raw), topic, 1, timeout, blocking)
+            # Name and body checked above: built without checking them again.
+            return self._router.submit("PUB", pub_bytes(topic, raw), topic, 1, timeout, blocking)
         to_milliseconds(defer, "defer")
         data = commands.dpub(topic, defer, raw)
         return self._router.submit("DPUB", data, topic, 1, timeout, blocking)

@@ -123,8 +123,10 @@ class Attempt:
         self._result: gevent.event.AsyncResult[bytes] | None = None  # made by .result
         self.deadline = deadline  # time.monotonic() after which it is not retried
         self.timeout = timeout  # seconds: what the caller allowed
-        self.errors: dict[str, BaseException] = {}
-        self.tried: set[PublishConnection] = set()
+        #: Why each connection tried refused it (made at the first refusal).
+        self.errors: dict[str, BaseException] | None = None
+        #: The connections tried before :attr:`conn` (made when it is sent again).
+        self.tried: set[PublishConnection] | None = None
         self.conn: PublishConnection | None = None  # where it was sent last
         #: While a caller blocks in :meth:`Deadlines.wait` for it: what wakes that
         #: caller (cheaper than a link on the result, which publish_async callers use).
@@ -164,6 +166,13 @@ class Attempt:
         self.error = error
         if self._result is not None:
             self._result.set_exception(error)
+
+    def refused(self, conn: PublishConnection, error: BaseException) -> None:
+        """Record why ``conn`` did not take it (the error of its caller if none does)."""
+        errors = self.errors
+        if errors is None:
+            errors = self.errors = {}
+        errors[conn.name] = error
 
     def set_exception(self, exception: BaseException) -> None:
         """:attr:`conn` refused it or ended before answering."""

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections import deque
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -31,6 +30,10 @@ GRACE: Final = 0.05
 #: Waiter, bound once: a Final is a C global in the compiled build (a plain global
 #: is a dict lookup per blocking publish).
 _Waiter: Final = Waiter
+#: The waits watched are sifted for ended ones when there are this many, or twice
+#: as many as the last sifting kept: memory follows the waits still on, at a
+#: constant cost per wait.
+_KEEP_AT_LEAST: Final = 64
 
 
 class Deadlines:
@@ -45,6 +48,8 @@ class Deadlines:
     __slots__ = (
         "_closed",
         "_due",
+        "_head",
+        "_limit",
         "_loop",
         "_on_late",
         "_owner",
@@ -61,8 +66,11 @@ class Deadlines:
         self._wheel: TimerWheel | None = None
         self._loop: Any = None  # the hub's loop: wakes blocked callers
         self._closed = False
-        # Attempts a caller blocks on, in the order the waits began.
-        self._timed: deque[Attempt] = deque()
+        # Attempts a caller blocks on, in the order the waits began, from _head on
+        # (a list and an index: the compiled build indexes a list in place).
+        self._timed: list[Attempt] = []
+        self._head = 0
+        self._limit = _KEEP_AT_LEAST  # its length when the ended ones are dropped
         self._timer: Timer | None = None  # at the earliest deadline (plus GRACE)
         self._due = math.inf  # when _timer fires
         #: Callers blocked in :meth:`wait` on an attempt not yet ended.
@@ -81,7 +89,8 @@ class Deadlines:
         The timer itself is cancelled with the owner's others. Does not block.
         """
         self._closed = True
-        self._timed.clear()
+        self._timed = []
+        self._head = 0
         self._timer = None
         self._due = math.inf
 
@@ -127,12 +136,27 @@ class Deadlines:
             self._on_late(attempt)
             return
         timed = self._timed
-        while timed and timed[0].ended:  # answered ones leave, in order
-            timed.popleft()
-        timed.append(attempt)
+        head, end = self._head, len(timed)
+        while head < end and timed[head].ended:  # answered ones leave, in order
+            head += 1
+        if head == end:  # every earlier wait is over (a caller publishing in turn)
+            self._timed = [attempt]
+            self._head = 0
+        else:
+            self._head = head
+            if end >= self._limit:  # a wait still on ahead of many ended ones: drop those
+                timed = self._keep([other for other in timed[head:] if not other.ended])
+            timed.append(attempt)
         due = attempt.deadline + GRACE
         if due < self._due:
             self._arm(due)
+
+    def _keep(self, timed: list[Attempt]) -> list[Attempt]:
+        """Watch ``timed`` (the waits still on, in order) from now on; returns it."""
+        self._timed = timed
+        self._head = 0
+        self._limit = max(_KEEP_AT_LEAST, 2 * len(timed))
+        return timed
 
     def _arm(self, due: float) -> None:
         wheel = self._wheel
@@ -150,10 +174,10 @@ class Deadlines:
         self._timer = None
         self._due = math.inf
         now = time.monotonic()
-        kept: deque[Attempt] = deque()
+        kept: list[Attempt] = []  # the waits still on that are not late
         late: list[Attempt] = []
         next_due = math.inf
-        for attempt in self._timed:
+        for attempt in self._timed[self._head :]:
             if attempt.ended:
                 continue
             due = attempt.deadline + GRACE
@@ -162,7 +186,7 @@ class Deadlines:
             else:
                 kept.append(attempt)
                 next_due = min(next_due, due)
-        self._timed = kept
+        self._keep(kept)
         for attempt in late:
             self._on_late(attempt)
         if kept and not self._closed:

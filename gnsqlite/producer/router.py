@@ -137,20 +137,25 @@ class Router(AttemptRouteBase):
         # build indexes it in place and calls a Connection directly.
         healthy = self._pool.healthy
         tried = attempt.tried
-        for _ in range(len(healthy)):  # the next one in turn not tried yet
-            self._next = (self._next + 1) % len(healthy)
+        last = attempt.conn
+        if last is not None:  # sent before: skip every connection tried (most go out once)
+            if tried is None:
+                tried = attempt.tried = set()
+            tried.add(last)
+        count = len(healthy)
+        for _ in range(count):  # the next one in turn not tried yet
+            self._next = (self._next + 1) % count
             conn = healthy[self._next]
-            if conn not in tried:
+            if tried is None or conn not in tried:
                 break
         else:
             self._park(attempt)
             return
-        tried.add(conn)
         attempt.conn = conn
         try:
             conn.request_encoded(attempt, attempt.command, attempt.data, now)
         except (NSQConnectionError, LocalProtocolError) as exc:  # the connection just ended
-            attempt.errors[conn.name] = exc
+            attempt.refused(conn, exc)
             self.dispatch(attempt, now)
 
     def connected(self) -> None:
@@ -183,7 +188,7 @@ class Router(AttemptRouteBase):
             return
         retry = not self._closed and _monotonic() < attempt.deadline
         if isinstance(error, _RETRYABLE) and retry:
-            attempt.errors[conn.name] = error
+            attempt.refused(conn, error)
             log.info("producer: retrying a publish after %s", error)
             self.dispatch(attempt)
         else:
@@ -227,7 +232,7 @@ class Router(AttemptRouteBase):
             self._give_up(attempt)
 
     def _give_up(self, attempt: Attempt) -> None:
-        errors = dict(attempt.errors)
+        errors = dict(attempt.errors or {})
         last_error = self._pool.last_error
         addresses = self._pool.addresses
         for address in addresses:

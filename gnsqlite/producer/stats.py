@@ -53,14 +53,37 @@ def error_code(error: BaseException) -> str:
     return type(error).__name__
 
 
+class Published:
+    """The publishes of one topic and command answered OK, and the messages in them."""
+
+    __slots__ = ("messages", "publishes")
+
+    def __init__(self) -> None:
+        self.publishes = 0
+        self.messages = 0
+
+
 class PublishStats:
     """The counters of one producer; see the module docstring."""
 
-    __slots__ = ("errors", "in_flight", "published", "timing")
+    __slots__ = (
+        "_last",
+        "_last_command",
+        "_last_topic",
+        "errors",
+        "in_flight",
+        "published",
+        "timing",
+    )
 
     def __init__(self) -> None:
-        #: (topic, command) -> [commands answered OK, messages in them]
-        self.published: dict[tuple[str, str], list[int]] = {}
+        #: (topic, command) -> what was published
+        self.published: dict[tuple[str, str], Published] = {}
+        # The counts of the last (topic, command) counted, found again by identity:
+        # a producer publishes to the same topic call after call.
+        self._last_topic = ""
+        self._last_command = ""
+        self._last = Published()  # counts nothing until a publish is counted
         #: error_code() -> failed publishes
         self.errors: dict[str, int] = {}
         #: Publishes waiting for an answer (or a connection).
@@ -84,11 +107,11 @@ class PublishStats:
         answers come first). Does not block.
         """
         if error is None:
-            counts = self.published.get((topic, command))
-            if counts is None:
-                counts = self.published[(topic, command)] = [0, 0]
-            counts[0] += 1
-            counts[1] += messages
+            counts = self._last
+            if topic is not self._last_topic or command is not self._last_command:
+                counts = self._counts(topic, command)
+            counts.publishes += 1
+            counts.messages += messages
         else:
             code = error_code(error)
             self.errors[code] = self.errors.get(code, 0) + 1
@@ -98,6 +121,14 @@ class PublishStats:
                 timing(topic, command, time.monotonic() - started)
             except Exception:
                 log.exception("producer: publish timing %r failed", timing)
+
+    def _counts(self, topic: str, command: str) -> Published:
+        """The counts of ``topic`` and ``command`` (made on first use), remembered as the last."""
+        counts = self.published.get((topic, command))
+        if counts is None:
+            counts = self.published[(topic, command)] = Published()
+        self._last_topic, self._last_command, self._last = topic, command, counts
+        return counts
 
     def report(
         self,
@@ -113,8 +144,8 @@ class PublishStats:
         """
         up = {conn.name for conn in healthy}
         publishes = [
-            {"topic": topic, "command": command, "count": counts[0], "messages": counts[1]}
-            for (topic, command), counts in sorted(self.published.items())
+            {"topic": topic, "command": command, "count": c.publishes, "messages": c.messages}
+            for (topic, command), c in sorted(self.published.items())
         ]
         return {
             "connections": [

@@ -17,6 +17,7 @@ from typing import Any, Final
 
 from ..errors import LocalProtocolError
 from .names import check_channel_name, check_topic_name
+from .publishing import pub_bytes
 
 __all__ = [
     "MAGIC_V2",
@@ -48,10 +49,6 @@ MAGIC_V2 = b"  V2"
 MESSAGE_ID_LENGTH: Final = 16
 
 _SIZE = struct.Struct(">I")
-#: ``PUB <topic>\n`` of the topics seen (bounded): a publisher names the same
-#: topic on every call, and its line need not be formatted again.
-_PUB_LINES: dict[str, bytes] = {}
-_PUB_LINES_LIMIT = 4096
 _NOP = b"NOP\n"
 _CLS = b"CLS\n"
 
@@ -118,13 +115,7 @@ def sub(topic: str, channel: str) -> bytes:
 def pub(topic: str, body: Body) -> bytes:
     """``PUB <topic>`` with one size-prefixed message body."""
     t = check_topic_name(topic)
-    raw = body if type(body) is bytes else as_body(body)
-    line = _PUB_LINES.get(t)
-    if line is None:
-        line = f"PUB {t}\n".encode("ascii")
-        if len(_PUB_LINES) < _PUB_LINES_LIMIT:
-            _PUB_LINES[t] = line
-    return b"".join((line, _SIZE.pack(len(raw)), raw))  # _with_body
+    return pub_bytes(t, body if type(body) is bytes else as_body(body))
 
 
 def mpub(topic: str, bodies: Iterable[Body]) -> bytes:

@@ -20,6 +20,7 @@ COMPILED_MODULES = [
     "gnsqlite.protocol.frames",
     "gnsqlite.protocol.client",
     "gnsqlite.protocol.replies",
+    "gnsqlite.protocol.publishing",
     "gnsqlite.flow.rdy",
     "gnsqlite.flow.link_plan",
     "gnsqlite.consumer.link",

@@ -373,6 +373,28 @@ def test_the_late_are_handed_on_after_their_deadline_with_one_timer_for_all(
     assert watched.late == [soon] and (deadlines.blocked, deadlines.resuming) == (0, 0)
 
 
+def test_answered_waits_are_let_go_while_a_long_one_waits_and_it_is_still_handed_on(
+    watched: Watched,
+) -> None:
+    deadlines = watched.deadlines
+    long = attempt_for(RecordingRoute(), timeout=0.3)
+    waiting = gevent.spawn(deadlines.wait, long)
+    gevent.idle()
+    held = []
+    for _ in range(1000):  # callers publishing in turn behind the long wait
+        attempt = attempt_for(RecordingRoute(), timeout=5)
+        caller = gevent.spawn(deadlines.wait, attempt)
+        gevent.idle()
+        attempt.set(b"OK")
+        deadlines.woken(attempt)
+        caller.get(timeout=5)
+        held.append(len(deadlines._timed))
+    assert max(held) <= 64 + 1  # the answered ones are dropped, not kept for the long one
+    with pytest.raises(NSQTimeoutError):
+        waiting.get(timeout=5)
+    assert watched.late == [long] and (deadlines.blocked, deadlines.resuming) == (0, 0)
+
+
 def test_a_wait_cut_short_leaves_no_caller_counted_and_a_closed_one_hands_on_at_once(
     watched: Watched,
 ) -> None:
