@@ -149,6 +149,8 @@ class LinkPlan:
     ask: int = 1  # what it asks for when not hungry
     window_peak: int = 0  # the highest in-flight count in this window
     window_saturated: bool = False  # starved at some point in this window
+    #: In its planner's set of starved connections (the planner keeps the two together).
+    listed_starved: bool = False
     reserve: int = 0  # what nsqd may still hold after its RDY was lowered (see committed)
     #: Scarce RDY: it received during its last turn and was not idle at its end,
     #: or never had one (presumed to have messages waiting): while one waits

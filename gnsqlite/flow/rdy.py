@@ -171,14 +171,25 @@ class RdyPlanner:
 
     def _check(self, flow: LinkPlan) -> None:
         """Keep the starved and short sets up to date for ``flow``."""
-        if flow.starved:
-            self._starved.add(flow.name)
-        else:
-            self._starved.discard(flow.name)
+        starved = flow.starved
+        if starved is not flow.listed_starved:
+            self._list_starved(flow, starved)
         if flow.last_rdy < flow.target:
             self._short.add(flow.name)
         else:
             self._short.discard(flow.name)
+
+    def _list_starved(self, flow: LinkPlan, starved: bool) -> None:
+        """Put ``flow`` in the set of starved connections, or take it out.
+
+        The per-message paths call it only on a change (they test
+        ``flow.listed_starved`` first: an attribute, not a set lookup).
+        """
+        flow.listed_starved = starved
+        if starved:
+            self._starved.add(flow.name)
+        else:
+            self._starved.discard(flow.name)
 
     def share(self, flow: LinkPlan) -> int:
         """The even RDY count ``flow`` would get (0 or 1 when connections outnumber
@@ -410,6 +421,7 @@ class RdyPlanner:
         if flow is None:
             return []
         flow.active = False
+        flow.listed_starved = False
         return self._rebalance(now)
 
     def message_received(self, flow: LinkPlan, now: float) -> tuple[Command, ...]:
@@ -422,7 +434,6 @@ class RdyPlanner:
         """
         if not flow.active:
             return _NO_COMMANDS
-        name = flow.name
         in_flight = len(flow.held)
         flow.last_message_at = now
         # In-flight only grew (to 1 at least): a starved connection stays
@@ -430,7 +441,8 @@ class RdyPlanner:
         # link_plan.starved for the per-message path (in_flight > 0 holds
         # here); tests/unit/test_flow_rules.py checks the two agree.
         if in_flight >= flow.last_rdy * STARVATION_RATIO:
-            self._starved.add(name)
+            if not flow.listed_starved:
+                self._list_starved(flow, True)
             flow.window_saturated = True
         if in_flight > flow.window_peak:
             flow.window_peak = in_flight
@@ -468,7 +480,6 @@ class RdyPlanner:
         """
         if not flow.active:
             return False
-        name = flow.name
         in_flight = len(flow.held)  # after the answer; one more before it
         last_rdy = flow.last_rdy
         reserve = flow.reserve
@@ -480,10 +491,8 @@ class RdyPlanner:
         # In-flight only shrank: a connection not starved stays so. A copy of
         # link_plan.starved for the per-answer path; tests/unit/test_flow_rules.py
         # checks the two agree.
-        if name in self._starved and not (
-            in_flight > 0 and in_flight >= last_rdy * STARVATION_RATIO
-        ):
-            self._starved.discard(name)
+        if flow.listed_starved and not (in_flight > 0 and in_flight >= last_rdy * STARVATION_RATIO):
+            self._list_starved(flow, False)
         if not holding_more or self.mode != self.FULL:
             return False
         if not self._short:
@@ -548,7 +557,7 @@ class RdyPlanner:
                 f.hungry = f.window_saturated
                 f.ask = max(1, math.ceil(f.window_peak * DEMAND_HEADROOM) + 1)
             f.window_peak = f.in_flight
-            f.window_saturated = f.name in self._starved
+            f.window_saturated = f.listed_starved
         self._last_evaluation = now
         self.overdraft = 0
         #: Connections being set up (set_connecting): their even shares are held back.

@@ -51,6 +51,7 @@ def test_the_per_message_starved_copy_agrees_with_the_rule(seed: int) -> None:
                 f"{other in planner.starved_names}, the rule {expected}"
             )
             assert f.starved is expected
+            assert f.listed_starved is expected  # the per-message paths' test of membership
 
 
 def test_starved_is_85_percent_of_the_last_rdy_and_never_with_nothing_in_flight() -> None:
