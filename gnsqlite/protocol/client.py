@@ -360,13 +360,15 @@ class ClientConnection:
         ``_other_event``'s rule; tests/unit/test_client_fast_paths.py checks it).
         """
         count = len(data) // _OK_FRAME_SIZE
-        take = self._pending.popleft
-        if self.state is not _READY or not 0 < count <= len(self._pending):
+        pending = self._pending
+        if self.state is not _READY or not 0 < count <= len(pending):
             return None
-        if data != _OK_FRAME * count or self._decoder.buffered:
+        # One answer is a blocking publisher's read: no bytes built, no bound method.
+        if data != (_OK_FRAME if count == 1 else _OK_FRAME * count) or self._decoder.buffered:
             return None
         if count == 1:
-            return [take().waiter]
+            return [pending.popleft().waiter]
+        take = pending.popleft
         return [take().waiter for _ in range(count)]
 
     def events(self) -> list[Event]:
