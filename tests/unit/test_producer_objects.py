@@ -168,6 +168,26 @@ def test_a_refused_publish_is_written_again_on_the_other_connection(
         assert producer.stats()["errors"] == {}
 
 
+def test_a_publish_refused_everywhere_is_tried_once_on_each_then_names_every_refusal(
+    memory: type[MemoryConnection],
+) -> None:
+    addresses = ["127.0.0.1:4150", "127.0.0.1:4151", "127.0.0.1:4152"]
+    with Producer(addresses, timeout=0.5) as producer:
+        result = producer.publish_async("t", b"x")
+        refused: list[MemoryConnection] = []
+        for turn in range(3):  # each refusal sends it on to a connection not tried yet
+            (conn,) = [c for c in memory.made if c.written and c not in refused]
+            conn.answer(encode_frame(FRAME_TYPE_ERROR, b"E_PUB_FAILED full %d" % turn))
+            refused.append(conn)
+        with pytest.raises(NoConnectionsError) as info:
+            result.get(timeout=5)
+    assert sorted(info.value.errors) == addresses  # each one's own refusal
+    assert sorted(str(e) for e in info.value.errors.values()) == [
+        f"E_PUB_FAILED full {turn}" for turn in range(3)
+    ]
+    assert [len(c.written) for c in memory.made] == [1, 1, 1]  # none tried twice
+
+
 def test_with_no_nsqd_a_publish_waits_then_names_each_address_and_its_error(
     memory: type[MemoryConnection],
 ) -> None:
