@@ -182,8 +182,9 @@ class RdyPlanner:
     def _list_starved(self, flow: LinkPlan, starved: bool) -> None:
         """Put ``flow`` in the set of starved connections, or take it out.
 
-        The per-message paths call it only on a change (they test
-        ``flow.listed_starved`` first: an attribute, not a set lookup).
+        The per-message paths write it out (no call per message), and only on
+        a change: they test ``flow.listed_starved`` first, an attribute where
+        the set's test would be a lookup.
         """
         flow.listed_starved = starved
         if starved:
@@ -441,8 +442,9 @@ class RdyPlanner:
         # link_plan.starved for the per-message path (in_flight > 0 holds
         # here); tests/unit/test_flow_rules.py checks the two agree.
         if in_flight >= flow.last_rdy * STARVATION_RATIO:
-            if not flow.listed_starved:
-                self._list_starved(flow, True)
+            if not flow.listed_starved:  # _list_starved, written out (no call per message)
+                flow.listed_starved = True
+                self._starved.add(flow.name)
             flow.window_saturated = True
         if in_flight > flow.window_peak:
             flow.window_peak = in_flight
@@ -492,7 +494,8 @@ class RdyPlanner:
         # link_plan.starved for the per-answer path; tests/unit/test_flow_rules.py
         # checks the two agree.
         if flow.listed_starved and not (in_flight > 0 and in_flight >= last_rdy * STARVATION_RATIO):
-            self._list_starved(flow, False)
+            flow.listed_starved = False  # _list_starved, written out
+            self._starved.discard(flow.name)
         if not holding_more or self.mode != self.FULL:
             return False
         if not self._short:
