@@ -1165,10 +1165,13 @@ def _compare(bench: Bench, rows: list[Row], clients: list[str]) -> dict[str, Any
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {
         r.key: {c: [] for c in everyone} for r in rows
     }
+    gone = ""  # why nsqd is no longer there: the cells left would all fail
     for rep in range(args.repeat):
         order = everyone[rep % len(everyone) :] + everyone[: rep % len(everyone)]
         for row in rows:
             for client in order:
+                if gone:
+                    break
                 if client == "go" and not bench.go_supports(row):
                     continue
                 if client in FLOORS and not bench.floor_supports(row, client):
@@ -1183,6 +1186,10 @@ def _compare(bench: Bench, rows: list[Row], clients: list[str]) -> dict[str, Any
                 print(
                     f"  [{rep + 1}/{args.repeat}] {row.title:<28} {client:<17} {shown}", flush=True
                 )
+                if "error" in result:
+                    gone = server_gone(bench.server)
+    if gone:
+        print(f"stopped: {gone}; the tables count the runs made before", flush=True)
     report: dict[str, Any] = {
         "broker": broker,
         "python": sys.version.split()[0],
@@ -1216,6 +1223,15 @@ def _compare(bench: Bench, rows: list[Row], clients: list[str]) -> dict[str, Any
     report["load_after"] = _loadavg()
     print(f"load average before {uptime_before}, after {report['load_after']}")
     return report
+
+
+def server_gone(server: Any) -> str:
+    """Why ``server`` (an ``NsqdServer``) stopped, with the end of its output; ``""`` if it runs."""
+    process = server.process
+    if process is None or process.exit_status is None:
+        return ""
+    output = server.stderr_text().strip()[-1500:] or "(nothing)"
+    return f"nsqd exited with status {process.exit_status}; the end of its output:\n{output}"
 
 
 def _profile(bench: Bench, rows: list[Row]) -> int:

@@ -90,6 +90,11 @@ class ServerProcess:
         """Whether the process was started and has not exited."""
         return self._proc is not None and self._proc.poll() is None
 
+    @property
+    def exit_status(self) -> int | None:
+        """The status the process exited with (or was stopped with); ``None`` while it runs."""
+        return self._proc.poll() if self._proc is not None else self.returncode
+
     def launch(self) -> None:
         """Start the process; does not wait for it to be ready."""
         if self._proc is not None:

@@ -101,7 +101,7 @@ def test_start_failure_shows_the_process_stderr(tmp_path: Path) -> None:
     process.launch()
     with pytest.raises(ServerStartError, match=r"(?s)exited with status 2.*no such flag"):
         process.wait_ready(timeout=10)
-    assert not process.running
+    assert not process.running and process.exit_status == 2
 
 
 def test_start_times_out_when_ping_never_answers(tmp_path: Path) -> None:
@@ -142,7 +142,7 @@ def test_stop_kills_a_process_that_ignores_sigterm(tmp_path: Path) -> None:
     process.launch()
     process.wait_ready(timeout=10)
     assert process.stop(timeout=0.3) == -9
-    assert not process.running
+    assert not process.running and process.exit_status == -9
     process.close()
 
 

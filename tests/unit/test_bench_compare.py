@@ -261,3 +261,16 @@ def test_a_cell_refuses_to_run_the_build_not_asked_for(compare: ModuleType) -> N
     spec = {"client": "gnsqlite", "compiled": not gnsqlite.compiled, "transport": "plain"}
     with pytest.raises(RuntimeError, match="not the build asked"):
         compare.run_cell(spec)
+
+
+def test_a_run_stops_saying_why_when_nsqd_exited(compare: ModuleType) -> None:
+    running = SimpleNamespace(process=SimpleNamespace(exit_status=None))
+    assert compare.server_gone(running) == ""
+    died = SimpleNamespace(
+        process=SimpleNamespace(exit_status=2),
+        stderr_text=lambda: "[nsqd] INFO: starting\npanic: runtime error\n",
+    )
+    assert compare.server_gone(died) == (
+        "nsqd exited with status 2; the end of its output:\n"
+        "[nsqd] INFO: starting\npanic: runtime error"
+    )
