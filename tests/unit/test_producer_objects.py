@@ -451,3 +451,20 @@ def test_stats_count_answers_and_failures_and_a_failing_timing_hook_costs_nothin
     assert row == {"address": "a:1", "connected": False, "last_error": row["last_error"]}
     assert "refused" in row["last_error"]
     assert seen == [("t", "mpub")]  # timed only when started is given
+
+
+def test_stats_count_each_topic_and_command_apart_however_they_alternate() -> None:
+    stats = PublishStats()
+    calls = [("orders", "pub", 1), ("clicks", "pub", 1), ("orders", "pub", 1)]
+    calls += [("orders", "mpub", 5), ("orders", "pub", 1)]
+    for topic, command, messages in calls:
+        # Equal names that are other objects (a topic read from a file, a command
+        # built): counted under the same key as the first.
+        name = "".join(list(topic))
+        assert name == topic and name is not topic
+        stats.count(name, command, messages, None, None)
+    assert stats.report([], [], {})["publishes"] == [
+        {"topic": "clicks", "command": "pub", "count": 1, "messages": 1},
+        {"topic": "orders", "command": "mpub", "count": 1, "messages": 5},
+        {"topic": "orders", "command": "pub", "count": 3, "messages": 3},
+    ]
