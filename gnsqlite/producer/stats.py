@@ -81,8 +81,8 @@ class PublishStats:
         self.published: dict[tuple[str, str], Published] = {}
         # The counts of the last (topic, command) counted, found again by identity:
         # a producer publishes to the same topic call after call.
-        self._last_topic = ""
-        self._last_command = ""
+        self._last_topic: str | None = None
+        self._last_command: str | None = None
         self._last = Published()  # counts nothing until a publish is counted
         #: error_code() -> failed publishes
         self.errors: dict[str, int] = {}
