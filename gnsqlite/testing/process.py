@@ -28,7 +28,7 @@ import gevent.subprocess
 from ..errors import NSQError
 from ..http_transport import HTTPError, http_request
 
-__all__ = ["ServerProcess", "ServerStartError", "free_port", "kill_all"]
+__all__ = ["ServerProcess", "ServerStartError", "free_port", "kill_all", "listens"]
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +46,35 @@ def free_port(host: str = "127.0.0.1") -> int:
         sock.bind((host, 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+def listens(pid: int, port: int) -> bool | None:
+    """Whether process ``pid`` holds the TCP socket listening on ``port``; ``None``: cannot tell.
+
+    Read from ``/proc`` (Linux): the listening sockets' inodes in
+    ``/proc/net/tcp{,6}``, then ``pid``'s open files. Elsewhere, or when
+    ``/proc`` refuses, ``None``.
+    """
+    inodes = set()
+    try:
+        for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+            with open(table) as f:
+                next(f, None)  # the header
+                for line in f:
+                    fields = line.split()
+                    # local address "ADDR:PORT" in hex, state 0A: LISTEN, inode tenth
+                    if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                        inodes.add(f"socket:[{fields[9]}]")
+        if not inodes:
+            return False
+        fd_dir = f"/proc/{pid}/fd"
+        for fd in os.listdir(fd_dir):
+            with contextlib.suppress(OSError):  # closed meanwhile
+                if os.readlink(os.path.join(fd_dir, fd)) in inodes:
+                    return True
+    except (OSError, ValueError, IndexError):
+        return None
+    return False
 
 
 def _append_only_tempfile() -> IO[bytes]:
@@ -131,17 +160,23 @@ class ServerProcess:
         if proc is None:
             raise ServerStartError(f"{self.name} was not launched")
         deadline = time.monotonic() + timeout
+        port = int(self.http_address.rsplit(":", 1)[1])
         while True:
             if proc.poll() is not None:
                 self._fail(f"{self.name} exited with status {proc.returncode} while starting")
             try:
                 http_request(self.http_address, "GET", "/ping", timeout=1.0)
-                return
+                answered = True
             except HTTPError as exc:
-                if exc.status == 403 and b"TLS_REQUIRED" in exc.body:
-                    return  # nsqd --tls-required=true: HTTP answers, but only over HTTPS
+                # nsqd --tls-required=true: HTTP answers, but only over HTTPS
+                answered = exc.status == 403 and b"TLS_REQUIRED" in exc.body
             except (NSQError, OSError):
-                pass
+                answered = False
+            # Another process may hold the port (taken between free_port() and the
+            # child's bind, by another test run): it answers, and this child exits
+            # with "address already in use", which the caller retries on new ports.
+            if answered and listens(proc.pid, port) is not False:
+                return
             if time.monotonic() > deadline:
                 self._fail(
                     f"{self.name} did not answer /ping at {self.http_address} within {timeout} s"

@@ -23,6 +23,7 @@ from gnsqlite.testing import (
     wait_until,
 )
 from gnsqlite.testing.plugin import NsqCluster
+from gnsqlite.testing.process import listens
 
 
 def _script(path: Path, body: str) -> Path:
@@ -102,6 +103,31 @@ def test_start_failure_shows_the_process_stderr(tmp_path: Path) -> None:
     with pytest.raises(ServerStartError, match=r"(?s)exited with status 2.*no such flag"):
         process.wait_ready(timeout=10)
     assert not process.running and process.exit_status == 2
+
+
+def test_a_ping_answered_by_another_process_on_the_port_is_not_ready(tmp_path: Path) -> None:
+    import gevent.pywsgi
+
+    def ok(environ: dict[str, object], start_response: Callable[..., object]) -> list[bytes]:
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [b"OK"]
+
+    # The port taken after free_port() by another process (here: this one) that
+    # answers /ping; the child never listens on it.
+    other = gevent.pywsgi.WSGIServer(("127.0.0.1", 0), ok, log=None)
+    other.start()
+    try:
+        port = other.server_port
+        assert port is not None
+        assert listens(os.getpid(), port) is True
+        script = _script(tmp_path / "late", "import time\ntime.sleep(60)\n")
+        process = ServerProcess([str(script)], f"127.0.0.1:{port}", "late")
+        process.launch()
+        assert process.pid is not None and listens(process.pid, port) is False
+        with pytest.raises(ServerStartError, match="did not answer /ping"):
+            process.wait_ready(timeout=0.5)
+    finally:
+        other.stop()
 
 
 def test_start_times_out_when_ping_never_answers(tmp_path: Path) -> None:
