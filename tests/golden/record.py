@@ -276,8 +276,8 @@ class Normaliser:
         for raw, token in self.ids.items():
             text = text.replace(raw.decode("latin-1"), token)
         text = _ADDRESS.sub(lambda m: f"{m.group(1)}:<port>", text)
-        for port in self.ports:
-            text = re.sub(rf"(?<!\d){port}(?!\d)", "<port>", text)
+        for port in self.ports:  # after a colon only: a number sent (60001) may equal a port
+            text = re.sub(rf"(?<=:){port}(?!\d)", "<port>", text)
         for name in _HOSTNAMES:
             text = text.replace(name, "<hostname>")
         return text

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 from golden_scripts import SCRIPTS
-from record import Script, Servers, diff, dump, load, play
+from record import Normaliser, Script, Servers, diff, dump, load, play
 
 from gnsqlite.testing import nsq_bin_dir
 
@@ -50,3 +50,10 @@ def test_replay_matches_recording(servers: Servers, script: Script) -> None:
             + diff(expected, actual, script.name),
             pytrace=False,
         )
+
+
+def test_a_port_is_replaced_in_an_address_only_not_where_the_same_number_was_sent() -> None:
+    text = "E_BAD_BODY IDENTIFY heartbeat interval (60001) is invalid; from [::]:60001"
+    assert Normaliser([60001]).text(text) == (
+        "E_BAD_BODY IDENTIFY heartbeat interval (60001) is invalid; from [::]:<port>"
+    )
