@@ -38,6 +38,10 @@ log = logging.getLogger(__name__)
 FLUSH_AT: Final = 200
 
 
+def _write_nothing() -> None:
+    """A stopped writer's flush: it sends nothing more."""
+
+
 @mypyc_attr(allow_interpreted_subclasses=True)  # the compiled build: tests record its calls
 class ConnectionWriter:
     """Batched writes to one stream, and the greenlet that waits on it; see the module docstring.
@@ -62,6 +66,10 @@ class ConnectionWriter:
         self._unsent = b""  # encoded bytes a flush left over: the writer sends them first
         self._writing = False  # the writer greenlet is inside a send that may wait
         self._flush_handle: Any = None  # the hub callback of the scheduled flush
+        # _flush_callback bound once (start), not per scheduled flush: in the compiled
+        # build each binding makes a method object (some 400 instructions with its
+        # release, once per message at max_in_flight 1). stop() lets it go.
+        self._flush_soon: Callable[[], None] = _write_nothing
         self._loop: Any = None  # the hub's loop, which runs the flushes
         self._wakeup = gevent.event.Event()
         self._draining = False  # asked to send what is queued and stop
@@ -73,6 +81,7 @@ class ConnectionWriter:
         self.tls = stream.tls
         self._codec = codec
         self._loop = gevent.get_hub().loop
+        self._flush_soon = self._flush_callback
         self.greenlet = gevent.spawn(self._write_loop)
 
     def encode(self, data: bytes) -> bytes:
@@ -108,7 +117,7 @@ class ConnectionWriter:
             self._flush()
         elif not self.flush_scheduled:
             self.flush_scheduled = True
-            self._flush_handle = self._loop.run_callback(self._flush_callback)
+            self._flush_handle = self._loop.run_callback(self._flush_soon)
 
     def flush(self) -> None:
         """Send what is queued now rather than when the hub next polls. Does not block.
@@ -209,6 +218,7 @@ class ConnectionWriter:
     def stop(self) -> None:
         """Write nothing more: drop what is queued, kill the greenlet (unless it is the caller)."""
         self._stopped = True
+        self._flush_soon = _write_nothing  # the bound method held self: a cycle
         self.outbox.clear()
         self._unsent = b""
         greenlet = self.greenlet

@@ -106,6 +106,10 @@ class Dispatcher(Intake):
         self._sleepers: deque[Waiter[Any]] = deque()  # idle workers, longest idle first
         self._wake_due = False  # _wake is scheduled on the hub
         self._loop: Any = None  # the hub's loop, which runs _wake (read once: not per message)
+        # _wake bound once, with the loop, not per wake: in the compiled build each
+        # binding makes a method object (some 400 instructions with its release,
+        # once per message at max_in_flight 1). stop() lets it go (it holds self).
+        self._wake_callback: Callable[[], None] | None = None
         self._workers = gevent.pool.Pool()
         self._cells: dict[Any, list[Item | None]] = {}  # worker -> its cell (see Running)
         #: worker greenlet -> what it handles now
@@ -160,6 +164,7 @@ class Dispatcher(Intake):
     def stop(self) -> None:
         """The workers ended (:meth:`kill`): forget what they ran, requeue what is queued."""
         self._cells.clear()
+        self._wake_callback = None
         self.requeue_queued()
 
     def drain(self, timeout: float) -> None:
@@ -184,9 +189,11 @@ class Dispatcher(Intake):
 
     def _schedule_wake(self) -> None:
         loop = self._loop
-        if loop is None:
+        wake = self._wake_callback
+        if loop is None or wake is None:
             loop = self._loop = get_hub().loop
-        loop.run_callback(self._wake)
+            wake = self._wake_callback = self._wake
+        loop.run_callback(wake)
 
     def _wake(self) -> None:
         """In the hub: switch to idle workers in turn while items are left."""

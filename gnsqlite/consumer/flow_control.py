@@ -65,6 +65,10 @@ class FlowControl(FlowEvents):
         self.backoff = (
             Backoff(strategy, config.max_backoff_duration) if strategy is not None else None
         )
+        # The backoff's level is above 0 (successes count): failed() and finished(),
+        # the only callers that change the level, keep it; the per-message path reads
+        # it instead of the Python attribute.
+        self._backed_off = False
         self._interval = config.rdy_redistribute_interval
         self._links: dict[str, Link] = {}
         self._life = lifecycle
@@ -102,8 +106,9 @@ class FlowControl(FlowEvents):
                 self._life.drained.set()
             return
         backoff = self.backoff
-        if backoff is not None and backoff.level:  # at level 0 a success changes nothing
+        if self._backed_off and backoff is not None:  # at level 0 a success changes nothing
             action = backoff.success(_monotonic())
+            self._backed_off = backoff.level > 0
             if action is not None:
                 self._apply(action)
 
@@ -130,7 +135,9 @@ class FlowControl(FlowEvents):
         if self.backoff is not None and not self._life.closing:
             # RDY 0 goes out before the REQ, so nsqd cannot hand the
             # failed message straight back inside the backoff window.
-            self._apply(self.backoff.failure(time.monotonic()))
+            action = self.backoff.failure(time.monotonic())
+            self._backed_off = self.backoff.level > 0
+            self._apply(action)
 
     # -- connections -----------------------------------------------------------------
 

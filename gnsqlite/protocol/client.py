@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Mapping
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from ..errors import (
     LocalProtocolError,
@@ -384,7 +384,7 @@ class ClientConnection:
         if self.state is _SUBSCRIBED:
             # The hot path: messages, heartbeats and the odd error.
             into = self.message_class
-            if into is not None and issubclass(into, bytes):  # each message is its frame's data
+            if into is bytes:  # each message is its frame's data (__init__ refuses a subclass)
                 for frame_type, data in self._decoder.frames():
                     if frame_type == FRAME_TYPE_MESSAGE:  # its header is whole (the decoder checks)
                         out.append(data)  # type: ignore[arg-type]
@@ -393,7 +393,8 @@ class ClientConnection:
                 return out
             if into is not None:  # each message is its own event, built by the decoder
                 others: list[int] = []
-                items: list[Any] = self._decoder.frames_decoding_messages(into, others)
+                fields = cast("type[MessageFields]", into)  # not bytes (above)
+                items: list[Any] = self._decoder.frames_decoding_messages(fields, others)
                 for index in others:  # the other frames become their events, in order
                     items[index] = self._frame_event(*items[index])
                 return items

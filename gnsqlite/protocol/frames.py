@@ -61,6 +61,10 @@ _HEADER = struct.Struct(">ii")
 _MESSAGE = struct.Struct(">qH16s")
 #: A message frame's frame header and message header, read in one call.
 _MESSAGE_FRAME = struct.Struct(">iiqH16s")
+# The unpackers, bound once: a bound method taken per decoding call is an object
+# made and freed each time (once per message when messages come one at a time).
+_unpack_header: Final = _HEADER.unpack_from
+_unpack_message_frame: Final = _MESSAGE_FRAME.unpack_from
 _F = TypeVar("_F", bound="MessageFields")
 
 
@@ -166,7 +170,7 @@ class FrameDecoder:
     :func:`decode_message`) so a caller can route them cheaply.
     """
 
-    __slots__ = ("_buf", "_pos", "max_frame_size")
+    __slots__ = ("_buf", "_into", "_new", "_pos", "max_frame_size")
 
     def __init__(self, max_frame_size: int = MAX_FRAME_SIZE) -> None:
         if max_frame_size < MESSAGE_HEADER_SIZE + 4:
@@ -176,6 +180,10 @@ class FrameDecoder:
         # while a long rest (a large frame arriving in pieces) accumulates.
         self._buf: bytes | bytearray = b""
         self._pos = 0
+        # The last ``into`` of frames_decoding_messages and how its instances are made,
+        # kept: looking up ``into.__new__`` makes a method object each time.
+        self._into: type[MessageFields] | None = None
+        self._new: Callable[[type], Any] = _new
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         """Append received bytes to the buffer.
@@ -264,9 +272,8 @@ class FrameDecoder:
         pos = self._pos
         n = len(buf)
         body_at = 8 + MESSAGE_HEADER_SIZE  # a message's body, from its frame's start
-        unpack = _HEADER.unpack_from
-        unpack_message = _MESSAGE_FRAME.unpack_from
-        check = self._check
+        unpack = _unpack_header
+        unpack_message = _unpack_message_frame
         largest = self.max_frame_size
         whole = _SMALLEST_MESSAGE + 4  # the shortest whole message frame, in bytes
         copy = type(buf) is not bytes  # a slice of a bytearray is a bytearray
@@ -278,7 +285,10 @@ class FrameDecoder:
         as_bytes: bytes = buf if isinstance(buf, bytes) else b""  # sliced with no type test
         # Instances of ``into`` are made without __init__, by its own __new__: a
         # compiled class refuses object.__new__.
-        new = _new if into is None else into.__new__
+        if into is not self._into:
+            self._into = into
+            self._new = _new if into is None else into.__new__
+        new = self._new
         while True:
             left = n - pos
             if left < 8:
@@ -294,7 +304,7 @@ class FrameDecoder:
             # A message or an answer of a sane size needs no other check.
             if frame_type == FRAME_TYPE_MESSAGE:
                 if size < _SMALLEST_MESSAGE or size > largest:
-                    check(size, frame_type)
+                    self._check(size, frame_type)
                 if n < end:
                     break
                 if decode:
@@ -318,7 +328,7 @@ class FrameDecoder:
                     pos = end
                     continue
             elif not (frame_type == FRAME_TYPE_RESPONSE and 4 <= size <= largest):
-                check(size, frame_type)
+                self._check(size, frame_type)
             if n < end:
                 break
             if others is not None:

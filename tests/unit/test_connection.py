@@ -183,6 +183,23 @@ def test_commands_queued_in_one_turn_go_out_in_one_send(
     assert stream.sends == [expected]
 
 
+def test_a_writer_binds_its_flush_once_and_lets_it_go_when_stopped() -> None:
+    # Bound once at start (not a method object per scheduled flush); the bound method
+    # holds the writer, so stop() drops it: no cycle is left for the collector.
+    writer = ConnectionWriter("127.0.0.1:4150", lambda error: None)
+    stream = MemoryStream()
+    writer.start(stream, None)
+    for _ in range(2):  # two turns, two scheduled flushes
+        writer.queue(b"NOP\n")
+        wait_until(lambda: not writer.flush_scheduled, timeout=5)
+    assert stream.sends == [b"NOP\n", b"NOP\n"]
+    writer.stop()
+    assert getattr(writer._flush_soon, "__self__", None) is not writer
+    writer.queue(b"NOP\n")  # a stopped writer sends nothing more
+    gevent.sleep(0)
+    assert stream.sends == [b"NOP\n", b"NOP\n"]
+
+
 def test_what_a_flush_cannot_send_goes_out_first_from_the_writer() -> None:
     stream = MemoryStream(send_limit=4)
     conn = Connection(

@@ -211,6 +211,53 @@ def test_flow_control_backoff_writes_rdy_0_everywhere_then_the_shares_again() ->
     assert conn_b.written == ["RDY 1", "RDY 0", "RDY 1"]
 
 
+def test_backoff_pauses_probes_and_only_the_successes_it_counts_bring_the_share_back() -> None:
+    """Flow control keeps whether successes count (the backoff's level above 0) beside the
+    backoff: each failure pauses, each success after a probe steps the level down, and
+    only the one that reaches level 0 gives the full share back."""
+    rig = Rig(max_in_flight=5, backoff="exponential")
+    link, conn = rig.link("127.0.0.1:4150")
+
+    def delivered(n: int) -> Message:
+        link.on_message(as_connection(conn), wire(n))
+        return rig.taken[-1]
+
+    m1, m2, m3, m4, m5 = (delivered(n) for n in range(1, 6))
+    conn.written.clear()
+    assert m1.requeue(backoff=True)  # level 1
+    rig.flow._window_ended()  # what the window's timer does: a probe
+    assert m2.finish() and m3.finish()  # level 0, then a success that counts for nothing
+    assert conn.written == [
+        "RDY 0",  # a failure pauses every connection, before its REQ
+        f"REQ {m1.id} 1500",
+        "RDY 1",  # the window's end probes with one message
+        f"FIN {m2.id}",
+        "RDY 5",  # back at level 0: the full share
+        f"FIN {m3.id}",
+    ]
+    conn.written.clear()
+    assert m4.requeue(backoff=True)  # level 1 again
+    rig.flow._window_ended()
+    assert m5.requeue(backoff=True)  # the probe fails: level 2
+    rig.flow._window_ended()
+    assert delivered(6).finish()  # level 1: another window, not the share
+    rig.flow._window_ended()
+    assert delivered(7).finish()  # level 0
+    assert conn.written == [
+        "RDY 0",
+        f"REQ {m4.id} 1500",
+        "RDY 1",
+        "RDY 0",
+        f"REQ {m5.id} 1500",
+        "RDY 1",
+        "FIN 0000000000000006",
+        "RDY 0",
+        "RDY 1",
+        "FIN 0000000000000007",
+        "RDY 5",
+    ]
+
+
 class Hooks:
     def __init__(self) -> None:
         self.lost: list[tuple[str, Exception | None]] = []
