@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from ._mypyc import mypyc_attr
 from .connection import Connection
+from .connection.reader import MessageSink
 from .protocol import MessageFields
 
 __all__ = [
@@ -67,12 +68,14 @@ class Responder(Protocol):
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # the compiled build: a test may subclass it
-class ResponderBase:
+class ResponderBase(MessageSink):
     """A :class:`Responder` as a base class: the Consumer's links are ones.
 
     A message calls a subclass's methods directly in the compiled build (a C
     call through the class's method table); any other :class:`Responder`
-    through Python's calling convention, as before.
+    through Python's calling convention, as before. A
+    :class:`~gnsqlite.connection.reader.MessageSink` too: the connection
+    calls a link's ``on_message`` directly as well.
     """
 
     __slots__ = ()

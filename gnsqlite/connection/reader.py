@@ -47,6 +47,7 @@ import gevent
 import gevent.event
 from gevent.hub import Waiter
 
+from .._mypyc import mypyc_attr
 from ..codecs import Codec
 from ..errors import BrokenConnectionError, NSQError, RemoteProtocolError, map_io_errors
 from ..protocol import (
@@ -68,7 +69,9 @@ __all__ = [
     "SWEEPS_PER_LIMIT",
     "ConnectionReader",
     "LivenessWatch",
+    "MessageSink",
     "feed_protocol",
+    "message_sink",
 ]
 
 log = logging.getLogger(__name__)
@@ -121,6 +124,31 @@ def feed_protocol(
             route(protocol.events())
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # the compiled build: the links derive from it
+class MessageSink:
+    """What a connection hands its messages to, as a base class: the Consumer's links are ones.
+
+    When a connection's ``on_message`` is the ``on_message`` method of one
+    (:func:`message_sink`), the compiled reader calls it directly (a C call
+    through the class's method table) instead of through Python's calling
+    convention; any other callable is called as before.
+    """
+
+    __slots__ = ()
+
+    def on_message(self, conn: Any, message: Any) -> None:
+        """Take ``message``, just read on ``conn``; must not block."""
+        raise NotImplementedError
+
+
+def message_sink(on_message: Callable[[Any, Any], None] | None) -> MessageSink | None:
+    """The :class:`MessageSink` whose own ``on_message`` method ``on_message`` is, or ``None``."""
+    owner = getattr(on_message, "__self__", None)
+    if isinstance(owner, MessageSink) and on_message == owner.on_message:
+        return owner
+    return None
+
+
 class ConnectionReader:
     """Reading one connection's stream; see the module docstring.
 
@@ -155,6 +183,7 @@ class ConnectionReader:
         self.queue = queue
         self.on_end = on_end
         self.on_message = on_message  # a Message, or the protocol's message_class
+        self._sink = message_sink(on_message)  # on_message, when a sink's own: called directly
         self.on_error = on_error
         self.on_heartbeat = on_heartbeat
         #: Set when nsqd answered CLS with ``CLOSE_WAIT`` (or the connection ended).
@@ -210,6 +239,7 @@ class ConnectionReader:
         handles that one. Runs in the reader greenlet or in the hub.
         """
         on_message = self.on_message
+        sink = self._sink
         bare = self.protocol.message_class  # its messages are events of their own
         owner = self.owner
         for index in range(start, len(events)):
@@ -217,7 +247,10 @@ class ConnectionReader:
             kind: type[Any] = type(event)  # a message_class need not be an Event
             if kind is bare and on_message is not None:
                 try:
-                    on_message(owner, event)
+                    if sink is not None:
+                        sink.on_message(owner, event)
+                    else:
+                        on_message(owner, event)
                 except Exception:
                     log.exception("%s: callback %r failed", self.name, on_message)
             elif kind is MessageReceived and on_message is not None:

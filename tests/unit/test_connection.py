@@ -18,6 +18,7 @@ import pytest
 from gnsqlite.codecs import make_codec
 from gnsqlite.config import ConnectionConfig
 from gnsqlite.connection import Connection
+from gnsqlite.connection.reader import MessageSink, message_sink
 from gnsqlite.connection.stream import MemoryStream
 from gnsqlite.connection.writer import FLUSH_AT, ConnectionWriter
 from gnsqlite.errors import BadTopicError, BrokenConnectionError, FinFailedError, InvalidError
@@ -166,6 +167,47 @@ def test_a_message_is_handed_to_on_message_and_its_fin_written(
     assert (message.id, message.body, message.attempts) == (wire.id, b"body", 1)
     conn.finish(message.id)
     assert written(stream, b"FIN 0123456789abcdef\n") == b"FIN 0123456789abcdef\n"
+
+
+class Sink(MessageSink):
+    def __init__(self) -> None:
+        self.got: list[tuple[Any, Any]] = []
+
+    def on_message(self, conn: Any, message: Any) -> None:
+        self.got.append((conn, message))
+
+    def elsewhere(self, conn: Any, message: Any) -> None:
+        raise AssertionError("not the sink's on_message")
+
+
+def test_a_sinks_own_on_message_is_called_as_the_sink_and_any_other_callable_as_given() -> None:
+    sink = Sink()
+    assert message_sink(sink.on_message) is sink
+    # Not its on_message, or not a sink's: called as the callable it is.
+    assert message_sink(sink.elsewhere) is None
+    assert message_sink(lambda conn, message: None) is None
+    assert message_sink(None) is None
+    stream = MemoryStream()
+    conn = Connection(
+        "127.0.0.1:4150",
+        ConnectionConfig(**CONFIG),
+        on_message=sink.on_message,
+        connect_stream=lambda address: stream,
+    )
+    stream.feed(identify_reply())
+    conn.connect()
+    stream.take_written()  # the magic and IDENTIFY
+    try:
+        subscribe(conn, stream)
+        wire = WireMessage(b"0123456789abcdef", b"body", 1_700_000_000_000_000_000, 3)
+        stream.feed(encode_frame(FRAME_TYPE_MESSAGE, encode_message(wire)) * 2)
+        wait_until(lambda: len(sink.got) == 2, timeout=5)
+        (who, message), _ = sink.got
+        assert who is conn
+        assert (message.id, message.body, message.attempts) == (wire.id, b"body", 3)
+        close_subscribed(conn, stream)
+    finally:
+        conn.close(1.0)
 
 
 def test_commands_queued_in_one_turn_go_out_in_one_send(

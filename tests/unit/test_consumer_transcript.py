@@ -18,6 +18,7 @@ import pytest
 
 from gnsqlite.config import ConnectionConfig, ConsumerConfig
 from gnsqlite.connection import Connection
+from gnsqlite.connection.reader import message_sink
 from gnsqlite.consumer import links as links_module
 from gnsqlite.consumer.dispatch import Dispatcher
 from gnsqlite.consumer.flow_control import FlowControl
@@ -163,6 +164,13 @@ def test_a_link_writes_rdy_then_its_share_fin_and_on_failure_rdy_0_before_req() 
         "CLS",
     ]
     assert link.counts() == {"received": 2, "finished": 1, "requeued": 1}
+
+
+def test_a_links_on_message_makes_it_its_connections_message_sink() -> None:
+    # What the link set hands each Connection as on_message: the compiled reader then
+    # calls the link directly (tests/unit/test_connection.py has the rule itself).
+    link, _ = Rig(max_in_flight=1).link("127.0.0.1:4150")
+    assert message_sink(link.on_message) is link
 
 
 def test_a_requeue_without_backoff_writes_req_only_and_touch_writes_touch() -> None:
